@@ -1,0 +1,1 @@
+"""Ratchet: durable workflows whose external effects happen exactly once."""

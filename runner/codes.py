@@ -1,0 +1,71 @@
+"""The stable diagnostic codes, one line each.
+
+A code never changes meaning once published; a retired code is never reused. ``E`` codes are
+errors (the spec is rejected), ``W`` codes are warnings (reported; fatal only with ``--strict``).
+``docs/reference/lint-codes.md`` documents each with a failing and a fixed example, and a test
+keeps the two lists equal.
+"""
+
+from __future__ import annotations
+
+CODES: dict[str, str] = {
+    # E1xx: the file cannot be read as a safe YAML document
+    "E100": "the file cannot be read",
+    "E101": "the file is not UTF-8",
+    "E102": "the file is larger than the size cap",
+    "E103": "the document nests deeper than the nesting cap",
+    "E104": "the file is not well-formed YAML",
+    "E105": "YAML anchors and aliases are not allowed",
+    "E106": "a mapping has the same key twice",
+    "E107": "YAML tags are not allowed",
+    "E108": "the file holds no document",
+    "E109": "the file holds more than one document",
+    "E110": "the top level is not a mapping",
+    "E111": "a number is too long",
+    "E112": "a mapping key is not a plain scalar",
+    # E2xx: the document does not match the spec schema
+    "E201": "unknown field",
+    "E202": "a required field is missing",
+    "E203": "a value has the wrong type",
+    "E204": "a value is not allowed",
+    "E205": "the input schema is not a valid JSON Schema",
+    "E206": "an example's input does not match the input schema",
+    # E3xx: references and expressions
+    "E301": "unknown state",
+    "E302": "unknown effect",
+    "E303": "unknown approval",
+    "E304": "unknown adapter",
+    "E305": "an expression does not compile",
+    "E306": "an expression names something that does not exist",
+    "E307": "an expression calls a function that does not exist",
+    "E308": "unknown effect argument",
+    # E4xx / W4xx: the state graph
+    "W401": "a state cannot be reached from the start state",
+    "E402": "a non-terminal state has no way out",
+    "E403": "the spec has no terminal state",
+    "E404": "a terminal state has outgoing rows",
+    "E405": "two rows for the same state and event cannot be told apart",
+    "E406": "the event cannot happen in that state",
+    "E407": "an event name collides with a runner or model attribute",
+    # E5xx / W5xx: effect safety
+    "E501": "an effect row has no idempotency key",
+    "E502": "an idempotency key is built from unstable values",
+    "E503": "an idempotency key leaves out the effect's arguments",
+    "E504": "retry and hope: an effect's ambiguous outcome has no reconcile lookup",
+    "E505": "retry and hope: an effect row has no durable pending write",
+    "E506": "an effect row has no outcome row for refused or exhausted",
+    "E507": "more than one retry owner for one dependency",
+    "W508": "nested retries multiply past the call bound",
+    "E509": "a saga's forward effect says nothing about compensation",
+    "E510": "an approval does not bind all of its effect's arguments",
+    "E511": "an approval has no expiry",
+    "W512": "a row that ends in an operator queue has no operator_action",
+    "E513": "an effect row names no receipt",
+    "E514": "a state performs more than one effect",
+    "E515": "an effect that needs approval is reached without one",
+    "E516": "an idempotency key does not name the effect",
+}
+
+
+def is_warning(code: str) -> bool:
+    return code.startswith("W")

@@ -1,0 +1,81 @@
+"""Ratchet's exceptions and diagnostics.
+
+Every error Ratchet raises derives from :class:`RatchetError` and carries a stable ``code``.
+The class docstring is the default message::
+
+    RatchetError
+    ├── SpecError            a spec cannot be loaded or is invalid (carries diagnostics)
+    └── UsageError           the caller asked for something that cannot be done
+
+A :class:`Diagnostic` is one located problem in a spec: ``FILE:LINE:COL: CODE message``. Codes
+starting with ``E`` are errors, codes starting with ``W`` are warnings; the full list is in
+``docs/reference/lint-codes.md`` and in :data:`runner.codes.CODES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One located problem found in a spec file."""
+
+    file: str
+    line: int
+    column: int
+    code: str
+    message: str
+    pointer: str = field(default="", compare=False)
+
+    @property
+    def severity(self) -> Severity:
+        return "warning" if self.code.startswith("W") else "error"
+
+    def format(self) -> str:
+        """Render as ``FILE:LINE:COL: CODE message`` (the form editors and CI jump to)."""
+        return f"{self.file}:{self.line}:{self.column}: {self.code} {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "pointer": self.pointer,
+        }
+
+
+class RatchetError(Exception):
+    """Ratchet failed."""
+
+    code = "R000"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class SpecError(RatchetError):
+    """The spec is invalid."""
+
+    code = "R100"
+
+    def __init__(self, diagnostics: list[Diagnostic], message: str | None = None) -> None:
+        self.diagnostics = sorted(diagnostics)
+        first = self.diagnostics[0].format() if self.diagnostics else None
+        super().__init__(message or first)
+
+
+class UsageError(RatchetError):
+    """The request cannot be carried out as given."""
+
+    code = "R200"

@@ -1,0 +1,209 @@
+"""CEL expressions: guards, argument mappings, business keys and deadlines.
+
+Expressions are Common Expression Language (CEL) — side-effect free, not Turing-complete, and
+without any path to Python: no ``eval``, no attribute walk to ``__globals__``. Each is compiled
+once at load (:func:`compile_expression`, cached by its text) and its names are checked against
+what exists at that place (:class:`Scope`): a name that does not exist, or a call to a function
+CEL does not have, is a located spec error, found before any run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import celpy
+import celpy.celtypes
+import celpy.evaluation
+from celpy.celparser import CELParseError
+from lark import Token, Tree
+
+_ENV = celpy.Environment()
+
+#: Functions a CEL expression may call: the standard library that the runtime implements, and
+#: the ``has`` macro.
+FUNCTIONS = frozenset(
+    name for name in celpy.evaluation.base_functions if name[0].isalpha()
+) | {"has", "dyn"}
+#: Methods that are macros binding a loop variable (``list.all(x, x > 0)``).
+MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+
+#: Fields of the ``approval`` variable in a guard.
+APPROVAL_FIELDS = frozenset({"actor", "role", "decided_at", "expires_at", "digest", "name"})
+#: Fields of the ``run`` variable.
+RUN_FIELDS = frozenset(
+    {"id", "state", "version", "started_at", "spec_version", "policy_version", "attempts"}
+)
+
+
+class ExpressionError(Exception):
+    """An expression does not compile, or names what does not exist (carries a code)."""
+
+    def __init__(self, code: str, message: str, column: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.column = column
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A compiled CEL expression and the dotted names it reads."""
+
+    source: str
+    tree: Any = field(repr=False, compare=False)
+    paths: tuple[tuple[str, ...], ...] = ()
+    functions: tuple[str, ...] = ()
+
+    def evaluate(self, activation: Mapping[str, Any]) -> Any:
+        """Evaluate over plain JSON values; returns plain Python values."""
+        program = _ENV.program(self.tree)
+        result = program.evaluate(
+            {name: celpy.json_to_cel(value) for name, value in activation.items()}
+        )
+        if isinstance(result, Exception):
+            raise ExpressionError("E305", f"{self.source!r} failed: {result}")
+        return _to_json(result)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, bool | celpy.celtypes.BoolType):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_json(v) for v in value]
+    if value is None or type(value).__name__ == "NullType":
+        return None
+    return str(value)
+
+
+def _dotted(node: Any) -> list[str] | None:
+    """``input.a.b`` as ``['input', 'a', 'b']``; None when the node is not a plain name path."""
+    if isinstance(node, Tree):
+        if node.data == "ident" and node.children:
+            return [str(node.children[0])]
+        if len(node.children) == 1 and isinstance(node.children[0], Tree):
+            return _dotted(node.children[0])
+        if node.data == "member_dot" and len(node.children) == 2:
+            base = _dotted(node.children[0])
+            return None if base is None else [*base, str(node.children[1])]
+    return None
+
+
+def _walk(node: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """Yield ``("path", parts)`` for every name path and ``("call", (name,))`` for calls."""
+    if not isinstance(node, Tree):
+        return
+    if node.data == "member_dot":
+        path = _dotted(node)
+        if path is not None:
+            yield "path", tuple(path)
+            return
+    elif node.data == "ident" and node.children:
+        yield "path", (str(node.children[0]),)
+        return
+    elif node.data == "ident_arg" and node.children:
+        yield "call", (str(node.children[0]),)
+    elif node.data == "member_dot_arg" and len(node.children) >= 2:
+        method = str(node.children[1])
+        if method in MACROS and len(node.children) > 2:
+            args = node.children[2].children if isinstance(node.children[2], Tree) else []
+            if args:
+                loop = _dotted(args[0])
+                if loop is not None and len(loop) == 1:
+                    bound.add(loop[0])
+    for child in node.children:
+        if not isinstance(child, Token):
+            yield from _walk(child, bound)
+
+
+@lru_cache(maxsize=4096)
+def compile_expression(source: str) -> Expression:
+    """Compile ``source``; raises :class:`ExpressionError` (E305) when it does not parse."""
+    try:
+        tree = _ENV.compile(source)
+    except CELParseError as exc:
+        column = getattr(exc, "column", None)
+        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+        where = f" at character {column}" if column else ""
+        raise ExpressionError(
+            "E305", f"{source!r} is not a valid CEL expression{where}: {first.strip()}", column
+        ) from None
+    except Exception as exc:  # celpy raises a few other types on odd input
+        raise ExpressionError("E305", f"{source!r} is not a valid CEL expression: {exc}") from None
+    bound: set[str] = set()
+    found = list(_walk(tree, bound))
+    paths = tuple(
+        parts for kind, parts in found if kind == "path" and parts[0] not in bound
+    )
+    calls = tuple(parts[0] for kind, parts in found if kind == "call")
+    return Expression(source, tree, paths, calls)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an expression at one place may name.
+
+    ``variables`` maps each top-level name to how its fields are checked: ``None`` (any field),
+    a set of allowed field names, or a JSON Schema whose ``properties`` list the fields.
+    """
+
+    variables: Mapping[str, Any]
+
+    def check(self, expression: Expression) -> None:
+        for name in expression.functions:
+            if name not in FUNCTIONS:
+                raise ExpressionError(
+                    "E307", f"{expression.source!r} calls {name}(), which is not a CEL function"
+                )
+        for path in expression.paths:
+            self._check_path(expression.source, path)
+
+    def _check_path(self, source: str, path: tuple[str, ...]) -> None:
+        head = path[0]
+        if head not in self.variables:
+            known = ", ".join(sorted(self.variables))
+            raise ExpressionError(
+                "E306", f"{source!r} names {head!r}, which does not exist here (known: {known})"
+            )
+        rule = self.variables[head]
+        walked = head
+        for part in path[1:]:
+            if rule is None:
+                return
+            if isinstance(rule, dict):
+                props = rule.get("properties")
+                if not isinstance(props, dict):
+                    return
+                if part not in props:
+                    fields = ", ".join(sorted(props)) or "none"
+                    raise ExpressionError(
+                        "E306",
+                        f"{source!r} names {walked}.{part}, which is not a declared field "
+                        f"(fields: {fields})",
+                    )
+                rule = props[part] if isinstance(props[part], dict) else None
+            else:
+                if part not in rule:
+                    fields = ", ".join(sorted(rule))
+                    raise ExpressionError(
+                        "E306",
+                        f"{source!r} names {walked}.{part}, which does not exist (known: {fields})",
+                    )
+                rule = None
+            walked = f"{walked}.{part}"
+
+
+def check(source: str, scope: Scope) -> Expression:
+    """Compile ``source`` and check its names against ``scope``."""
+    expression = compile_expression(source)
+    scope.check(expression)
+    return expression
