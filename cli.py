@@ -113,11 +113,19 @@ def schema() -> None:
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option(
-    "--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html"]),
+    default="md",
+    show_default=True,
     help="Markdown for a pull-request description, or an HTML table.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write to FILE instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write to FILE instead of stdout.",
+)
 def table(spec: str, fmt: str, output: str | None) -> None:
     """Print the transition table of SPEC: one row per transition, all eleven columns."""
     loaded = load_spec(spec)

@@ -24,9 +24,10 @@ _ENV = celpy.Environment()
 
 #: Functions a CEL expression may call: the standard library that the runtime implements, and
 #: the ``has`` macro.
-FUNCTIONS = frozenset(
-    name for name in celpy.evaluation.base_functions if name[0].isalpha()
-) | {"has", "dyn"}
+FUNCTIONS = frozenset(name for name in celpy.evaluation.base_functions if name[0].isalpha()) | {
+    "has",
+    "dyn",
+}
 #: Methods that are macros binding a loop variable (``list.all(x, x > 0)``).
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 
@@ -59,9 +60,8 @@ class Expression:
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON values; returns plain Python values."""
         program = _ENV.program(self.tree)
-        result = program.evaluate(
-            {name: celpy.json_to_cel(value) for name, value in activation.items()}
-        )
+        to_cel = celpy.json_to_cel  # type: ignore[attr-defined]
+        result = program.evaluate({name: to_cel(value) for name, value in activation.items()})
         if isinstance(result, Exception):
             raise ExpressionError("E305", f"{self.source!r} failed: {result}")
         return _to_json(result)
@@ -141,9 +141,7 @@ def compile_expression(source: str) -> Expression:
         raise ExpressionError("E305", f"{source!r} is not a valid CEL expression: {exc}") from None
     bound: set[str] = set()
     found = list(_walk(tree, bound))
-    paths = tuple(
-        parts for kind, parts in found if kind == "path" and parts[0] not in bound
-    )
+    paths = tuple(parts for kind, parts in found if kind == "path" and parts[0] not in bound)
     calls = tuple(parts[0] for kind, parts in found if kind == "call")
     return Expression(source, tree, paths, calls)
 

@@ -83,55 +83,70 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
         yield from state_ref(row.next_state, _col(row, "next_state"))
         if row.external_effect is not None and row.external_effect not in effects:
             yield _at(
-                spec, _col(row, "external_effect"), "E302",
+                spec,
+                _col(row, "external_effect"),
+                "E302",
                 f"unknown effect {row.external_effect!r} (declare it under effects:)",
             )
         comp = row.compensation
         if comp is not None and comp.effect is not None and comp.effect not in effects:
             yield _at(
-                spec, _col(row, "compensation"), "E302",
+                spec,
+                _col(row, "compensation"),
+                "E302",
                 f"unknown compensating effect {comp.effect!r} (declare it under effects:, or "
                 "write 'none: REASON' / 'impossible: REASON')",
             )
     for effect in effects.values():
         if effect.adapter not in spec.adapters:
             yield _at(
-                spec, f"{effect.pointer}/adapter", "E304",
+                spec,
+                f"{effect.pointer}/adapter",
+                "E304",
                 f"unknown adapter {effect.adapter!r} (declare it under adapters:)",
             )
         if effect.approval is not None and effect.approval not in approvals:
-            yield _at(spec, f"{effect.pointer}/approval", "E303",
-                      f"unknown approval {effect.approval!r}")
+            yield _at(
+                spec, f"{effect.pointer}/approval", "E303", f"unknown approval {effect.approval!r}"
+            )
     for adapter in spec.adapters.values():
         if adapter.kind not in KINDS:
             yield _at(
-                spec, f"{adapter.pointer}/kind", "E304",
+                spec,
+                f"{adapter.pointer}/kind",
+                "E304",
                 f"unknown adapter kind {adapter.kind!r} (known: {', '.join(KINDS)})",
             )
     for approval in approvals.values():
-        effect = effects.get(approval.effect)
-        if effect is None:
-            yield _at(spec, f"{approval.pointer}/effect", "E302",
-                      f"unknown effect {approval.effect!r}")
-            continue
-        if effect.approval != approval.name:
+        bound = effects.get(approval.effect)
+        if bound is None:
             yield _at(
-                spec, f"{approval.pointer}/effect", "E303",
-                f"approval {approval.name!r} binds effect {effect.name!r}, but that effect does "
+                spec, f"{approval.pointer}/effect", "E302", f"unknown effect {approval.effect!r}"
+            )
+            continue
+        if bound.approval != approval.name:
+            yield _at(
+                spec,
+                f"{approval.pointer}/effect",
+                "E303",
+                f"approval {approval.name!r} binds effect {bound.name!r}, but that effect does "
                 f"not ask for it (add approval: {approval.name} to the effect)",
             )
         if approval.binds != "all":
             for i, arg in enumerate(approval.binds):
-                if arg not in effect.args:
+                if arg not in bound.args:
                     yield _at(
-                        spec, f"{approval.pointer}/binds/{i}", "E308",
-                        f"effect {effect.name!r} has no argument {arg!r} "
-                        f"(arguments: {', '.join(effect.args) or 'none'})",
+                        spec,
+                        f"{approval.pointer}/binds/{i}",
+                        "E308",
+                        f"effect {bound.name!r} has no argument {arg!r} "
+                        f"(arguments: {', '.join(bound.args) or 'none'})",
                     )
     for state in states.values():
         if state.approval is not None and state.approval not in approvals:
-            yield _at(spec, f"{state.pointer}/approval", "E303",
-                      f"unknown approval {state.approval!r}")
+            yield _at(
+                spec, f"{state.pointer}/approval", "E303", f"unknown approval {state.approval!r}"
+            )
 
 
 # -- expressions --------------------------------------------------------------------------------
@@ -139,7 +154,7 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
 
 def _scopes(spec: Spec) -> dict[str, Scope]:
     input_rule: Any = spec.input_schema if isinstance(spec.input_schema, dict) else None
-    receipts = {"properties": {name: {} for name in spec.effects}}
+    receipts: dict[str, Any] = {"properties": {name: {} for name in spec.effects}}
     base = {"input": input_rule, "receipts": receipts, "run": RUN_FIELDS, "business_key": None}
     return {
         "business_key": Scope({"input": input_rule}),
@@ -184,7 +199,9 @@ def check_input_schema(spec: Spec) -> Iterator[Diagnostic]:
         for error in validator.iter_errors(example.input):
             where = "".join(f"/{p}" for p in error.absolute_path)
             yield _at(
-                spec, f"/examples/{example.name}/input{where}", "E206",
+                spec,
+                f"/examples/{example.name}/input{where}",
+                "E206",
                 f"example {example.name!r}: {error.message}",
             )
 
@@ -195,7 +212,9 @@ def check_input_schema(spec: Spec) -> Iterator[Diagnostic]:
 def check_graph(spec: Spec) -> Iterator[Diagnostic]:
     if not any(state.terminal for state in spec.states.values()):
         yield _at(
-            spec, "/states", "E403",
+            spec,
+            "/states",
+            "E403",
             "no terminal state: add one of kind success, cancelled, compensated or operator_queue",
         )
     seen = {spec.start}
@@ -208,16 +227,24 @@ def check_graph(spec: Spec) -> Iterator[Diagnostic]:
     for state in spec.states.values():
         outgoing = spec.rows_from(state.name)
         if state.name not in seen:
-            yield _at(spec, state.pointer, "W401",
-                      f"state {state.name!r} cannot be reached from {spec.start!r}")
+            yield _at(
+                spec,
+                state.pointer,
+                "W401",
+                f"state {state.name!r} cannot be reached from {spec.start!r}",
+            )
         if state.terminal and outgoing:
             yield _at(
-                spec, outgoing[0].pointer, "E404",
+                spec,
+                outgoing[0].pointer,
+                "E404",
                 f"state {state.name!r} is terminal ({state.kind}) but has outgoing rows",
             )
         elif not state.terminal and not outgoing:
             yield _at(
-                spec, state.pointer, "E402",
+                spec,
+                state.pointer,
+                "E402",
                 f"state {state.name!r} ({state.kind}) has no rows out of it: a run there is stuck",
             )
     yield from _ambiguous_rows(spec)
@@ -233,7 +260,9 @@ def _ambiguous_rows(spec: Spec) -> Iterator[Diagnostic]:
             if counts[row.guard] > 1 or (row.guard is None and len(rows) > 1):
                 guard = "no guard" if row.guard is None else f"guard {row.guard!r}"
                 yield _at(
-                    spec, row.pointer, "E405",
+                    spec,
+                    row.pointer,
+                    "E405",
                     f"another row for state {state!r} on {event!r} has {guard} too: "
                     "give each a guard that tells them apart",
                 )
@@ -262,12 +291,16 @@ def check_events(spec: Spec) -> Iterator[Diagnostic]:
         if row.event not in allowed:
             kind = spec.states[row.state].kind
             yield _at(
-                spec, _col(row, "event"), "E406",
+                spec,
+                _col(row, "event"),
+                "E406",
                 f"{row.event!r} cannot happen in {row.state!r} ({kind}); it takes {words}",
             )
         if row.external_effect is not None and row.event != "ok":
             yield _at(
-                spec, _col(row, "external_effect"), "E406",
+                spec,
+                _col(row, "external_effect"),
+                "E406",
                 f"the row naming effect {row.external_effect!r} must be its 'ok' row, not "
                 f"{row.event!r}; outcome rows route the other outcomes",
             )
@@ -276,17 +309,33 @@ def check_events(spec: Spec) -> Iterator[Diagnostic]:
         for i, signal in enumerate(state.resumes_on):
             pointer = f"{state.pointer}/resumes_on/{i}"
             if signal in RUNNER_EVENTS:
-                yield _at(spec, pointer, "E407",
-                          f"{signal!r} is an event the runner fires; a signal needs another name")
+                yield _at(
+                    spec,
+                    pointer,
+                    "E407",
+                    f"{signal!r} is an event the runner fires; a signal needs another name",
+                )
             elif signal not in events:
-                yield _at(spec, pointer, "E406",
-                          f"state {state.name!r} resumes on {signal!r} but has no row for it")
+                yield _at(
+                    spec,
+                    pointer,
+                    "E406",
+                    f"state {state.name!r} resumes on {signal!r} but has no row for it",
+                )
         if state.kind == "pause" and state.expires_after and "expired" not in events:
-            yield _at(spec, f"{state.pointer}/expires_after", "E402",
-                      f"state {state.name!r} expires but has no 'expired' row")
+            yield _at(
+                spec,
+                f"{state.pointer}/expires_after",
+                "E402",
+                f"state {state.name!r} expires but has no 'expired' row",
+            )
         if state.kind == "wait" and state.after is None and state.until is None:
-            yield _at(spec, state.pointer, "E402",
-                      f"wait state {state.name!r} needs 'after' or 'until' to end")
+            yield _at(
+                spec,
+                state.pointer,
+                "E402",
+                f"wait state {state.name!r} needs 'after' or 'until' to end",
+            )
 
 
 def check_event_names(spec: Spec) -> Iterator[Diagnostic]:
@@ -298,7 +347,9 @@ def check_event_names(spec: Spec) -> Iterator[Diagnostic]:
         if name in RESERVED_EVENT_NAMES or name.startswith(RESERVED_EVENT_PREFIXES):
             reported.add(name)
             yield _at(
-                spec, _col(row, "event"), "E407",
+                spec,
+                _col(row, "event"),
+                "E407",
                 f"event {name!r} collides with a runner or state-machine attribute; rename it",
             )
 
@@ -312,14 +363,20 @@ def check_effect_states(spec: Spec) -> Iterator[Diagnostic]:
         first = named.setdefault(row.state, effect.name)
         if first != effect.name:
             yield _at(
-                spec, _col(row, "external_effect"), "E514",
+                spec,
+                _col(row, "external_effect"),
+                "E514",
                 f"state {row.state!r} already performs {first!r}; one effect per state "
                 "(add a state for this one)",
             )
         kind = spec.states[row.state].kind if row.state in spec.states else "step"
         if kind != "step":
-            yield _at(spec, _col(row, "external_effect"), "E406",
-                      f"only a step state performs an effect; {row.state!r} is {kind}")
+            yield _at(
+                spec,
+                _col(row, "external_effect"),
+                "E406",
+                f"only a step state performs an effect; {row.state!r} is {kind}",
+            )
     for state in spec.states.values():
         if spec.effect_of(state.name) is None and state.kind != "compensate":
             continue
@@ -328,7 +385,9 @@ def check_effect_states(spec: Spec) -> Iterator[Diagnostic]:
         if missing:
             rows = spec.rows_from(state.name)
             yield _at(
-                spec, rows[0].pointer if rows else state.pointer, "E506",
+                spec,
+                rows[0].pointer if rows else state.pointer,
+                "E506",
                 f"state {state.name!r} has no row for {' or '.join(map(repr, missing))}: "
                 "say where the run goes when the effect is refused or its retries run out",
             )
@@ -339,7 +398,9 @@ def check_idempotency_keys(spec: Spec) -> Iterator[Diagnostic]:
         key = row.idempotency_key
         if key is None:
             yield _at(
-                spec, row.pointer, "E501",
+                spec,
+                row.pointer,
+                "E501",
                 f"the row performing {effect.name!r} has no idempotency_key: without one, every "
                 "retry is a new change (try [business_key, effect, args])",
             )
@@ -351,15 +412,19 @@ def check_idempotency_keys(spec: Spec) -> Iterator[Diagnostic]:
             left_out = [a for a in effect.args if f"args.{a}" not in key]
             if left_out:
                 yield _at(
-                    spec, pointer, "E503",
+                    spec,
+                    pointer,
+                    "E503",
                     f"the key leaves out {', '.join(left_out)} of {effect.name!r}: a changed "
                     "argument would reuse the operation ID (add 'args')",
                 )
         if "effect" not in key:
             yield _at(
-                spec, pointer, "E516",
-                f"the key does not name the effect: two effects with equal arguments would share "
-                f"one operation ID (add 'effect')",
+                spec,
+                pointer,
+                "E516",
+                "the key does not name the effect: two effects with equal arguments would share "
+                "one operation ID (add 'effect')",
             )
 
 
@@ -369,13 +434,17 @@ def _key_item(spec: Spec, effect: Effect, item: str, pointer: str) -> Iterator[D
     if head in UNSTABLE_KEY_FIELDS or (head == "run" and field in UNSTABLE_RUN_FIELDS):
         hint = " and a business key exists: use business_key" if item == "run.id" else ""
         yield _at(
-            spec, pointer, "E502",
+            spec,
+            pointer,
+            "E502",
             f"{item!r} differs between attempts, processes or machines{hint}; a key built from it "
             "names a new change on every retry",
         )
     elif head not in KEY_HEADS or (head in ("business_key", "effect") and rest):
         yield _at(
-            spec, pointer, "E306",
+            spec,
+            pointer,
+            "E306",
             f"{item!r} is not a key field (use business_key, effect, args, args.NAME, "
             "input.FIELD or receipts.EFFECT.FIELD)",
         )
@@ -389,7 +458,9 @@ def check_retry_and_hope(spec: Spec) -> Iterator[Diagnostic]:
     for effect in spec.effects.values():
         if effect.reconcile is None:
             yield _at(
-                spec, f"{effect.pointer}/reconcile" if "reconcile" in _raw(spec, effect)
+                spec,
+                f"{effect.pointer}/reconcile"
+                if "reconcile" in _raw(spec, effect)
                 else effect.pointer,
                 "E504",
                 f"effect {effect.name!r} has no reconcile lookup: after a timeout nobody can "
@@ -398,14 +469,20 @@ def check_retry_and_hope(spec: Spec) -> Iterator[Diagnostic]:
     for row, effect in effect_rows(spec):
         if "pending" not in row.durable_write:
             yield _at(
-                spec, _col(row, "durable_write"), "E505",
+                spec,
+                _col(row, "durable_write"),
+                "E505",
                 f"the row performing {effect.name!r} does not write 'pending' before the call: a "
                 "crash mid-call leaves no record that the call was made",
             )
         if row.receipt is None:
-            yield _at(spec, row.pointer, "E513",
-                      f"the row performing {effect.name!r} names no receipt (the reply field "
-                      "that proves it happened, e.g. refund_id)")
+            yield _at(
+                spec,
+                row.pointer,
+                "E513",
+                f"the row performing {effect.name!r} names no receipt (the reply field "
+                "that proves it happened, e.g. refund_id)",
+            )
 
 
 def _raw(spec: Spec, effect: Effect) -> dict[str, Any]:
@@ -425,7 +502,9 @@ def check_retry_owners(spec: Spec) -> Iterator[Diagnostic]:
         pointer = _col(row, "retry_owner")
         if len(actual) > 1:
             yield _at(
-                spec, pointer, "E507",
+                spec,
+                pointer,
+                "E507",
                 f"{effect.name!r} is retried by the runner ({effect.retry.max_attempts} attempts) "
                 f"and by adapter {adapter.name!r} ({adapter.attempts} attempts): one layer must "
                 "own retries",
@@ -434,7 +513,9 @@ def check_retry_owners(spec: Spec) -> Iterator[Diagnostic]:
         owner = next(iter(actual)) if len(actual) == 1 else ("none" if not actual else None)
         if declared is not None and owner is not None and declared != owner:
             yield _at(
-                spec, pointer, "E507",
+                spec,
+                pointer,
+                "E507",
                 f"the row says retry_owner {declared!r} but {owner!r} retries {effect.name!r}",
             )
         if owner is not None and owner != "none":
@@ -442,7 +523,9 @@ def check_retry_owners(spec: Spec) -> Iterator[Diagnostic]:
             for other_effect, other_owner in seen.items():
                 if other_owner != owner:
                     yield _at(
-                        spec, pointer, "E507",
+                        spec,
+                        pointer,
+                        "E507",
                         f"dependency {adapter.name!r} is retried by the {other_owner} for "
                         f"{other_effect!r} and by the {owner} for {effect.name!r}",
                     )
@@ -455,7 +538,9 @@ def check_retry_owners(spec: Spec) -> Iterator[Diagnostic]:
                 f"{adapter.upstream_attempts} (upstream)"
             )
             yield _at(
-                spec, pointer, "W508",
+                spec,
+                pointer,
+                "W508",
                 f"{effect.name!r} may reach the provider {calls} times: {layers} > "
                 f"{MAX_CALLS_PER_EFFECT}",
             )
@@ -470,13 +555,19 @@ def check_compensation(spec: Spec) -> Iterator[Diagnostic]:
         pointer = _col(row, "compensation")
         if comp is None and spec.is_saga:
             yield _at(
-                spec, row.pointer, "E509",
+                spec,
+                row.pointer,
+                "E509",
                 f"saga step {effect.name!r} says nothing about undoing it: name the compensating "
                 "effect, or write 'none: REASON' or 'impossible: REASON'",
             )
         elif comp is not None and comp.kind != "effect" and comp.reason is None:
-            yield _at(spec, pointer, "E509",
-                      f"'{comp.kind}' needs a reason: '{comp.kind}: WHY' (the operator reads it)")
+            yield _at(
+                spec,
+                pointer,
+                "E509",
+                f"'{comp.kind}' needs a reason: '{comp.kind}: WHY' (the operator reads it)",
+            )
 
 
 def check_approvals(spec: Spec) -> Iterator[Diagnostic]:
@@ -486,13 +577,17 @@ def check_approvals(spec: Spec) -> Iterator[Diagnostic]:
             unbound = [a for a in effect.args if a not in approval.binds]
             if unbound:
                 yield _at(
-                    spec, f"{approval.pointer}/binds", "E510",
+                    spec,
+                    f"{approval.pointer}/binds",
+                    "E510",
                     f"approval {approval.name!r} does not bind {', '.join(unbound)}: they could "
                     "change after the decision (bind 'all')",
                 )
         if approval.expires_after is None:
             yield _at(
-                spec, approval.pointer, "E511",
+                spec,
+                approval.pointer,
+                "E511",
                 f"approval {approval.name!r} never expires: a stale decision could run weeks "
                 "later (add expires_after)",
             )
@@ -503,7 +598,9 @@ def check_approvals(spec: Spec) -> Iterator[Diagnostic]:
         for row in spec.transitions:
             if row.next_state in states and "approval" not in row.durable_write:
                 yield _at(
-                    spec, row.pointer, "E515",
+                    spec,
+                    row.pointer,
+                    "E515",
                     f"this row enters {row.next_state!r}, which performs {effect.name!r}, without "
                     f"recording approval {effect.approval!r} (durable_write: approval)",
                 )
@@ -516,7 +613,9 @@ def check_operator_actions(spec: Spec) -> Iterator[Diagnostic]:
             continue
         if row.operator_action is None and target.operator_action is None:
             yield _at(
-                spec, row.pointer, "W512",
+                spec,
+                row.pointer,
+                "W512",
                 f"this row ends in operator queue {target.name!r} without an operator_action: "
                 "say what the person should do",
             )

@@ -120,13 +120,14 @@ def load_text(text: str | bytes, file: str = "<string>") -> Document:
     if isinstance(text, bytes):
         if len(text) > MAX_BYTES:
             raise _fail(file, (1, 1), "E102", f"{len(text):,} bytes (at most {MAX_BYTES:,})")
+        raw = text
         try:
-            text = text.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = text.count(b"\n", 0, exc.start) + 1
-            column = exc.start - (text.rfind(b"\n", 0, exc.start) + 1) + 1
+            line = raw.count(b"\n", 0, exc.start) + 1
+            column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
             raise _fail(
-                file, (line, column), "E101", f"byte 0x{text[exc.start]:02x} is not UTF-8"
+                file, (line, column), "E101", f"byte 0x{raw[exc.start]:02x} is not UTF-8"
             ) from None
     elif len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise _fail(file, (1, 1), "E102", f"more than {MAX_BYTES:,} bytes")
@@ -200,15 +201,19 @@ def _compose(file: str, text: str) -> Document:
                 raise _fail(
                     file, _position(event), "E105", f"anchor &{event.anchor} (write values out)"
                 )
-            if event.tag is not None:
-                raise _fail(file, _position(event), "E107", f"tag {event.tag}")
+            tag = getattr(event, "tag", None)
+            if tag is not None:
+                raise _fail(file, _position(event), "E107", f"tag {tag}")
 
             parent = stack[-1] if stack else None
             if parent is not None and isinstance(parent.container, dict) and parent.key is None:
                 # this event is a mapping key
                 if not isinstance(event, yaml.ScalarEvent):
                     raise _fail(
-                        file, _position(event), "E112", "a mapping key must be a plain scalar",
+                        file,
+                        _position(event),
+                        "E112",
+                        "a mapping key must be a plain scalar",
                         parent.pointer,
                     )
                 key = event.value

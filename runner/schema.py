@@ -101,7 +101,10 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
             hint = difflib.get_close_matches(key, known, n=1)
             tail = f"; did you mean {hint[0]!r}?" if hint else f"; allowed: {', '.join(known)}"
             yield doc.diagnostic(
-                pointer_join(pointer, key), "E201", f"unknown field {key!r} in {where}{tail}", key=True
+                pointer_join(pointer, key),
+                "E201",
+                f"unknown field {key!r} in {where}{tail}",
+                key=True,
             )
         return
     if kind == "required":
@@ -126,7 +129,7 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         )
         return
     if kind == "enum":
-        allowed = ", ".join(str(v) for v in error.validator_value)
+        allowed = ", ".join(str(v) for v in list(error.validator_value))  # type: ignore[arg-type]
         message = f"{where} is {_describe(error.instance)}; allowed: {allowed}"
     elif kind == "pattern":
         message = f"{where} is {_describe(error.instance)}; it must match {error.validator_value}"
