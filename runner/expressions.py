@@ -9,18 +9,76 @@ CEL does not have, is a located spec error, found before any run.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import celpy
 import celpy.celtypes
 import celpy.evaluation
+from celpy import celparser
 from celpy.celparser import CELParseError
-from lark import Token, Tree
+from lark import Lark, Token, Tree
 
-_ENV = celpy.Environment()
+
+def _cache_dir() -> Path | None:
+    configured = os.environ.get("RATCHET_CACHE_DIR")
+    if configured == "off":
+        return None
+    base = Path(configured or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = base if configured else base / "ratchet"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
+
+
+def _prebuild_parser(folder: Path) -> None:
+    """Build celpy's LALR parser with Lark's grammar cache, in the user's own cache folder.
+
+    Analysing the CEL grammar costs about 0.3 s per process; Lark can keep the analysis in a
+    file that it checks against a digest of the grammar, its options and Lark's version, so a
+    stale or foreign file is ignored. The options repeat celpy's own; if celpy ever stops
+    building its parser this way, nothing is prebuilt and celpy builds it as usual.
+    """
+    grammar = (Path(celparser.__file__).parent / "cel.lark").read_text(encoding="utf-8")
+    celparser.CELParser.CEL_PARSER = Lark(
+        grammar,
+        parser="lalr",
+        start="expr",
+        debug=True,
+        g_regex_flags=re.M,
+        lexer_callbacks={"IDENT": celparser.CELParser.ambiguous_literals},
+        propagate_positions=True,
+        maybe_placeholders=False,
+        priority="invert",
+        tree_class=celpy.InterpretedRunner.tree_node_class,
+        cache=str(folder / f"cel-grammar-{_grammar_tag(grammar)}.lark"),
+    )
+
+
+def _grammar_tag(grammar: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(grammar.encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def _env() -> celpy.Environment:
+    """The CEL environment, built on first use."""
+    folder = _cache_dir()
+    if folder is not None and celparser.CELParser.CEL_PARSER is None:
+        try:
+            _prebuild_parser(folder)
+        except Exception:  # any surprise: let celpy build its parser itself
+            celparser.CELParser.CEL_PARSER = None
+    return celpy.Environment()
+
 
 #: Functions a CEL expression may call: the standard library that the runtime implements, and
 #: the ``has`` macro.
@@ -59,7 +117,7 @@ class Expression:
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON values; returns plain Python values."""
-        program = _ENV.program(self.tree)
+        program = _env().program(self.tree)
         to_cel = celpy.json_to_cel  # type: ignore[attr-defined]
         result = program.evaluate({name: to_cel(value) for name, value in activation.items()})
         if isinstance(result, Exception):
@@ -129,7 +187,7 @@ def _walk(node: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
 def compile_expression(source: str) -> Expression:
     """Compile ``source``; raises :class:`ExpressionError` (E305) when it does not parse."""
     try:
-        tree = _ENV.compile(source)
+        tree = _env().compile(source)
     except CELParseError as exc:
         column = getattr(exc, "column", None)
         first = str(exc).splitlines()[0] if str(exc) else "syntax error"

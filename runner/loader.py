@@ -34,7 +34,8 @@ MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NUMBER_CHARS = 40
 
-_Parser: Any = getattr(yaml, "CParser", None) or yaml.Loader
+# CBaseLoader is libyaml's parser with PyYAML's inert base constructor; only its events are used.
+_Parser: Any = getattr(yaml, "CBaseLoader", None) or yaml.BaseLoader
 
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -90,7 +91,7 @@ def _position(event: Any) -> Position:
 
 def _scalar(file: str, event: Any, pointer: str) -> Any:
     value: str = event.value
-    if event.style is not None:  # quoted or block scalars are always strings
+    if event.style:  # quoted or block scalars are always strings (plain: None, or "" in libyaml)
         return value
     if _NULL.match(value):
         return None
@@ -135,16 +136,23 @@ def load_text(text: str | bytes, file: str = "<string>") -> Document:
     try:
         return _compose(file, text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        position = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        problem = getattr(exc, "problem", None) or str(exc)
-        context = getattr(exc, "context", None)
-        message = f"{problem} ({context})" if context else str(problem)
-        if "'\\t'" in message:
-            message += "; YAML indents with spaces, not tabs"
-        raise _fail(file, position, "E104", " ".join(message.split())) from None
+        raise _syntax_error(file, text, exc) from None
     except RecursionError:  # pragma: no cover - the event stream is iterative; belt and braces
         raise _fail(file, (1, 1), "E103", f"nesting deeper than {MAX_DEPTH}") from None
+
+
+def _syntax_error(file: str, text: str, exc: yaml.YAMLError) -> SpecError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    position = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    problem = str(getattr(exc, "problem", None) or exc)
+    context = getattr(exc, "context", None)
+    if "nesting depth" in problem:  # libyaml's own cap, reached before ours on flow collections
+        return _fail(file, position, "E103", f"nesting deeper than {MAX_DEPTH}")
+    message = f"{problem} ({context})" if context else problem
+    lines = text.splitlines()
+    if mark is not None and mark.line < len(lines) and "\t" in lines[mark.line][: mark.column + 1]:
+        message += "; YAML indents with spaces, not tabs"
+    return _fail(file, position, "E104", " ".join(message.split()))
 
 
 def load_file(path: str | Path, display: str | None = None) -> Document:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError, best_match
 
@@ -138,8 +139,25 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
     yield doc.diagnostic(pointer, "E204", message)
 
 
+@cache
+def _fast_check() -> Callable[[Any], Any]:
+    return fastjsonschema.compile(spec_schema())
+
+
+def is_valid(data: Any) -> bool:
+    """Whether ``data`` matches the schema: a compiled check, several times faster than walking
+    it with :mod:`jsonschema`, which :func:`validate_document` uses only to explain a failure."""
+    try:
+        _fast_check()(data)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
+
+
 def validate_document(doc: Document) -> list[Diagnostic]:
     """Every place where ``doc`` breaks the spec schema."""
+    if is_valid(doc.data):
+        return []
     found: list[Diagnostic] = []
     for error in _validator().iter_errors(doc.data):
         found.extend(_diagnostics(doc, error))

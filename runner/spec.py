@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from .loader import Document
@@ -185,8 +186,16 @@ class Spec:
     digest: str = ""
     document: Document | None = field(default=None, repr=False, compare=False)
 
+    @cached_property
+    def _rows_by_state(self) -> dict[str, list[Row]]:
+        index: dict[str, list[Row]] = {}
+        for row in self.transitions:
+            index.setdefault(row.state, []).append(row)
+        return index
+
     def rows_from(self, state: str) -> list[Row]:
-        return [row for row in self.transitions if row.state == state]
+        """The rows leaving ``state``, in table order."""
+        return self._rows_by_state.get(state, [])
 
     def effect_of(self, state: str) -> Effect | None:
         """The effect that ``state`` performs, if any (named by its rows)."""

@@ -1,0 +1,154 @@
+"""The ratchet command line: exit statuses, formats, and no traceback ever."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import cli as cli_module
+from runner.schema import spec_schema_text
+
+ROOT = Path(__file__).resolve().parents[2]
+REFUND = str(ROOT / "specs" / "refund.yaml")
+BOOKING = str(ROOT / "specs" / "booking.yaml")
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(list(args))
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+def broken_spec(tmp_path: Path) -> Path:
+    text = (
+        Path(REFUND)
+        .read_text(encoding="utf-8")
+        .replace("next_state: refunded,", "next_state: refundd,")
+    )
+    path = tmp_path / "broken.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_valid_specs_exit_zero_and_say_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "validate", REFUND, BOOKING)
+    assert (code, out) == (0, "")
+    assert "2 file(s) checked: 0 error(s), 0 warning(s): valid" in err
+
+
+def test_an_invalid_spec_prints_file_line_col_code_and_exits_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = broken_spec(tmp_path)
+    line, column = next(
+        (i, t.index("refundd") + 1)
+        for i, t in enumerate(path.read_text().splitlines(), 1)
+        if "refundd" in t
+    )
+    code, out, _ = run(capsys, "validate", str(path))
+    assert code == 1
+    errors = [text for text in out.splitlines() if " E301 " in text]
+    assert errors == [
+        f"{path}:{line}:{column}: E301 unknown state 'refundd' (declare it under states:)"
+    ]
+
+
+def test_json_output_is_one_document_on_stdout_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "validate", "--json", REFUND, str(broken_spec(tmp_path)))
+    assert code == 1
+    assert err == ""
+    document = json.loads(out)
+    assert document["valid"] is False
+    assert [f["valid"] for f in document["files"]] == [True, False]
+    found = document["files"][1]["diagnostics"]
+    assert all(
+        set(d) == {"file", "line", "column", "code", "severity", "message", "pointer"}
+        for d in found
+    )
+    error = next(d for d in found if d["severity"] == "error")
+    assert (error["code"], error["pointer"]) == ("E301", "/transitions/3/next_state")
+
+
+def test_strict_makes_warnings_fail(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = (
+        Path(REFUND)
+        .read_text(encoding="utf-8")
+        .replace(
+            "  needs_person: {kind: operator_queue}",
+            "  needs_person: {kind: operator_queue}\n  orphan: {kind: success}",
+        )
+    )
+    path = tmp_path / "warn.yaml"
+    path.write_text(text, encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(path))
+    assert code == 0
+    assert " W401 " in out
+    code, _, _ = run(capsys, "validate", "--strict", str(path))
+    assert code == 1
+
+
+def test_a_directory_is_validated_file_by_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "validate", "--json", str(ROOT / "specs"))
+    assert code == 0
+    names = [Path(f["file"]).name for f in json.loads(out)["files"]]
+    assert names == ["booking.yaml", "refund.yaml"]
+
+
+def test_usage_errors_exit_two(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "validate")
+    assert code == 2
+    assert "Missing argument" in err
+    code, _, _ = run(capsys, "table", REFUND, "--format", "pdf")
+    assert code == 2
+
+
+def test_schema_prints_the_shipped_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schema")
+    assert code == 0
+    assert out == spec_schema_text()
+
+
+def test_table_prints_every_row_with_eleven_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "table", REFUND)
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 7  # header + the refund's seven rows
+    assert all(len(re.split(r"(?<!\\)\|", line)) == 11 + 2 for line in rows)
+    assert "| refunding | ok | " in out
+    assert "`input.amount <= 100.0 \\|\\| approval.role == 'team_lead'`" in out
+
+
+def test_table_html_escapes_cells(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "table", REFUND, "--format", "html")
+    assert code == 0
+    assert "<td>input.amount &lt;= 100.0 || approval.role == &#x27;team_lead&#x27;</td>" in out
+
+
+def test_table_of_an_invalid_spec_prints_diagnostics_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "table", str(broken_spec(tmp_path)))
+    assert code == 1
+    assert "E301" in err
+    assert "Traceback" not in out + err
+
+
+def test_an_internal_error_is_one_line_with_exit_three(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(*_: object, **__: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli_module, "validate_path", explode)
+    monkeypatch.delenv("RATCHET_DEBUG", raising=False)
+    code, out, err = run(capsys, "validate", REFUND)
+    assert code == 3
+    assert "internal error: RuntimeError: boom" in err
+    assert "Traceback" not in out + err

@@ -1,0 +1,79 @@
+"""CEL expressions: compiled once, names checked, no way to Python."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.expressions import APPROVAL_FIELDS, ExpressionError, Scope, check, compile_expression
+
+SCOPE = Scope(
+    {
+        "input": {
+            "properties": {
+                "amount": {},
+                "lines": {"type": "array"},
+                "addr": {"type": "object", "properties": {"city": {}}},
+            }
+        },
+        "approval": APPROVAL_FIELDS,
+        "receipts": {"properties": {"hold_flight": {}}},
+        "signal": None,
+    }
+)
+
+
+def code(source: str) -> str:
+    with pytest.raises(ExpressionError) as caught:
+        check(source, SCOPE)
+    return caught.value.code
+
+
+def test_a_guard_over_known_names_compiles_and_evaluates() -> None:
+    expr = check("input.amount <= 100.0 || approval.role == 'team_lead'", SCOPE)
+    assert expr.paths == (("input", "amount"), ("approval", "role"))
+    assert expr.evaluate({"input": {"amount": 150.0}, "approval": {"role": "team_lead"}}) is True
+    assert expr.evaluate({"input": {"amount": 150.0}, "approval": {"role": "agent"}}) is False
+
+
+def test_compilation_is_cached_by_source_text() -> None:
+    assert compile_expression("input.amount > 1.0") is compile_expression("input.amount > 1.0")
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["__import__('os').system('id')", "eval('1')", "open('/etc/passwd')", "getattr(input, 'x')"],
+)
+def test_python_builtins_are_not_functions(source: str) -> None:
+    assert code(source) == "E307"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "input.__class__",
+        "os.system",
+        "input.amont > 1",
+        "approval.rol == 'x'",
+        "receipts.hold_hotel.hold_id",
+        "input.addr.town == 'x'",
+    ],
+)
+def test_names_that_do_not_exist_are_refused(source: str) -> None:
+    assert code(source) == "E306"
+
+
+@pytest.mark.parametrize("source", ["input.amount <=", "(input.amount", "().__class__", "a ? b"])
+def test_text_that_is_not_cel_does_not_compile(source: str) -> None:
+    assert code(source) == "E305"
+
+
+def test_macro_loop_variables_are_not_mistaken_for_free_names() -> None:
+    check("input.lines.all(l, l.qty > 0) && input.lines.exists(x, x.sku == 'A')", SCOPE)
+
+
+def test_fields_of_free_form_variables_are_not_checked() -> None:
+    check("signal.note == 'ok' && has(receipts.hold_flight.hold_id)", SCOPE)
+
+
+def test_standard_functions_are_allowed() -> None:
+    check("size(input.lines) > 0 && string(input.amount).startsWith('1')", SCOPE)
