@@ -4,8 +4,6 @@ starting the command at all."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from bench.harness import RATCHET, ROOT, Row, Section, run_child
 
 CORPUS = ROOT / "tests" / "corpus"
