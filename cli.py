@@ -1,26 +1,35 @@
 """The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
 
-Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings) · 2 usage
-error · 3 internal error. With ``--json`` only JSON is printed on stdout; messages go to stderr.
+Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
+request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
+3 internal error · 4 the run moved on (another process changed it first). With ``--json`` only
+JSON is printed on stdout; messages go to stderr.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
+from adapters.practice import FAULT_KINDS, PracticeWorld
 from runner import table as tables
-from runner.errors import RatchetError, SpecError
+from runner import trace as traces
+from runner.approvals import decide, pending_request
+from runner.errors import RatchetError, SpecError, VersionConflict
+from runner.execute import INTERRUPT_POINTS, Runner
+from runner.loader import load_file
 from runner.schema import spec_schema_text
+from runner.store import RunRecord, Store, home
 from runner.validate import Report, load_spec, validate_path
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_CONFLICT = 0, 1, 2, 3, 4
 
 
 def _expand(paths: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
@@ -50,6 +59,12 @@ def cli() -> None:
       ratchet validate specs/*.yaml     check specs before they run
       ratchet table specs/refund.yaml   the transition table, for a pull request
       ratchet schema > spec.schema.json the JSON Schema editors autocomplete from
+      ratchet run specs/refund.yaml --example T-90104   run a workflow
+      ratchet trace RUN                 what happened, event by event
+
+    The store is SQLite at .ratchet/ratchet.db (set RATCHET_HOME to move it, or --db /
+    RATCHET_DB to use PostgreSQL: postgresql+psycopg://USER@HOST/DB). The practice world,
+    which stands in for payment, warehouse and travel providers, is .ratchet/practice.db.
     """
 
 
@@ -137,6 +152,366 @@ def table(spec: str, fmt: str, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
+# -- running workflows ------------------------------------------------------------------------
+
+DB_OPTION = click.option(
+    "--db",
+    envvar="RATCHET_DB",
+    metavar="URL",
+    help="Store URL (default: sqlite:///.ratchet/ratchet.db; env RATCHET_DB).",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+INTERRUPT_OPTION = click.option(
+    "--interrupt",
+    type=click.Choice(INTERRUPT_POINTS),
+    help="End the process at that point of the first effect call, with no cleanup (SIGKILL), "
+    "to practise recovery: before-write (call recorded, not sent), after-write (the provider "
+    "made the change, the reply is lost), after-receipt (receipt stored). Resume with "
+    "'ratchet resume RUN'.",
+)
+
+
+def _kill_at(point: str | None) -> Callable[[str], None] | None:
+    if point is None:
+        return None
+
+    def interrupt(reached: str) -> None:
+        if reached == point:
+            click.echo(f"interrupted at {point}: the process ends here (SIGKILL)", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return interrupt
+
+
+def _session(
+    db: str | None, interrupt: str | None = None, naive: bool = False
+) -> tuple[Store, PracticeWorld, Runner]:
+    store = Store(db)
+    world = PracticeWorld(home() / "practice.db")
+    runner = Runner(
+        store,
+        lambda adapter: world.adapter(adapter.kind),
+        interrupt=_kill_at(interrupt),
+        strategy="naive" if naive else "ratchet",
+    )
+    return store, world, runner
+
+
+def _summary(runner: Runner, run: RunRecord) -> dict[str, Any]:
+    request = pending_request(runner, run) if run.status == "waiting" else None
+    queued = next(
+        (e.data for e in reversed(runner.store.history(run.id)) if e.kind == "queued"), None
+    )
+    return {
+        "run": run.id,
+        "workflow": run.workflow,
+        "business_key": run.business_key,
+        "state": run.state,
+        "status": run.status,
+        "version": run.version,
+        "waiting_for": request.to_json() if request else None,
+        "operator_action": queued.get("operator_action")
+        if queued and run.status == "needs_person"
+        else None,
+    }
+
+
+def _show(summary: dict[str, Any], as_json: bool, headline: str = "") -> None:
+    if as_json:
+        _emit_json(summary)
+        return
+    if headline:
+        click.echo(headline)
+    click.echo(
+        f"run {summary['run']} · {summary['workflow']} {summary['business_key']} · "
+        f"{summary['state']} ({summary['status']})"
+    )
+    request = summary.get("waiting_for")
+    if request:
+        roles = ", ".join(request["roles"])
+        click.echo(f"  waiting for a decision on {request['approval']}")
+        click.echo(f"  action:  {request['action']}")
+        click.echo(f"  who:     {roles}")
+        click.echo(f"  digest:  {request['digest']}")
+        click.echo(
+            f"  approve: ratchet approve {summary['run']} --as NAME --role {request['roles'][0]}"
+        )
+        click.echo(f"  reject:  ratchet reject {summary['run']} --as NAME --reason TEXT")
+    if summary.get("operator_action"):
+        click.echo(f"  for a person: {summary['operator_action']}")
+    if summary["status"] in ("done", "needs_person"):
+        click.echo(f"  trace:   ratchet trace {summary['run']}")
+
+
+def _read_input(path: str) -> dict[str, Any]:
+    doc = load_file(path)
+    data: dict[str, Any] = doc.data
+    return data
+
+
+def _parse_fault(spec_effects: dict[str, Any], text: str) -> tuple[str, str]:
+    effect, _, kind = text.partition(":")
+    if effect not in spec_effects:
+        raise click.BadParameter(
+            f"no effect {effect!r} (effects: {', '.join(spec_effects)})", param_hint="--fault"
+        )
+    if kind not in FAULT_KINDS:
+        raise click.BadParameter(
+            f"no fault {kind!r} (faults: {', '.join(FAULT_KINDS)})", param_hint="--fault"
+        )
+    return effect, kind
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="The run's input: a JSON or YAML file.",
+)
+@click.option("--example", help="Use the spec's named example (its input and practice world).")
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="EFFECT:KIND",
+    help="Inject a fault into EFFECT's next call: timeout_before_write, "
+    "timeout_after_write, unavailable, refuse, malformed, lookup_fails. Repeatable.",
+)
+@INTERRUPT_OPTION
+@click.option(
+    "--naive",
+    is_flag=True,
+    help="DEMONSTRATION ONLY: a new operation ID on every attempt and no reconcile, "
+    "as a hand-rolled retry loop does. Shows how duplicates happen.",
+)
+@DB_OPTION
+@JSON_OPTION
+def run(
+    spec_path: str,
+    input_path: str | None,
+    example: str | None,
+    faults: tuple[str, ...],
+    interrupt: str | None,
+    naive: bool,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Start a run of SPEC and drive it until it waits, ends or needs a person.
+
+    The input comes from --input FILE or --example NAME. Starting the same business key again
+    finds the existing run and drives it on; it never makes a second run (or a second change).
+
+    \b
+    Example:
+      ratchet run specs/refund.yaml --example T-90104
+      ratchet approve RUN --as agent-7 --role agent
+      ratchet trace RUN
+    """
+    if (input_path is None) == (example is None):
+        raise click.UsageError("give exactly one of --input FILE and --example NAME")
+    spec = load_spec(spec_path)
+    text = Path(spec_path).read_text(encoding="utf-8")
+    if example is not None and example not in spec.examples:
+        known = ", ".join(spec.examples) or "none"
+        raise click.BadParameter(
+            f"no example {example!r} (examples: {known})", param_hint="--example"
+        )
+    parsed = [_parse_fault(spec.effects, f) for f in faults]
+    if naive:
+        click.echo(
+            "warning: --naive makes a new operation ID on every attempt and never "
+            "reconciles; it exists to show how duplicates happen",
+            err=True,
+        )
+    _, world, runner = _session(db, interrupt, naive)
+    chosen = spec.examples[example] if example is not None else None
+    data = chosen.input if chosen is not None else _read_input(str(input_path))
+    started, created = runner.start(spec, text, data)
+    if created:
+        if chosen is not None and chosen.world:
+            world.seed(chosen.world)
+        for effect, kind in parsed:
+            world.add_fault(effect, kind)
+    elif parsed:
+        click.echo("note: the run already existed; --fault applies to its next calls", err=True)
+        for effect, kind in parsed:
+            world.add_fault(effect, kind)
+    moved = runner.advance(started.id)
+    headline = "" if created else f"run {started.id} already existed for this business key"
+    _show(_summary(runner, moved), as_json, headline)
+
+
+def _decide(
+    run_id: str,
+    decision: str,
+    actor: str,
+    role: str | None,
+    reason: str | None,
+    interrupt: str | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    _, _, runner = _session(db, interrupt)
+    result = decide(runner, run_id, decision, actor, role, reason)
+    moved = runner.advance(run_id) if result.changed else result.run
+    summary = _summary(runner, moved)
+    summary["decision"] = {"changed": result.changed, "message": result.message}
+    _show(summary, as_json, result.message)
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--as", "actor", required=True, help="Who approves (recorded).")
+@click.option("--role", required=True, help="The approver's role; the spec lists who may.")
+@INTERRUPT_OPTION
+@DB_OPTION
+@JSON_OPTION
+def approve(
+    run_id: str, actor: str, role: str, interrupt: str | None, db: str | None, as_json: bool
+) -> None:
+    """Approve the action RUN is waiting for, then drive the run on.
+
+    The approval is bound to a digest of the exact arguments shown; if they change, it no
+    longer counts. A role the spec does not allow is refused with no change.
+    """
+    _decide(run_id, "approve", actor, role, None, interrupt, db, as_json)
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--as", "actor", required=True, help="Who rejects (recorded).")
+@click.option("--reason", required=True, help="Why (recorded, shown in the trace).")
+@click.option("--role", help="The decider's role, checked against the spec when given.")
+@DB_OPTION
+@JSON_OPTION
+def reject(
+    run_id: str, actor: str, reason: str, role: str | None, db: str | None, as_json: bool
+) -> None:
+    """Reject the action RUN is waiting for. Nothing is executed."""
+    _decide(run_id, "reject", actor, role, reason, None, db, as_json)
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@INTERRUPT_OPTION
+@DB_OPTION
+@JSON_OPTION
+def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) -> None:
+    """Drive RUN on from where it stopped (after a crash, an interrupt, or a fix).
+
+    A pending operation with a call on record is reconciled before anything else, so a resume
+    never repeats a change. If another process moves the run first, this one stops and says
+    so (exit status 4).
+    """
+    _, _, runner = _session(db, interrupt)
+    moved = runner.advance(run_id)
+    _show(_summary(runner, moved), as_json)
+
+
+@cli.command("runs")
+@click.option("--status", type=click.Choice(["running", "waiting", "done", "needs_person"]))
+@click.option("--limit", default=50, show_default=True)
+@DB_OPTION
+@JSON_OPTION
+def runs_command(status: str | None, limit: int, db: str | None, as_json: bool) -> None:
+    """List runs, newest first."""
+    store = Store(db)
+    found = store.list_runs(status, limit)
+    if as_json:
+        _emit_json([_run_json(r) for r in found])
+        return
+    if not found:
+        click.echo("no runs", err=True)
+        return
+    click.echo(f"{'RUN':<22} {'WORKFLOW':<10} {'KEY':<14} {'STATE':<16} {'STATUS':<13} VERSION")
+    for r in found:
+        click.echo(
+            f"{r.id:<22} {r.workflow:<10} {r.business_key:<14} {r.state:<16} "
+            f"{r.status:<13} {r.version}"
+        )
+
+
+def _run_json(r: RunRecord) -> dict[str, Any]:
+    return {
+        "run": r.id,
+        "workflow": r.workflow,
+        "business_key": r.business_key,
+        "state": r.state,
+        "status": r.status,
+        "version": r.version,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    }
+
+
+@cli.command()
+@click.argument("run_id", metavar="RUN")
+@DB_OPTION
+@JSON_OPTION
+def trace(run_id: str, db: str | None, as_json: bool) -> None:
+    """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
+    reconcile found / not found, receipt, move."""
+    store = Store(db)
+    found = store.get_run(run_id)
+    history = store.history(run_id)
+    if as_json:
+        _emit_json(
+            {
+                **_run_json(found),
+                "events": [
+                    {"version": e.version, "kind": e.kind, "at": e.at, **e.data} for e in history
+                ],
+            }
+        )
+        return
+    for line in traces.lines(found, history):
+        click.echo(line)
+
+
+@cli.command()
+@JSON_OPTION
+def effects(as_json: bool) -> None:
+    """List the changes in the practice database, with their operation IDs and call counts."""
+    world = PracticeWorld(home() / "practice.db")
+    changes = world.changes()
+    calls = world.calls()
+    if as_json:
+        _emit_json({"changes": [c.__dict__ for c in changes], "calls": calls})
+        return
+    if not changes:
+        click.echo("no changes in the practice database", err=True)
+    for c in changes:
+        args = " ".join(str(v) for v in c.args.values())
+        result = next((v for k, v in c.result.items() if k.endswith("_id")), "")
+        click.echo(
+            f"#{c.seq:<3} {c.service:<9} {c.operation:<12} {args:<40} -> {result}"
+            f"  op {c.operation_id[:12]}"
+        )
+    made = sum(1 for c in calls if not c["operation"].startswith("lookup"))
+    lookups = len(calls) - made
+    click.echo(f"{len(changes)} change(s) · {made} call(s) · {lookups} lookup(s)", err=True)
+
+
+@cli.command()
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also delete every run in the store (not only the practice world).",
+)
+@DB_OPTION
+def reset(everything: bool, db: str | None) -> None:
+    """Empty the practice world (orders, changes, calls, faults); with --all, the store too."""
+    PracticeWorld(home() / "practice.db").reset()
+    if everything:
+        Store(db).reset()
+    click.echo("practice world reset" + (" and store emptied" if everything else ""), err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: no traceback ever reaches the user."""
     try:
@@ -151,6 +526,9 @@ def main(argv: list[str] | None = None) -> None:
         for diagnostic in exc.diagnostics:
             click.echo(diagnostic.format(), err=True)
         sys.exit(EXIT_INVALID)
+    except VersionConflict as exc:
+        click.echo(f"ratchet: {exc.code} {exc.message}; nothing was done", err=True)
+        sys.exit(EXIT_CONFLICT)
     except RatchetError as exc:
         click.echo(f"ratchet: {exc.code} {exc.message}", err=True)
         sys.exit(EXIT_INVALID)

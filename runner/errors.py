@@ -5,7 +5,14 @@ The class docstring is the default message::
 
     RatchetError
     ├── SpecError            a spec cannot be loaded or is invalid (carries diagnostics)
-    └── UsageError           the caller asked for something that cannot be done
+    ├── UsageError           the caller asked for something that cannot be done
+    ├── StoreError           the store could not do what was asked
+    │   ├── VersionConflict  another worker moved the run first (compare-and-set lost)
+    │   ├── RunNotFound      no run has that ID
+    │   └── DuplicateOperation  an operation ID is already recorded (idempotency is data)
+    └── RunError             a run cannot take that step
+        ├── ApprovalError    no valid approval covers the effect, or a decision is refused
+        └── SignalRefused    the signal does not fit the run's state
 
 A :class:`Diagnostic` is one located problem in a spec: ``FILE:LINE:COL: CODE message``. Codes
 starting with ``E`` are errors, codes starting with ``W`` are warnings; the full list is in
@@ -79,3 +86,45 @@ class UsageError(RatchetError):
     """The request cannot be carried out as given."""
 
     code = "R200"
+
+
+class StoreError(RatchetError):
+    """The store could not carry out the request."""
+
+    code = "R300"
+
+
+class VersionConflict(StoreError):
+    """The run has moved on: another worker changed it first. Reload; never overwrite."""
+
+    code = "R301"
+
+
+class RunNotFound(StoreError):
+    """No run has that ID."""
+
+    code = "R302"
+
+
+class DuplicateOperation(StoreError):
+    """That operation ID is already recorded."""
+
+    code = "R303"
+
+
+class RunError(RatchetError):
+    """The run cannot take that step."""
+
+    code = "R400"
+
+
+class ApprovalError(RunError):
+    """No valid approval covers this effect."""
+
+    code = "R401"
+
+
+class SignalRefused(RunError):
+    """The signal does not fit the run's current state."""
+
+    code = "R402"

@@ -119,10 +119,19 @@ class Expression:
         """Evaluate over plain JSON values; returns plain Python values."""
         program = _env().program(self.tree)
         to_cel = celpy.json_to_cel  # type: ignore[attr-defined]
-        result = program.evaluate({name: to_cel(value) for name, value in activation.items()})
+        try:
+            result = program.evaluate({name: to_cel(value) for name, value in activation.items()})
+        except Exception as exc:  # celpy raises CELEvalError, and others on odd values
+            message = f"{self.source!r} cannot be evaluated: {_brief(exc)}"
+            raise ExpressionError("E305", message) from None
         if isinstance(result, Exception):
-            raise ExpressionError("E305", f"{self.source!r} failed: {result}")
+            raise ExpressionError("E305", f"{self.source!r} cannot be evaluated: {_brief(result)}")
         return _to_json(result)
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc.args[0]) if exc.args else str(exc)
+    return text.split(" (in activation")[0][:200]
 
 
 def _to_json(value: Any) -> Any:

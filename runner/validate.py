@@ -86,3 +86,12 @@ def load_spec(path: str | Path, *, strict: bool = False) -> Spec:
     if not report.ok(strict=strict) or report.spec is None:
         raise SpecError(report.errors or report.diagnostics)
     return report.spec
+
+
+def load_spec_text(text: str, name: str = "<stored spec>") -> Spec:
+    """The spec held in ``text`` (e.g. the version a run was pinned to); raises
+    :class:`SpecError` unless it is valid."""
+    report = validate_text(text, name)
+    if not report.ok() or report.spec is None:
+        raise SpecError(report.errors or report.diagnostics)
+    return report.spec

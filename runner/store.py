@@ -1,0 +1,567 @@
+"""The store: every SQL statement Ratchet runs against its own database lives in this module.
+
+Tables: ``spec_versions`` (the exact text a run started under), ``runs`` (state, version,
+business key, input, context), ``events`` (each run's append-only history, plain JSON),
+``operations`` (one row per operation ID, under a primary key: idempotency is data) and
+``approvals``.
+
+Every change to a run is one :class:`Change` applied by :meth:`Store.commit` in one transaction
+that first compare-and-sets the run's version (``UPDATE runs … WHERE id = :id AND version = :v``,
+rowcount checked) and then appends the history and writes operations and approvals. Losing the
+race raises :class:`~runner.errors.VersionConflict`; nothing is overwritten.
+
+SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, a busy timeout, and
+``BEGIN IMMEDIATE`` for writes, so concurrent writers queue instead of failing with "database is
+locked". PostgreSQL (``postgresql+psycopg://``) is the same code; the differences between the
+two are in :class:`_Dialect` and its subclasses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+
+from .errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
+
+DEFAULT_HOME = ".ratchet"
+ENV_DB = "RATCHET_DB"
+ENV_HOME = "RATCHET_HOME"
+
+_JSON = JSON().with_variant(JSONB(), "postgresql")
+metadata = MetaData()
+
+spec_versions = Table(
+    "spec_versions",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("spec_version", Integer, nullable=False),
+    Column("policy_version", String(100), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("workflow", String(200), nullable=False),
+    Column("spec_digest", String(64), ForeignKey("spec_versions.digest"), nullable=False),
+    Column("business_key", String(400), nullable=False),
+    Column("state", String(200), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("input", _JSON, nullable=False),
+    Column("context", _JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("workflow", "business_key", name="uq_runs_business_key"),
+)
+Index("ix_runs_status", runs.c.status)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("data", _JSON, nullable=False),
+    Column("at", Float, nullable=False),
+)
+Index("ix_events_run", events.c.run_id, events.c.id)
+
+operations = Table(
+    "operations",
+    metadata,
+    Column("operation_id", String(64), primary_key=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("effect", String(200), nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("args", _JSON, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("receipt", _JSON),
+    Column("last_error", Text),
+    Column("compensates", String(64)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+Index("ix_operations_run", operations.c.run_id)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("effect", String(200), nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("decision", String(20), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("role", String(200), nullable=False),
+    Column("reason", Text),
+    Column("policy_version", String(100), nullable=False),
+    Column("spec_digest", String(64), nullable=False),
+    Column("decided_at", Float, nullable=False),
+    Column("expires_at", Float),
+    Column("consumed_at", Float),
+)
+Index("ix_approvals_run", approvals.c.run_id)
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    workflow: str
+    spec_digest: str
+    business_key: str
+    state: str
+    status: str
+    version: int
+    input: dict[str, Any]
+    context: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    run_id: str
+    version: int
+    kind: str
+    data: dict[str, Any]
+    at: float
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    operation_id: str
+    run_id: str
+    effect: str
+    role: str
+    args: dict[str, Any]
+    fingerprint: str
+    status: str
+    attempts: int
+    receipt: dict[str, Any] | None
+    last_error: str | None
+    compensates: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    id: int
+    run_id: str
+    name: str
+    effect: str
+    digest: str
+    decision: str
+    actor: str
+    role: str
+    reason: str | None
+    policy_version: str
+    spec_digest: str
+    decided_at: float
+    expires_at: float | None
+    consumed_at: float | None
+
+
+@dataclass
+class Change:
+    """Everything one move of a run writes, applied atomically by :meth:`Store.commit`."""
+
+    run_id: str
+    expected_version: int
+    at: float
+    state: str | None = None
+    status: str | None = None
+    context: dict[str, Any] | None = None
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    new_operations: list[dict[str, Any]] = field(default_factory=list)
+    operation_updates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    new_approvals: list[dict[str, Any]] = field(default_factory=list)
+    consume_approvals: list[int] = field(default_factory=list)
+
+    def event(self, kind: str, **data: Any) -> Change:
+        self.events.append((kind, data))
+        return self
+
+
+# -- dialects -------------------------------------------------------------------------------
+
+
+class _Dialect:
+    """What differs between databases: connection set-up and how a write transaction begins."""
+
+    name = "generic"
+
+    def engine(self, url: str) -> Engine:
+        return create_engine(url)
+
+
+class _SQLite(_Dialect):
+    name = "sqlite"
+
+    def engine(self, url: str) -> Engine:
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            immediate = connection.get_execution_options().get("ratchet_write", False)
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+
+class _PostgreSQL(_Dialect):
+    name = "postgresql"
+
+    def engine(self, url: str) -> Engine:
+        return create_engine(url, pool_pre_ping=True)
+
+
+def _dialect_for(url: str) -> _Dialect:
+    if url.startswith("sqlite"):
+        return _SQLite()
+    if url.startswith("postgresql"):
+        return _PostgreSQL()
+    return _Dialect()
+
+
+def home() -> Path:
+    """Where the embedded store and the practice world live: ``$RATCHET_HOME``, else
+    ``./.ratchet``."""
+    return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME)
+
+
+def default_url() -> str:
+    """``$RATCHET_DB``, else the SQLite file ``ratchet.db`` under :func:`home`."""
+    configured = os.environ.get(ENV_DB)
+    if configured:
+        return configured
+    path = home() / "ratchet.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+    return url
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+class Store:
+    """Ratchet's durable state behind one SQLAlchemy engine."""
+
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        self.url = url or default_url()
+        self.dialect = _dialect_for(self.url)
+        try:
+            self.engine = self.dialect.engine(self.url)
+            self._writer = self.engine.execution_options(ratchet_write=True)
+            if create:
+                with self._writer.begin() as conn:
+                    metadata.create_all(conn)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the store at {redact(self.url)}: {_why(exc)}") from None
+        except Exception as exc:  # a bad URL, a missing driver
+            raise StoreError(f"cannot open the store at {redact(self.url)}: {exc}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except OperationalError as exc:
+            raise StoreError(f"the store failed: {_why(exc)}") from None
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        try:
+            with self._writer.begin() as conn:
+                yield conn
+        except IntegrityError:
+            raise
+        except OperationalError as exc:
+            raise StoreError(f"the store failed: {_why(exc)}") from None
+
+    # -- specs ------------------------------------------------------------------------------
+
+    def save_spec(
+        self, digest: str, name: str, spec_version: int, policy_version: str, text: str, at: float
+    ) -> None:
+        """Record the exact spec text under its digest (once)."""
+        with self._write() as conn:
+            exists = conn.execute(
+                select(spec_versions.c.digest).where(spec_versions.c.digest == digest)
+            ).first()
+            if exists is None:
+                conn.execute(
+                    insert(spec_versions).values(
+                        digest=digest,
+                        name=name,
+                        spec_version=spec_version,
+                        policy_version=str(policy_version),
+                        text=text,
+                        created_at=at,
+                    )
+                )
+
+    def spec_text(self, digest: str) -> str:
+        with self._read() as conn:
+            row = conn.execute(
+                select(spec_versions.c.text).where(spec_versions.c.digest == digest)
+            ).first()
+        if row is None:
+            raise StoreError(f"no spec version {digest[:12]} in the store")
+        return str(row[0])
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        workflow: str,
+        spec_digest: str,
+        business_key: str,
+        state: str,
+        status: str,
+        input: dict[str, Any],
+        at: float,
+    ) -> tuple[RunRecord, bool]:
+        """Create a run, or return the one that already exists for this business key.
+
+        Returns ``(run, created)``. Starting the same piece of work twice is not an error: it is
+        the same run.
+        """
+        try:
+            with self._write() as conn:
+                found = self._find(conn, workflow, business_key)
+                if found is not None:
+                    return found, False
+                conn.execute(
+                    insert(runs).values(
+                        id=run_id,
+                        workflow=workflow,
+                        spec_digest=spec_digest,
+                        business_key=business_key,
+                        state=state,
+                        status=status,
+                        version=1,
+                        input=input,
+                        context={},
+                        created_at=at,
+                        updated_at=at,
+                    )
+                )
+                conn.execute(
+                    insert(events).values(
+                        run_id=run_id,
+                        version=1,
+                        kind="created",
+                        data={"state": state, "business_key": business_key},
+                        at=at,
+                    )
+                )
+        except IntegrityError:
+            with self._read() as conn:
+                found = self._find(conn, workflow, business_key)
+            if found is None:
+                raise
+            return found, False
+        return self.get_run(run_id), True
+
+    def _find(self, conn: Connection, workflow: str, business_key: str) -> RunRecord | None:
+        row = conn.execute(
+            select(runs).where(runs.c.workflow == workflow, runs.c.business_key == business_key)
+        ).first()
+        return RunRecord(**row._mapping) if row is not None else None
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with self._read() as conn:
+            row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        return RunRecord(**row._mapping)
+
+    def find_run(self, workflow: str, business_key: str) -> RunRecord | None:
+        with self._read() as conn:
+            return self._find(conn, workflow, business_key)
+
+    def list_runs(self, status: str | None = None, limit: int = 200) -> list[RunRecord]:
+        query = select(runs).order_by(runs.c.created_at.desc(), runs.c.id).limit(limit)
+        if status is not None:
+            query = query.where(runs.c.status == status)
+        with self._read() as conn:
+            return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
+    def history(self, run_id: str) -> list[EventRecord]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(events).where(events.c.run_id == run_id).order_by(events.c.id)
+            )
+            return [EventRecord(**row._mapping) for row in rows]
+
+    # -- operations and approvals -----------------------------------------------------------
+
+    def operation(self, operation_id: str) -> OperationRecord | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(operations).where(operations.c.operation_id == operation_id)
+            ).first()
+        return OperationRecord(**row._mapping) if row is not None else None
+
+    def operations(self, run_id: str | None = None) -> list[OperationRecord]:
+        query = select(operations).order_by(operations.c.created_at, operations.c.operation_id)
+        if run_id is not None:
+            query = query.where(operations.c.run_id == run_id)
+        with self._read() as conn:
+            return [OperationRecord(**row._mapping) for row in conn.execute(query)]
+
+    def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(approvals).where(approvals.c.run_id == run_id).order_by(approvals.c.id)
+            )
+            return [ApprovalRecord(**row._mapping) for row in rows]
+
+    # -- the one way to change a run --------------------------------------------------------
+
+    def commit(self, change: Change) -> RunRecord:
+        """Apply ``change`` atomically, or raise :class:`VersionConflict` if the run moved on."""
+        new_version = change.expected_version + 1
+        values: dict[str, Any] = {"version": new_version, "updated_at": change.at}
+        if change.state is not None:
+            values["state"] = change.state
+        if change.status is not None:
+            values["status"] = change.status
+        if change.context is not None:
+            values["context"] = change.context
+        try:
+            with self._write() as conn:
+                result = conn.execute(
+                    update(runs)
+                    .where(runs.c.id == change.run_id, runs.c.version == change.expected_version)
+                    .values(**values)
+                )
+                if result.rowcount != 1:
+                    exists = conn.execute(
+                        select(runs.c.version).where(runs.c.id == change.run_id)
+                    ).first()
+                    if exists is None:
+                        raise RunNotFound(f"no run {change.run_id!r}")
+                    raise VersionConflict(
+                        f"run {change.run_id} has moved on (version {exists[0]}, "
+                        f"expected {change.expected_version})"
+                    )
+                for kind, data in change.events:
+                    conn.execute(
+                        insert(events).values(
+                            run_id=change.run_id,
+                            version=new_version,
+                            kind=kind,
+                            data=data,
+                            at=change.at,
+                        )
+                    )
+                for op in change.new_operations:
+                    conn.execute(
+                        insert(operations).values(
+                            run_id=change.run_id, created_at=change.at, updated_at=change.at, **op
+                        )
+                    )
+                for operation_id, fields in change.operation_updates:
+                    conn.execute(
+                        update(operations)
+                        .where(operations.c.operation_id == operation_id)
+                        .values(updated_at=change.at, **fields)
+                    )
+                for record in change.new_approvals:
+                    conn.execute(insert(approvals).values(run_id=change.run_id, **record))
+                for approval_id in change.consume_approvals:
+                    consumed = conn.execute(
+                        update(approvals)
+                        .where(approvals.c.id == approval_id, approvals.c.consumed_at.is_(None))
+                        .values(consumed_at=change.at)
+                    )
+                    if consumed.rowcount != 1:
+                        raise VersionConflict(f"approval {approval_id} was already consumed")
+        except IntegrityError as exc:
+            raise DuplicateOperation(f"already recorded: {_why(exc)}") from None
+        return self.get_run(change.run_id)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table (for status and tests)."""
+        with self._read() as conn:
+            return {
+                table.name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+                for table in (runs, events, operations, approvals, spec_versions)
+            }
+
+    def reset(self) -> None:
+        """Delete every run, event, operation, approval and spec version."""
+        with self._write() as conn:
+            for table in (events, operations, approvals, runs, spec_versions):
+                conn.execute(table.delete())
+
+
+def _why(exc: BaseException) -> str:
+    original = getattr(exc, "orig", None)
+    text = str(original if original is not None else exc)
+    return " ".join(text.split())[:300]

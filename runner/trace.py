@@ -1,0 +1,79 @@
+"""Plain-language lines for a run's history (what ``ratchet trace`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .store import EventRecord, RunRecord
+
+
+def _op(data: dict[str, Any]) -> str:
+    operation_id = str(data.get("operation_id", ""))
+    return f"op {operation_id[:12]}" if operation_id else ""
+
+
+def _receipt(data: dict[str, Any]) -> str:
+    receipt = data.get("receipt") or {}
+    return ", ".join(f"{k}={v}" for k, v in receipt.items())
+
+
+_TITLES = {
+    "reconcile_found": "reconcile found",
+    "reconcile_not_found": "reconcile: none",
+    "reconcile_failed": "reconcile failed",
+    "reconcile_impossible": "no reconcile",
+}
+
+
+def describe(event: EventRecord) -> str:
+    """What the event says, in one line (without its version and kind)."""
+    d = event.data
+    kind = event.kind
+    texts = {
+        "created": lambda: f"started in {d.get('state')} (business key {d.get('business_key')})",
+        "approved": lambda: (
+            f"by {d.get('actor')} ({d.get('role')}): {d.get('action')}"
+            f" · digest {str(d.get('digest'))[:12]}"
+        ),
+        "rejected": lambda: f"by {d.get('actor')}: {d.get('action')} · {d.get('reason') or ''}",
+        "moved": lambda: f"{d.get('from')} --{d.get('event')}--> {d.get('to')}",
+        "queued": lambda: f"for a person in {d.get('queue')}: {d.get('operator_action')}",
+        "pending": lambda: (
+            f"write-ahead record: {d.get('action')} · {_op(d)}"
+            + (" · NAIVE strategy" if d.get("strategy") == "naive" else "")
+        ),
+        "call": lambda: f"attempt {d.get('attempt')} · {_op(d)}",
+        "timeout": lambda: f"{d.get('reason')} · outcome unknown",
+        "unavailable": lambda: f"{d.get('reason')} · nothing was done",
+        "backoff": lambda: f"wait {d.get('seconds')} s before attempt {d.get('next_attempt')}",
+        "resumed": lambda: (
+            f"{_op(d)} has {d.get('attempts')} attempt(s) on record: reconcile first"
+        ),
+        "reconcile_found": lambda: f"{_op(d)} is on the provider's record: no new call",
+        "reconcile_not_found": lambda: (
+            f"{_op(d)} is not on the provider's record: retry with the same ID"
+        ),
+        "reconcile_failed": lambda: f"{d.get('reason')}",
+        "reconcile_impossible": lambda: f"{_op(d)}: the effect has no reconcile lookup",
+        "done": lambda: f"{_receipt(d)} (via {d.get('via')}) · {_op(d)}",
+        "skipped": lambda: f"{_op(d)} is already done: no call",
+        "refused": lambda: f"{d.get('reason')} · nothing changed",
+        "exhausted": lambda: f"{d.get('reason')} · budget spent",
+        "unknown": lambda: f"outcome unknown: {d.get('reason')}",
+        "stuck": lambda: f"no row for {d.get('event')} in {d.get('state')}: {d.get('reason')}",
+    }
+    render = texts.get(kind)
+    return render() if render else ", ".join(f"{k}={v}" for k, v in d.items())
+
+
+def title(event: EventRecord) -> str:
+    return _TITLES.get(event.kind, event.kind)
+
+
+def lines(run: RunRecord, history: list[EventRecord]) -> list[str]:
+    """A header line for the run, then one line per event."""
+    head = (
+        f"{run.id} · {run.workflow} {run.business_key} · {run.state} ({run.status}) · "
+        f"version {run.version}"
+    )
+    return [head] + [f"  v{e.version:<3} {title(e):<17} {describe(e)}" for e in history]
