@@ -1,0 +1,92 @@
+"""Shared fixtures: stores on SQLite and PostgreSQL, the practice world, and runners.
+
+The PostgreSQL store tests use ``$RATCHET_TEST_PG`` (default: the local server at
+127.0.0.1:5432, database ``test``, user ``postgres``). Outside CI they are skipped when no server
+answers; in CI (``CI`` set) an unreachable server fails them instead, so they can never be
+skipped silently where they must run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from adapters.practice import PracticeWorld
+from runner.clock import FakeClock
+from runner.execute import Runner, Strategy
+from runner.store import Store, metadata
+from runner.spec import Spec
+from runner.validate import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+PG_URL = os.environ.get("RATCHET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def postgres_url() -> str:
+    """The test PostgreSQL, emptied; skip (or, in CI, fail) when it does not answer."""
+    engine = create_engine(PG_URL, connect_args={"connect_timeout": 3})
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT 1"))
+            metadata.drop_all(conn)
+    except Exception as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {PG_URL} is required in CI: {exc}")
+        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
+    finally:
+        engine.dispose()
+    return PG_URL
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty store URL: once on SQLite, once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ratchet.db'}"
+    return postgres_url()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    opened = Store(store_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> PracticeWorld:
+    return PracticeWorld(tmp_path / "practice.db")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+MakeRunner = Callable[..., Runner]
+
+
+@pytest.fixture
+def make_runner(store: Store, world: PracticeWorld, clock: FakeClock) -> MakeRunner:
+    def make(
+        strategy: Strategy = "ratchet", interrupt: Callable[[str], None] | None = None
+    ) -> Runner:
+        return Runner(
+            store,
+            lambda adapter: world.adapter(adapter.kind),
+            clock,
+            strategy=strategy,
+            interrupt=interrupt,
+        )
+
+    return make
+
+
+def spec_and_text(name: str) -> tuple[Spec, str]:
+    path = SPECS / f"{name}.yaml"
+    return load_spec(path), path.read_text(encoding="utf-8")
