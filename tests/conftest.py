@@ -18,8 +18,8 @@ from sqlalchemy import create_engine, text
 from adapters.practice import PracticeWorld
 from runner.clock import FakeClock
 from runner.execute import Runner, Strategy
-from runner.store import Store, metadata
 from runner.spec import Spec
+from runner.store import Store, metadata
 from runner.validate import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
