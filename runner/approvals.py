@@ -137,7 +137,7 @@ def decide(
     if row is None:
         why = "; ".join(errors) if errors else "no row's guard holds"
         raise ApprovalError(f"{decision} does not apply here ({why}); nothing changed")
-    change = Change(run.id, run.version, now)
+    change = Change(run.id, run.version, now, run)
     change.new_approvals.append(
         {
             "name": approval.name,

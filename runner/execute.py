@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import jsonschema
@@ -162,10 +162,11 @@ class Runner:
         if key is None or key == "":
             raise RunError(f"the business key {spec.business_key!r} is empty for this input")
         now = self.clock.now()
-        self.store.save_spec(
-            spec.digest, spec.name, spec.spec_version, str(spec.policy_version), text, now
-        )
-        self._specs.setdefault(spec.digest, spec)
+        if spec.digest not in self._specs:
+            self.store.save_spec(
+                spec.digest, spec.name, spec.spec_version, str(spec.policy_version), text, now
+            )
+            self._specs[spec.digest] = spec
         return self.store.create_run(
             f"run_{uuid.uuid4().hex[:16]}",
             spec.name,
@@ -195,7 +196,7 @@ class Runner:
             return None
         effect = spec.effect_of(state.name)
         if effect is None:
-            return self._move(run, spec, "next", Change(run.id, run.version, self.clock.now()))
+            return self._move(run, spec, "next", Change(run.id, run.version, self.clock.now(), run))
         return EffectStep(self, run, spec, effect).perform()
 
     # -- moving -----------------------------------------------------------------------------
@@ -290,7 +291,9 @@ class EffectStep:
         self.operation_id = sha256([stable, uuid.uuid4().hex]) if self.naive else stable
 
     def _change(self) -> Change:
-        return self.log.flush_into(Change(self.run.id, self.run.version, self.runner.clock.now()))
+        return self.log.flush_into(
+            Change(self.run.id, self.run.version, self.runner.clock.now(), self.run)
+        )
 
     def perform(self) -> RunRecord:
         op = self.runner.store.operation(self.operation_id)
@@ -308,22 +311,34 @@ class EffectStep:
                 return reconciled
         return self._attempts(op)
 
+    def _new_operation(self, change: Change, attempts: int) -> OperationRecord:
+        """Add the write-ahead record of this operation to ``change``; return it as stored."""
+        fields: dict[str, Any] = {
+            "operation_id": self.operation_id,
+            "effect": self.effect.name,
+            "role": "forward",
+            "args": self.args,
+            "fingerprint": sha256(self.args),
+            "status": "pending",
+            "attempts": attempts,
+        }
+        change.new_operations.append(fields)
+        change.event("call", operation_id=self.operation_id, attempt=attempts)
+        return OperationRecord(
+            run_id=self.run.id,
+            receipt=None,
+            last_error=None,
+            compensates=None,
+            created_at=change.at,
+            updated_at=change.at,
+            **fields,
+        )
+
     def _begin(self) -> RunRecord:
         change = self._change()
         if self.effect.approval is not None:
             approval = self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
             change.consume_approvals.append(approval.id)
-        change.new_operations.append(
-            {
-                "operation_id": self.operation_id,
-                "effect": self.effect.name,
-                "role": "forward",
-                "args": self.args,
-                "fingerprint": sha256(self.args),
-                "status": "pending",
-                "attempts": 1,
-            }
-        )
         change.event(
             "pending",
             operation_id=self.operation_id,
@@ -331,10 +346,8 @@ class EffectStep:
             action=describe_action(self.effect, self.args),
             strategy=self.runner.strategy,
         )
-        change.event("call", operation_id=self.operation_id, attempt=1)
+        op = self._new_operation(change, attempts=1)
         self.run = self.runner.store.commit(change)
-        op = self.runner.store.operation(self.operation_id)
-        assert op is not None
         return self._call(op)
 
     def _attempts(self, op: OperationRecord) -> RunRecord:
@@ -348,28 +361,13 @@ class EffectStep:
         change.operation_updates.append((op.operation_id, {"attempts": op.attempts + 1}))
         change.event("call", operation_id=op.operation_id, attempt=op.attempts + 1)
         self.run = self.runner.store.commit(change)
-        fresh = self.runner.store.operation(op.operation_id)
-        assert fresh is not None
-        return self._call(fresh)
+        return self._call(replace(op, attempts=op.attempts + 1))
 
     def _begin_naive(self, previous: OperationRecord) -> RunRecord:
         change = self._change()
         change.operation_updates.append((previous.operation_id, {"status": "abandoned"}))
-        change.new_operations.append(
-            {
-                "operation_id": self.operation_id,
-                "effect": self.effect.name,
-                "role": "forward",
-                "args": self.args,
-                "fingerprint": sha256(self.args),
-                "status": "pending",
-                "attempts": previous.attempts + 1,
-            }
-        )
-        change.event("call", operation_id=self.operation_id, attempt=previous.attempts + 1)
+        op = self._new_operation(change, attempts=previous.attempts + 1)
         self.run = self.runner.store.commit(change)
-        op = self.runner.store.operation(self.operation_id)
-        assert op is not None
         return self._call(op)
 
     def _call(self, op: OperationRecord) -> RunRecord:

@@ -115,12 +115,19 @@ class Expression:
     paths: tuple[tuple[str, ...], ...] = ()
     functions: tuple[str, ...] = ()
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The top-level variables the expression reads (only these are converted to CEL)."""
+        return frozenset(path[0] for path in self.paths)
+
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON values; returns plain Python values."""
-        program = _env().program(self.tree)
+        program = _program(self.source)
         to_cel = celpy.json_to_cel  # type: ignore[attr-defined]
         try:
-            result = program.evaluate({name: to_cel(value) for name, value in activation.items()})
+            result = program.evaluate(
+                {name: to_cel(activation[name]) for name in self.names if name in activation}
+            )
         except Exception as exc:  # celpy raises CELEvalError, and others on odd values
             message = f"{self.source!r} cannot be evaluated: {_brief(exc)}"
             raise ExpressionError("E305", message) from None
@@ -190,6 +197,12 @@ def _walk(node: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
     for child in node.children:
         if not isinstance(child, Token):
             yield from _walk(child, bound)
+
+
+@lru_cache(maxsize=4096)
+def _program(source: str) -> Any:
+    """The runnable form of a compiled expression (building it costs more than running it)."""
+    return _env().program(compile_expression(source).tree)
 
 
 @lru_cache(maxsize=4096)

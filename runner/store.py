@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    bindparam,
     create_engine,
     event,
     func,
@@ -139,6 +140,51 @@ approvals = Table(
 Index("ix_approvals_run", approvals.c.run_id)
 
 
+# -- statements, built once (building a statement costs more than running it) ----------------
+
+_CAS_RUN = (
+    update(runs)
+    .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"))
+    .values(
+        version=bindparam("n_version"),
+        state=bindparam("n_state"),
+        status=bindparam("n_status"),
+        context=bindparam("n_context", type_=_JSON),
+        updated_at=bindparam("n_updated_at"),
+    )
+)
+_RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
+_RUN_VERSION = select(runs.c.version).where(runs.c.id == bindparam("b_id"))
+_OPERATION_BY_ID = select(operations).where(operations.c.operation_id == bindparam("b_id"))
+_INSERT_EVENTS = insert(events)
+_INSERT_OPERATION = insert(operations)
+_INSERT_APPROVAL = insert(approvals)
+_OPERATION_UPDATES: dict[tuple[str, ...], Any] = {}
+
+
+def _operation_update(names: tuple[str, ...]) -> Any:
+    """``UPDATE operations SET <names> … WHERE operation_id = :b_id``, built once per set."""
+    statement = _OPERATION_UPDATES.get(names)
+    if statement is None:
+        values: dict[str, Any] = {"updated_at": bindparam("n_updated_at")}
+        for name in names:
+            column = operations.c[name]
+            values[name] = bindparam(f"n_{name}", type_=column.type)
+        statement = _OPERATION_UPDATES[names] = (
+            update(operations)
+            .where(operations.c.operation_id == bindparam("b_id"))
+            .values(**values)
+        )
+    return statement
+
+
+_CONSUME_APPROVAL = (
+    update(approvals)
+    .where(approvals.c.id == bindparam("b_id"), approvals.c.consumed_at.is_(None))
+    .values(consumed_at=bindparam("n_at"))
+)
+
+
 # -- records --------------------------------------------------------------------------------
 
 
@@ -209,6 +255,7 @@ class Change:
     run_id: str
     expected_version: int
     at: float
+    base: RunRecord | None = None
     state: str | None = None
     status: str | None = None
     context: dict[str, Any] | None = None
@@ -435,7 +482,7 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._read() as conn:
-            row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+            row = conn.execute(_RUN_BY_ID, {"b_id": run_id}).first()
         if row is None:
             raise RunNotFound(f"no run {run_id!r}")
         return RunRecord(**row._mapping)
@@ -462,9 +509,7 @@ class Store:
 
     def operation(self, operation_id: str) -> OperationRecord | None:
         with self._read() as conn:
-            row = conn.execute(
-                select(operations).where(operations.c.operation_id == operation_id)
-            ).first()
+            row = conn.execute(_OPERATION_BY_ID, {"b_id": operation_id}).first()
         return OperationRecord(**row._mapping) if row is not None else None
 
     def operations(self, run_id: str | None = None) -> list[OperationRecord]:
@@ -485,66 +530,85 @@ class Store:
 
     def commit(self, change: Change) -> RunRecord:
         """Apply ``change`` atomically, or raise :class:`VersionConflict` if the run moved on."""
-        new_version = change.expected_version + 1
-        values: dict[str, Any] = {"version": new_version, "updated_at": change.at}
-        if change.state is not None:
-            values["state"] = change.state
-        if change.status is not None:
-            values["status"] = change.status
-        if change.context is not None:
-            values["context"] = change.context
+        base = change.base
+        if base is None or base.version != change.expected_version:
+            base = self.get_run(change.run_id)
+        after = replace(
+            base,
+            version=change.expected_version + 1,
+            updated_at=change.at,
+            state=change.state if change.state is not None else base.state,
+            status=change.status if change.status is not None else base.status,
+            context=change.context if change.context is not None else base.context,
+        )
         try:
             with self._write() as conn:
                 result = conn.execute(
-                    update(runs)
-                    .where(runs.c.id == change.run_id, runs.c.version == change.expected_version)
-                    .values(**values)
+                    _CAS_RUN,
+                    {
+                        "b_id": change.run_id,
+                        "b_version": change.expected_version,
+                        "n_version": after.version,
+                        "n_state": after.state,
+                        "n_status": after.status,
+                        "n_context": after.context,
+                        "n_updated_at": change.at,
+                    },
                 )
                 if result.rowcount != 1:
-                    exists = conn.execute(
-                        select(runs.c.version).where(runs.c.id == change.run_id)
-                    ).first()
-                    if exists is None:
+                    found = conn.execute(_RUN_VERSION, {"b_id": change.run_id}).first()
+                    if found is None:
                         raise RunNotFound(f"no run {change.run_id!r}")
                     raise VersionConflict(
-                        f"run {change.run_id} has moved on (version {exists[0]}, "
+                        f"run {change.run_id} has moved on (version {found[0]}, "
                         f"expected {change.expected_version})"
                     )
-                for kind, data in change.events:
-                    conn.execute(
-                        insert(events).values(
-                            run_id=change.run_id,
-                            version=new_version,
-                            kind=kind,
-                            data=data,
-                            at=change.at,
-                        )
-                    )
-                for op in change.new_operations:
-                    conn.execute(
-                        insert(operations).values(
-                            run_id=change.run_id, created_at=change.at, updated_at=change.at, **op
-                        )
-                    )
-                for operation_id, fields in change.operation_updates:
-                    conn.execute(
-                        update(operations)
-                        .where(operations.c.operation_id == operation_id)
-                        .values(updated_at=change.at, **fields)
-                    )
-                for record in change.new_approvals:
-                    conn.execute(insert(approvals).values(run_id=change.run_id, **record))
-                for approval_id in change.consume_approvals:
-                    consumed = conn.execute(
-                        update(approvals)
-                        .where(approvals.c.id == approval_id, approvals.c.consumed_at.is_(None))
-                        .values(consumed_at=change.at)
-                    )
-                    if consumed.rowcount != 1:
-                        raise VersionConflict(f"approval {approval_id} was already consumed")
+                self._apply(conn, change, after.version)
         except IntegrityError as exc:
             raise DuplicateOperation(f"already recorded: {_why(exc)}") from None
-        return self.get_run(change.run_id)
+        return after
+
+    def _apply(self, conn: Connection, change: Change, version: int) -> None:
+        """The writes that ride on a successful compare-and-set."""
+        if change.events:
+            conn.execute(
+                _INSERT_EVENTS,
+                [
+                    {
+                        "run_id": change.run_id,
+                        "version": version,
+                        "kind": kind,
+                        "data": data,
+                        "at": change.at,
+                    }
+                    for kind, data in change.events
+                ],
+            )
+        for op in change.new_operations:
+            conn.execute(
+                _INSERT_OPERATION,
+                {
+                    "run_id": change.run_id,
+                    "created_at": change.at,
+                    "updated_at": change.at,
+                    "receipt": None,
+                    "last_error": None,
+                    "compensates": None,
+                    **op,
+                },
+            )
+        for operation_id, fields in change.operation_updates:
+            conn.execute(
+                _operation_update(tuple(sorted(fields))),
+                {"b_id": operation_id, "n_updated_at": change.at}
+                | {f"n_{name}": value for name, value in fields.items()},
+            )
+        for record in change.new_approvals:
+            conn.execute(_INSERT_APPROVAL, {"run_id": change.run_id, "consumed_at": None, **record})
+        for approval_id in change.consume_approvals:
+            consumed = conn.execute(_CONSUME_APPROVAL, {"b_id": approval_id, "n_at": change.at})
+            if consumed.rowcount != 1:
+                raise VersionConflict(f"approval {approval_id} was already consumed")
 
     def counts(self) -> dict[str, int]:
         """Rows per table (for status and tests)."""

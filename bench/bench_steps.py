@@ -1,0 +1,137 @@
+"""Durable effect steps per second, against the raw commit ceiling of the same database.
+
+Workload: runs of a three-effect workflow (``bench/specs/three_effects.yaml``) on an in-process
+no-op adapter. Each effect step needs two commits (the pending record with its attempt, then the
+receipt with the move), so the ceiling for steps is half the raw commit rate, measured in the
+same run through the same driver: a single-row ``UPDATE … WHERE version = :v`` and ``COMMIT``
+loop. Target: at least 50 % of that ceiling on SQLite (WAL, synchronous FULL).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy import Column, Integer, MetaData, Table, insert, text, update
+
+from adapters.noop import NoopAdapter
+from bench.harness import ROOT, Row, Section
+from runner.execute import Runner
+from runner.store import Store
+from runner.validate import load_spec
+
+SPEC = ROOT / "bench" / "specs" / "three_effects.yaml"
+COMMITS_PER_STEP = 2
+TARGET_RATIO = 0.5
+PG_URL = os.environ.get("RATCHET_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def commit_rate(store: Store, seconds: float) -> float:
+    """Raw single-row compare-and-set commits per second through the store's own engine."""
+    meta = MetaData()
+    table = Table(
+        "bench_ceiling",
+        meta,
+        Column("id", Integer, primary_key=True),
+        Column("version", Integer, nullable=False),
+    )
+    writer = store.engine.execution_options(ratchet_write=True)
+    with writer.begin() as conn:
+        meta.drop_all(conn)
+        meta.create_all(conn)
+        conn.execute(insert(table).values(id=1, version=0))
+    version, done = 0, 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        with writer.begin() as conn:
+            result = conn.execute(
+                update(table)
+                .where(table.c.id == 1, table.c.version == version)
+                .values(version=version + 1)
+            )
+            assert result.rowcount == 1
+        version += 1
+        done += 1
+    elapsed = time.perf_counter() - start
+    with writer.begin() as conn:
+        meta.drop_all(conn)
+    return done / elapsed
+
+
+def step_rate(store: Store, runs: int) -> float:
+    spec = load_spec(SPEC)
+    spec_text = SPEC.read_text(encoding="utf-8")
+    adapter = NoopAdapter()
+    runner = Runner(store, lambda _: adapter)
+    prefix = f"b{time.time_ns()}"
+    start = time.perf_counter()
+    for i in range(runs):
+        run, _ = runner.start(spec, spec_text, {"key": f"{prefix}-{i}"})
+        final = runner.advance(run.id)
+        assert final.state == "done", final
+    elapsed = time.perf_counter() - start
+    assert adapter.calls == 3 * runs
+    return 3 * runs / elapsed
+
+
+def _measure(
+    section: Section, label: str, url: str, runs: int, seconds: float, target: bool, rounds: int
+) -> None:
+    """Alternate ceiling and workload ``rounds`` times; report the median of each and of the
+    per-round ratios, so load that comes and goes on the machine hits both alike."""
+    store = Store(url)
+    ceilings, steps, ratios = [], [], []
+    try:
+        for _ in range(rounds):
+            ceiling = commit_rate(store, seconds) / COMMITS_PER_STEP
+            rate = step_rate(store, runs)
+            ceilings.append(ceiling)
+            steps.append(rate)
+            ratios.append(rate / ceiling)
+    finally:
+        store.close()
+    ratio = statistics.median(ratios)
+    row = Row(
+        f"{label}: durable effect steps/s (ceiling = commits/s ÷ {COMMITS_PER_STEP}; "
+        f"median of {rounds} rounds, median ratio {ratio:.2f})",
+        statistics.median(steps),
+        "steps/s",
+        statistics.median(ceilings),
+        f">= {TARGET_RATIO:.0%} of ceiling" if target else "",
+        ratio >= TARGET_RATIO if target else None,
+    )
+    section.rows.append(row)
+
+
+def run(quick: bool = False) -> Section:
+    section = Section(
+        "Durable effect steps per second",
+        __doc__.strip().splitlines()[0] if __doc__ else "",
+        baseline_name="ceiling",
+    )
+    runs = 100 if quick else 300
+    seconds = 1.0 if quick else 3.0
+    rounds = 3 if quick else 5
+    with tempfile.TemporaryDirectory() as tmp:
+        _measure(
+            section,
+            "SQLite (WAL, synchronous FULL)",
+            f"sqlite:///{Path(tmp) / 'b.db'}",
+            runs,
+            seconds,
+            target=True,
+            rounds=rounds,
+        )
+    try:
+        probe = Store(PG_URL)
+        with probe.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        probe.close()
+    except Exception as exc:  # report it; the SQLite figures still stand
+        section.rows.append(Row(f"PostgreSQL: not measured ({str(exc)[:60]})", float("nan"), ""))
+        return section
+    _measure(section, "PostgreSQL", PG_URL, runs, seconds, target=False, rounds=rounds)
+    return section
