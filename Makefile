@@ -13,9 +13,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The refund of ticket T-90104: approved by an agent; the provider's reply is lost after it made
+# the refund; Ratchet reconciles instead of calling again: one refund, one call.
+DEMO_HOME := .ratchet/demo
 demo: $(STAMP)
 	$(BIN)/ratchet validate specs/*.yaml
 	$(BIN)/ratchet table specs/refund.yaml
+	RATCHET_HOME=$(DEMO_HOME) $(BIN)/ratchet reset --all
+	RATCHET_HOME=$(DEMO_HOME) $(BIN)/ratchet run specs/refund.yaml --example T-90104
+	RATCHET_HOME=$(DEMO_HOME) $(BIN)/ratchet approve T-90104 --as agent-7 --role agent
+	RATCHET_HOME=$(DEMO_HOME) $(BIN)/ratchet trace T-90104
+	RATCHET_HOME=$(DEMO_HOME) $(BIN)/ratchet effects
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

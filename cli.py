@@ -62,6 +62,8 @@ def cli() -> None:
       ratchet run specs/refund.yaml --example T-90104   run a workflow
       ratchet trace RUN                 what happened, event by event
 
+    RUN is a run ID (run_...) or, when only one run has it, a business key such as T-90104.
+
     The store is SQLite at .ratchet/ratchet.db (set RATCHET_HOME to move it, or --db /
     RATCHET_DB to use PostgreSQL: postgresql+psycopg://USER@HOST/DB). The practice world,
     which stands in for payment, warehouse and travel providers, is .ratchet/practice.db.
@@ -356,6 +358,7 @@ def _decide(
     as_json: bool,
 ) -> None:
     _, _, runner = _session(db, interrupt)
+    run_id = runner.store.resolve(run_id).id
     result = decide(runner, run_id, decision, actor, role, reason)
     moved = runner.advance(run_id) if result.changed else result.run
     summary = _summary(runner, moved)
@@ -408,7 +411,7 @@ def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) ->
     so (exit status 4).
     """
     _, _, runner = _session(db, interrupt)
-    moved = runner.advance(run_id)
+    moved = runner.advance(runner.store.resolve(run_id).id)
     _show(_summary(runner, moved), as_json)
 
 
@@ -456,8 +459,8 @@ def trace(run_id: str, db: str | None, as_json: bool) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
     store = Store(db)
-    found = store.get_run(run_id)
-    history = store.history(run_id)
+    found = store.resolve(run_id)
+    history = store.history(found.id)
     if as_json:
         _emit_json(
             {

@@ -487,6 +487,19 @@ class Store:
             raise RunNotFound(f"no run {run_id!r}")
         return RunRecord(**row._mapping)
 
+    def resolve(self, reference: str) -> RunRecord:
+        """The run named by its ID, or by its business key when only one run has it."""
+        if reference.startswith("run_"):
+            return self.get_run(reference)
+        with self._read() as conn:
+            rows = conn.execute(select(runs).where(runs.c.business_key == reference)).fetchall()
+        if not rows:
+            raise RunNotFound(f"no run has the ID or business key {reference!r}")
+        if len(rows) > 1:
+            ids = ", ".join(f"{r.id} ({r.workflow})" for r in rows)
+            raise RunNotFound(f"several runs have the business key {reference!r}: {ids}")
+        return RunRecord(**rows[0]._mapping)
+
     def find_run(self, workflow: str, business_key: str) -> RunRecord | None:
         with self._read() as conn:
             return self._find(conn, workflow, business_key)
