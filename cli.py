@@ -507,12 +507,16 @@ def effects(as_json: bool) -> None:
     help="Also delete every run in the store (not only the practice world).",
 )
 @DB_OPTION
-def reset(everything: bool, db: str | None) -> None:
+@JSON_OPTION
+def reset(everything: bool, db: str | None, as_json: bool) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too."""
     PracticeWorld(home() / "practice.db").reset()
     if everything:
         Store(db).reset()
-    click.echo("practice world reset" + (" and store emptied" if everything else ""), err=True)
+    if as_json:
+        _emit_json({"practice_world": "reset", "store": "emptied" if everything else "kept"})
+    else:
+        click.echo("practice world reset" + (" and store emptied" if everything else ""), err=True)
 
 
 def main(argv: list[str] | None = None) -> None:

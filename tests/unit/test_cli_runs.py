@@ -1,0 +1,137 @@
+"""The run commands of the CLI: run, approve, reject, resume, runs, trace, effects, reset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cli as cli_module
+from tests.conftest import ROOT
+
+REFUND = str(ROOT / "specs" / "refund.yaml")
+RETURNS = str(ROOT / "specs" / "returns.yaml")
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    return tmp_path / "home"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        cli_module.main(list(args))
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    else:
+        code = 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_waits_for_approval_and_shows_the_exact_action(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "run", REFUND, "--example", "T-90104", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert (summary["state"], summary["status"]) == ("proposed", "waiting")
+    request = summary["waiting_for"]
+    assert request["action"] == "request_refund LK-793996 9.95 CAD RFD-LATE"
+    assert request["roles"] == ["agent", "team_lead"]
+
+
+def test_approve_by_business_key_runs_the_refund_once_and_trace_shows_the_reconcile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(capsys, "run", REFUND, "--example", "T-90104")
+    code, out, _ = run(capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent", "--json")
+    assert code == 0
+    assert json.loads(out)["state"] == "refunded"
+    code, out, _ = run(capsys, "trace", "T-90104")
+    assert code == 0
+    assert "reconcile found" in out
+    assert "timeout: the reply was lost" in out
+    code, out, _ = run(capsys, "effects", "--json")
+    changes = json.loads(out)["changes"]
+    assert [c["operation"] for c in changes] == ["refund"]
+
+
+def test_a_disallowed_role_is_refused_with_exit_one_and_no_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(capsys, "run", REFUND, "--example", "T-90104")
+    code, out, err = run(capsys, "approve", "T-90104", "--as", "x", "--role", "intern")
+    assert code == 1
+    assert "may not decide" in err
+    assert "nothing changed" in err
+    assert "Traceback" not in out + err
+
+
+def test_an_unknown_run_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "trace", "run_doesnotexist")
+    assert code == 1
+    assert "no run 'run_doesnotexist'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--example", "T-90104", "--input", "x.json"], "exactly one of"),
+        (["--example", "nope"], "no example 'nope'"),
+        (["--example", "T-90104", "--fault", "request_refund:explode"], "no fault 'explode'"),
+        (["--example", "T-90104", "--fault", "nope:refuse"], "no effect 'nope'"),
+    ],
+)
+def test_run_usage_errors_exit_two(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "x.json").write_text("{}")
+    args = [a if a != "x.json" else str(tmp_path / "x.json") for a in args]
+    code, _, err = run(capsys, "run", REFUND, *args)
+    assert code == 2
+    assert message in err
+
+
+def test_input_that_does_not_fit_the_spec_is_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "input.yaml"
+    bad.write_text("ticket: T-1\norder: LK-1\namount: -5\ncurrency: CAD\nreason: RFD-LATE\n")
+    code, out, err = run(capsys, "run", REFUND, "--input", str(bad))
+    assert code == 1
+    assert "amount" in err
+    code, out, _ = run(capsys, "runs", "--json")
+    assert (code, json.loads(out)) == (0, [])
+
+
+def test_a_fault_from_the_command_line_goes_to_a_person(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(
+        capsys, "run", RETURNS, "--example", "T-90604", "--fault", "create_label:refuse", "--json"
+    )
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["status"] == "needs_person"
+    assert "tell the customer" in summary["operator_action"]
+
+
+def test_the_naive_flag_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "run", REFUND, "--example", "T-90104", "--naive")
+    assert code == 0
+    assert "warning: --naive" in err
+
+
+def test_runs_lists_and_reset_all_empties(capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "run", RETURNS, "--example", "T-90605")
+    assert run(capsys, "runs", "--json")[0] == 0
+    code, out, _ = run(capsys, "runs", "--json")
+    assert (code, [r["business_key"] for r in json.loads(out)]) == (0, ["T-90605/reship"])
+    code, out, _ = run(capsys, "reset", "--all", "--json")
+    assert (code, json.loads(out)) == (0, {"practice_world": "reset", "store": "emptied"})
+    code, out, _ = run(capsys, "runs", "--json")
+    assert (code, json.loads(out)) == (0, [])
