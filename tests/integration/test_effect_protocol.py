@@ -306,3 +306,31 @@ def test_a_one_cent_change_to_the_amount_needs_a_new_approval(
     with pytest.raises(ApprovalError, match="no valid approval"):
         runner.valid_approval(moved, spec, effect, {**approved, "amount": 9.96})
     assert world.changes() == []
+
+
+def test_a_run_resumes_under_the_spec_version_it_started_with(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    run = start(runner, world, "refund", "T-90104")
+    spec, _ = spec_and_text("refund")
+    fresh = make_runner()  # a new process would have no cache either
+    pinned = fresh.spec_of(store.get_run(run.id))
+    assert pinned.digest == spec.digest
+    assert pinned.effects["request_refund"].retry.max_attempts == 3
+    assert store.spec_text(run.spec_digest) == (ROOT / "specs" / "refund.yaml").read_text()
+
+
+def test_the_machine_has_no_auto_transitions_and_picks_rows_by_guard() -> None:
+    from runner.machine import machine_for
+
+    spec, _ = spec_and_text("refund")
+    machine = machine_for(spec)
+    assert machine is machine_for(spec)
+    assert machine.fire("proposed", "to_refunded", {})[0] is None
+    small = {"input": {"amount": 9.95}, "approval": {"role": "agent"}}
+    big = {"input": {"amount": 150.0}, "approval": {"role": "agent"}}
+    row, _ = machine.fire("proposed", "approve", small)
+    assert row is not None
+    assert row.next_state == "refunding"
+    assert machine.fire("proposed", "approve", big)[0] is None
