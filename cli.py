@@ -18,14 +18,15 @@ from typing import Any
 
 import click
 
-from adapters.practice import FAULT_KINDS, PracticeWorld
+from adapters.practice import FAULT_KINDS, PRACTICE_SERVICES, PracticeAdapter, PracticeWorld
 from runner import table as tables
 from runner import trace as traces
 from runner.approvals import decide, pending_request
-from runner.errors import RatchetError, SpecError, VersionConflict
+from runner.errors import RatchetError, SpecError, UsageError, VersionConflict
 from runner.execute import INTERRUPT_POINTS, Runner
 from runner.loader import load_file
 from runner.schema import spec_schema_text
+from runner.spec import Adapter as AdapterSpec
 from runner.store import RunRecord, Store, home
 from runner.validate import Report, load_spec, validate_path
 
@@ -192,9 +193,18 @@ def _session(
 ) -> tuple[Store, PracticeWorld, Runner]:
     store = Store(db)
     world = PracticeWorld(home() / "practice.db")
+
+    def adapter_for(adapter: AdapterSpec) -> PracticeAdapter:
+        if adapter.kind not in PRACTICE_SERVICES:
+            raise UsageError(
+                f"adapter {adapter.name!r} is of kind {adapter.kind!r}, which has no "
+                f"implementation yet; the practice world serves {', '.join(PRACTICE_SERVICES)}"
+            )
+        return world.adapter(adapter.kind)
+
     runner = Runner(
         store,
-        lambda adapter: world.adapter(adapter.kind),
+        adapter_for,
         interrupt=_kill_at(interrupt),
         strategy="naive" if naive else "ratchet",
     )

@@ -35,6 +35,9 @@ from .base import (
     Transient,
 )
 
+#: The services the practice world serves (adapter kinds it stands in for).
+PRACTICE_SERVICES = ("payments", "warehouse", "travel", "noop")
+
 FAULT_KINDS = (
     "timeout_before_write",
     "timeout_after_write",
