@@ -64,6 +64,7 @@ CODES: dict[str, str] = {
     "E514": "a state performs more than one effect",
     "E515": "an effect that needs approval is reached without one",
     "E516": "an idempotency key does not name the effect",
+    "W517": "an idempotency key does not name the business key",
 }
 
 

@@ -129,6 +129,27 @@ def check_idempotency_keys(spec: Spec) -> Iterator[Diagnostic]:
                 f"would get the same operation ID as {effect.name!r} and be skipped as already "
                 "done; add 'effect' to the key",
             )
+        if not _names_the_work(effect, key):
+            yield at(
+                spec,
+                pointer,
+                "W517",
+                f"the key does not name the business key: two runs calling {effect.name!r} with "
+                "equal arguments (two tickets refunding 9.95 on one order) would share one "
+                "operation ID, and the second change would be taken for the first; add "
+                "'business_key' to the key",
+            )
+
+
+def _names_the_work(effect: Effect, key: tuple[str, ...]) -> bool:
+    """Whether the key ties the operation to one piece of work: the business key, an input
+    field, or a receipt of an earlier step (directly or through an argument)."""
+    if any(item == "business_key" or item.startswith(("input.", "receipts.")) for item in key):
+        return True
+    return any(
+        isinstance(value, str) and ("receipts." in value or "business_key" in value)
+        for value in effect.args.values()
+    )
 
 
 def _key_item(spec: Spec, effect: Effect, item: str, pointer: str) -> Iterator[Diagnostic]:
