@@ -157,6 +157,34 @@ def table(spec: str, fmt: str, output: str | None) -> None:
 
 # -- running workflows ------------------------------------------------------------------------
 
+
+def _kill_at(target: str | None) -> Callable[[str, str], None] | None:
+    if target is None:
+        return None
+    point, _, effect = target.partition(":")
+
+    def interrupt(reached: str, reached_effect: str) -> None:
+        if reached == point and effect in ("", reached_effect):
+            click.echo(
+                f"interrupted at {point} of {reached_effect}: the process ends here (SIGKILL)",
+                err=True,
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return interrupt
+
+
+def _check_interrupt(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    point = value.partition(":")[0]
+    if point not in INTERRUPT_POINTS:
+        raise click.BadParameter(f"{point!r} is not one of {', '.join(INTERRUPT_POINTS)}")
+    return value
+
+
 DB_OPTION = click.option(
     "--db",
     envvar="RATCHET_DB",
@@ -166,26 +194,13 @@ DB_OPTION = click.option(
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 INTERRUPT_OPTION = click.option(
     "--interrupt",
-    type=click.Choice(INTERRUPT_POINTS),
-    help="End the process at that point of the first effect call, with no cleanup (SIGKILL), "
-    "to practise recovery: before-write (call recorded, not sent), after-write (the provider "
-    "made the change, the reply is lost), after-receipt (receipt stored). Resume with "
+    metavar="POINT[:EFFECT]",
+    callback=_check_interrupt,
+    help="End the process at POINT of the next call (of EFFECT, if given), with no cleanup "
+    "(SIGKILL), to practise recovery: before-write (call recorded, not sent), after-write (the "
+    "provider made the change, the reply is lost), after-receipt (receipt stored). Then "
     "'ratchet resume RUN'.",
 )
-
-
-def _kill_at(point: str | None) -> Callable[[str], None] | None:
-    if point is None:
-        return None
-
-    def interrupt(reached: str) -> None:
-        if reached == point:
-            click.echo(f"interrupted at {point}: the process ends here (SIGKILL)", err=True)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return interrupt
 
 
 def _session(
@@ -499,7 +514,8 @@ def effects(as_json: bool) -> None:
         click.echo("no changes in the practice database", err=True)
     for c in changes:
         args = " ".join(str(v) for v in c.args.values())
-        result = next((v for k, v in c.result.items() if k.endswith("_id")), "")
+        ids = [v for k, v in c.result.items() if k.endswith("_id")]
+        result = next((v for v in ids if v not in c.args.values()), ids[0] if ids else "")
         click.echo(
             f"#{c.seq:<3} {c.service:<9} {c.operation:<12} {args:<40} -> {result}"
             f"  op {c.operation_id[:12]}"

@@ -163,6 +163,6 @@ def decide(
         reason=reason,
         expires_at=expires_at,
     )
-    moved = runner._move(run, spec, decision, change, ctx)
+    moved = runner.move(run, spec, decision, change, ctx)
     verb = "approved" if decision == "approve" else "rejected"
     return Decision(moved, True, f"{actor} {verb} {request.action}")

@@ -21,42 +21,31 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import jsonschema
 
 from adapters.base import (
     Adapter,
-    Ambiguous,
-    Call,
-    Done,
-    Found,
-    LookupFailed,
-    NotFound,
-    Outcome,
-    Refused,
-    Transient,
 )
 
 from .clock import Clock, SystemClock
+from .effects import CompensationStep, EffectStep
 from .errors import ApprovalError, RunError
 from .expressions import compile_expression
 from .identity import (
     approval_digest,
     describe_action,
-    evaluate_args,
-    operation_id,
-    sha256,
 )
 from .machine import machine_for
 from .spec import Adapter as AdapterSpec
-from .spec import Effect, Row, Spec, State
+from .spec import Effect, Spec, State
 from .store import ApprovalRecord, Change, OperationRecord, RunRecord, Store
+from .timers import Timers
 from .validate import load_spec_text
 
 AdapterFactory = Callable[[AdapterSpec], Adapter]
-Interrupt = Callable[[str], None]
+Interrupt = Callable[[str, str], None]
 Strategy = Literal["ratchet", "naive"]
 
 #: Points at which ``--interrupt`` ends the process (as SIGKILL would).
@@ -78,21 +67,6 @@ def status_of(state: State) -> str:
     return _STATUS[state.kind]
 
 
-@dataclass
-class _Step:
-    """What happened since the last commit, to be written with the next one."""
-
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    def note(self, kind: str, **data: Any) -> None:
-        self.events.append((kind, data))
-
-    def flush_into(self, change: Change) -> Change:
-        change.events[:0] = self.events
-        self.events = []
-        return change
-
-
 class Runner:
     """Runs workflows against a store and adapters."""
 
@@ -105,6 +79,7 @@ class Runner:
         interrupt: Interrupt | None = None,
         strategy: Strategy = "ratchet",
         rng: random.Random | None = None,
+        inline_wait: float = 5.0,
     ) -> None:
         self.store = store
         self._adapter_factory = adapters
@@ -114,6 +89,8 @@ class Runner:
         self.strategy: Strategy = strategy
         self._rng = rng or random.Random()
         self._specs: dict[str, Spec] = {}
+        self.inline_wait = inline_wait
+        self.timers = Timers(self)
 
     # -- specs and context ------------------------------------------------------------------
 
@@ -154,7 +131,12 @@ class Runner:
     def start(self, spec: Spec, text: str, input: dict[str, Any]) -> tuple[RunRecord, bool]:
         """Start a run of ``spec`` (whose exact text is ``text``), or find the one that already
         exists for the same business key. Returns ``(run, created)``."""
-        problems = sorted(jsonschema.Draft7Validator(spec.input_schema).iter_errors(input), key=str)
+        try:
+            problems = sorted(
+                jsonschema.Draft7Validator(spec.input_schema).iter_errors(input), key=str
+            )
+        except Exception as exc:  # a $ref that cannot be resolved
+            raise RunError(f"the spec's input schema cannot be applied: {exc}") from None
         if problems:
             where = "/".join(str(p) for p in problems[0].absolute_path) or "input"
             raise RunError(f"the input does not fit the spec: {where}: {problems[0].message}")
@@ -167,15 +149,39 @@ class Runner:
                 spec.digest, spec.name, spec.spec_version, str(spec.policy_version), text, now
             )
             self._specs[spec.digest] = spec
-        return self.store.create_run(
-            f"run_{uuid.uuid4().hex[:16]}",
+        run_id = f"run_{uuid.uuid4().hex[:16]}"
+        first = spec.states[spec.start]
+        draft = RunRecord(
+            run_id,
             spec.name,
             spec.digest,
             str(key),
-            spec.start,
-            status_of(spec.states[spec.start]),
+            first.name,
+            status_of(first),
+            1,
+            input,
+            {},
+            now,
+            now,
+        )
+        context: dict[str, Any] = {}
+        first_events: list[tuple[str, dict[str, Any]]] = []
+        if first.kind in ("pause", "wait"):
+            pause = self.timers.pause_record(draft, spec, first, now)
+            context["pause"] = pause
+            first_events.append(("paused", pause))
+        return self.store.create_run(
+            run_id,
+            spec.name,
+            spec.digest,
+            str(key),
+            first.name,
+            status_of(first),
             input,
             now,
+            context=context,
+            new_timers=self.timers.arm(draft, spec, first, now),
+            first_events=first_events,
         )
 
     def advance(self, run_id: str, max_steps: int = 10_000) -> RunRecord:
@@ -190,18 +196,64 @@ class Runner:
 
     def step(self, run: RunRecord) -> RunRecord | None:
         """Take one step; None when there is nothing the runner can do now."""
+        if run.status not in ("running",):
+            return None
+        wake = run.context.get("wake_at")
+        if (
+            wake is not None
+            and wake > self.clock.now()
+            and not self.wait_inline(wake - self.clock.now())
+        ):
+            return None
         spec = self.spec_of(run)
         state = spec.states[run.state]
-        if run.status == "needs_person" or state.kind != "step":
+        if state.kind == "compensate":
+            return self._compensate(run, spec)
+        if state.kind != "step":
             return None
         effect = spec.effect_of(state.name)
         if effect is None:
-            return self._move(run, spec, "next", Change(run.id, run.version, self.clock.now(), run))
+            return self.move(run, spec, "next", Change(run.id, run.version, self.clock.now(), run))
         return EffectStep(self, run, spec, effect).perform()
+
+    def _compensate(self, run: RunRecord, spec: Spec) -> RunRecord:
+        """Undo the completed forward effects, newest first, one compensation per step."""
+        operations = self.store.operations(run.id)
+        undo = {op.compensates: op for op in operations if op.role == "compensation"}
+        noted = set(run.context.get("skipped_undo", []))
+        for forward_id in reversed(run.context.get("completed", [])):
+            registered = undo.get(forward_id)
+            if registered is None:
+                if forward_id in noted:
+                    continue
+                forward = next(op for op in operations if op.operation_id == forward_id)
+                change = Change(run.id, run.version, self.clock.now(), run)
+                change.context = {**run.context, "skipped_undo": [*noted, forward_id]}
+                change.event(
+                    "compensation_skipped",
+                    operation_id=forward_id,
+                    effect=forward.effect,
+                    reason=self._no_undo_reason(spec, forward.effect),
+                )
+                return self.store.commit(change)
+            if registered.status == "done":
+                continue
+            return CompensationStep(self, run, spec, registered).perform()
+        change = Change(run.id, run.version, self.clock.now(), run)
+        change.event("compensated", undone=len(run.context.get("undone", [])))
+        return self.move(run, spec, "ok", change)
+
+    @staticmethod
+    def _no_undo_reason(spec: Spec, effect: str) -> str:
+        for row in spec.transitions:
+            if row.external_effect == effect and row.compensation is not None:
+                comp = row.compensation
+                return f"{comp.kind}: {comp.reason}" if comp.reason else comp.kind
+        return "no compensation declared"
 
     # -- moving -----------------------------------------------------------------------------
 
-    def _move(
+    def move(
         self,
         run: RunRecord,
         spec: Spec,
@@ -231,17 +283,48 @@ class Runner:
         if target.kind == "operator_queue":
             action = row.operator_action or target.operator_action
             change.event("queued", queue=target.name, operator_action=action)
+        self.timers.on_move(run, spec, target, change)
         return self.store.commit(change)
 
-    def interrupt(self, point: str) -> None:
+    def interrupt(self, point: str, effect: str) -> None:
         if self._interrupt is not None:
-            self._interrupt(point)
+            self._interrupt(point, effect)
 
     def backoff(self, effect: Effect, attempt: int) -> float:
         """Capped exponential backoff with full jitter before attempt ``attempt + 1``."""
         retry = effect.retry
         cap = min(retry.max_backoff, retry.initial_backoff * retry.multiplier ** (attempt - 1))
         return cap if retry.jitter == "none" else self._rng.uniform(0, cap)
+
+    def wait_inline(self, seconds: float) -> bool:
+        """Sleep ``seconds`` here if that is short enough; otherwise leave it to a timer."""
+        if seconds > self.inline_wait:
+            return False
+        self.clock.sleep(seconds)
+        return True
+
+    # -- budgets ----------------------------------------------------------------------------
+
+    def max_attempts(self, run: RunRecord, effect: Effect, op: OperationRecord) -> int:
+        """The effect's attempts, plus any an operator granted to this operation."""
+        granted = int(run.context.get("grants", {}).get(op.operation_id, 0))
+        return effect.retry.max_attempts + granted
+
+    def run_budget_spent(self, run: RunRecord, spec: Spec, effect: Effect) -> bool:
+        used = run.context.get("budget_used", {})
+        budget = spec.budget
+        if budget.max_attempts is not None and used.get("attempts", 0) >= budget.max_attempts:
+            return True
+        cost = effect.cost or 0.0
+        return budget.max_cost is not None and used.get("cost", 0.0) + cost > budget.max_cost
+
+    def count_attempt(self, run: RunRecord, spec: Spec, effect: Effect, change: Change) -> None:
+        """Count one call against the run's budget, in the change that records the attempt."""
+        base = change.context if change.context is not None else run.context
+        used = dict(base.get("budget_used", {}))
+        used["attempts"] = int(used.get("attempts", 0)) + 1
+        used["cost"] = round(float(used.get("cost", 0.0)) + (effect.cost or 0.0), 6)
+        change.context = {**base, "budget_used": used}
 
     # -- approvals --------------------------------------------------------------------------
 
@@ -269,191 +352,3 @@ class Runner:
             f"{describe_action(effect, args)} has no valid approval (digest {digest[:12]}): "
             "nothing was executed"
         )
-
-
-class EffectStep:
-    """One attempt at a state's effect, by the protocol in this module's docstring."""
-
-    def __init__(self, runner: Runner, run: RunRecord, spec: Spec, effect: Effect) -> None:
-        self.runner = runner
-        self.run = run
-        self.spec = spec
-        self.effect = effect
-        self.row: Row = next(
-            r for r in spec.rows_from(run.state) if r.external_effect == effect.name
-        )
-        self.ctx = runner.context(run, spec)
-        self.args = evaluate_args(effect, self.ctx)
-        self.log = _Step()
-        self.adapter = runner.adapter(spec, effect.adapter)
-        self.naive = runner.strategy == "naive"
-        stable = operation_id(spec, self.row, effect, self.args, self.ctx)
-        self.operation_id = sha256([stable, uuid.uuid4().hex]) if self.naive else stable
-
-    def _change(self) -> Change:
-        return self.log.flush_into(
-            Change(self.run.id, self.run.version, self.runner.clock.now(), self.run)
-        )
-
-    def perform(self) -> RunRecord:
-        op = self.runner.store.operation(self.operation_id)
-        if op is None:
-            return self._begin()
-        if op.status == "done":
-            self.log.note("skipped", operation_id=op.operation_id, reason="already done")
-            return self._finish(op, op.receipt or {}, via="store")
-        if op.status == "refused":
-            return self._outcome(op, "refused", op.last_error or "refused")
-        if op.attempts > 0 and not self.naive:
-            self.log.note("resumed", operation_id=op.operation_id, attempts=op.attempts)
-            reconciled = self._reconcile(op)
-            if reconciled is not None:
-                return reconciled
-        return self._attempts(op)
-
-    def _new_operation(self, change: Change, attempts: int) -> OperationRecord:
-        """Add the write-ahead record of this operation to ``change``; return it as stored."""
-        fields: dict[str, Any] = {
-            "operation_id": self.operation_id,
-            "effect": self.effect.name,
-            "role": "forward",
-            "args": self.args,
-            "fingerprint": sha256(self.args),
-            "status": "pending",
-            "attempts": attempts,
-        }
-        change.new_operations.append(fields)
-        change.event("call", operation_id=self.operation_id, attempt=attempts)
-        return OperationRecord(
-            run_id=self.run.id,
-            receipt=None,
-            last_error=None,
-            compensates=None,
-            created_at=change.at,
-            updated_at=change.at,
-            **fields,
-        )
-
-    def _begin(self) -> RunRecord:
-        change = self._change()
-        if self.effect.approval is not None:
-            approval = self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
-            change.consume_approvals.append(approval.id)
-        change.event(
-            "pending",
-            operation_id=self.operation_id,
-            effect=self.effect.name,
-            action=describe_action(self.effect, self.args),
-            strategy=self.runner.strategy,
-        )
-        op = self._new_operation(change, attempts=1)
-        self.run = self.runner.store.commit(change)
-        return self._call(op)
-
-    def _attempts(self, op: OperationRecord) -> RunRecord:
-        if op.attempts >= self.effect.retry.max_attempts:
-            return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
-        if self.naive:  # a new name for every attempt: the bug this demonstrates
-            fresh_name = EffectStep(self.runner, self.run, self.spec, self.effect)
-            fresh_name.log = self.log
-            return fresh_name._begin_naive(op)
-        change = self._change()
-        change.operation_updates.append((op.operation_id, {"attempts": op.attempts + 1}))
-        change.event("call", operation_id=op.operation_id, attempt=op.attempts + 1)
-        self.run = self.runner.store.commit(change)
-        return self._call(replace(op, attempts=op.attempts + 1))
-
-    def _begin_naive(self, previous: OperationRecord) -> RunRecord:
-        change = self._change()
-        change.operation_updates.append((previous.operation_id, {"status": "abandoned"}))
-        op = self._new_operation(change, attempts=previous.attempts + 1)
-        self.run = self.runner.store.commit(change)
-        return self._call(op)
-
-    def _call(self, op: OperationRecord) -> RunRecord:
-        request = Call(
-            operation=self.effect.operation,
-            operation_id=op.operation_id,
-            args=self.args,
-            effect=self.effect.name,
-            timeout=self.effect.timeout,
-            attempt=op.attempts,
-        )
-        self.runner.interrupt("before-write")
-        try:
-            outcome: Outcome = self.adapter.call(request)
-        except Exception as exc:  # an adapter bug or a raw network error: outcome unknown
-            outcome = Ambiguous(f"adapter raised {type(exc).__name__}: {exc}")
-        self.runner.interrupt("after-write")
-        if isinstance(outcome, Done) and not outcome.receipt.get(self.row.receipt or ""):
-            outcome = Ambiguous(f"malformed reply: no {self.row.receipt!r} in it")
-        if isinstance(outcome, Done):
-            return self._finish(op, outcome.receipt, via="reply")
-        if isinstance(outcome, Refused):
-            return self._outcome(op, "refused", outcome.reason, outcome.evidence)
-        if isinstance(outcome, Transient):
-            self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
-            return self._retry(op)
-        self.log.note("timeout", operation_id=op.operation_id, reason=outcome.reason)
-        if self.naive:
-            return self._retry(op)
-        reconciled = self._reconcile(op)
-        return reconciled if reconciled is not None else self._retry(op)
-
-    def _retry(self, op: OperationRecord) -> RunRecord:
-        if op.attempts < self.effect.retry.max_attempts:
-            delay = self.runner.backoff(self.effect, op.attempts)
-            self.log.note("backoff", seconds=round(delay, 3), next_attempt=op.attempts + 1)
-            self.runner.clock.sleep(delay)
-        return self._attempts(op)
-
-    def _reconcile(self, op: OperationRecord) -> RunRecord | None:
-        """Ask the provider about the operation ID. A record found finishes the step; none found
-        returns None (a same-ID retry is safe); a failed lookup leaves the outcome unknown."""
-        if self.effect.reconcile is None:
-            self.log.note("reconcile_impossible", operation_id=op.operation_id)
-            return self._outcome(op, "unknown", "no reconcile lookup for this effect")
-        try:
-            found = self.adapter.lookup(self.effect.reconcile, op.operation_id, self.effect.name)
-        except Exception as exc:
-            found = LookupFailed(f"lookup raised {type(exc).__name__}: {exc}")
-        if isinstance(found, Found):
-            self.log.note("reconcile_found", operation_id=op.operation_id)
-            return self._finish(op, found.receipt, via="reconcile")
-        if isinstance(found, NotFound):
-            self.log.note("reconcile_not_found", operation_id=op.operation_id)
-            return None
-        self.log.note("reconcile_failed", operation_id=op.operation_id, reason=found.reason)
-        return self._outcome(op, "unknown", found.reason)
-
-    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
-        change = self._change()
-        if op.status != "done":
-            change.operation_updates.append(
-                (op.operation_id, {"status": "done", "receipt": receipt})
-            )
-        receipts = dict(self.run.context.get("receipts", {}))
-        receipts[self.effect.name] = receipt
-        change.context = {**self.run.context, "receipts": receipts}
-        change.event(
-            "done",
-            operation_id=op.operation_id,
-            via=via,
-            receipt={self.row.receipt or "receipt": receipt.get(self.row.receipt or "")},
-        )
-        ctx = self.runner.context(self.run, self.spec, receipts=receipts)
-        moved = self.runner._move(self.run, self.spec, "ok", change, ctx)
-        self.runner.interrupt("after-receipt")
-        return moved
-
-    def _outcome(
-        self,
-        op: OperationRecord,
-        event: str,
-        reason: str,
-        evidence: dict[str, Any] | None = None,
-    ) -> RunRecord:
-        change = self._change()
-        change.operation_updates.append((op.operation_id, {"status": event, "last_error": reason}))
-        change.event(event, operation_id=op.operation_id, reason=reason, evidence=evidence or {})
-        return self.runner._move(self.run, self.spec, event, change, self.ctx)

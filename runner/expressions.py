@@ -160,43 +160,63 @@ def _to_json(value: Any) -> Any:
 
 
 def _dotted(node: Any) -> list[str] | None:
-    """``input.a.b`` as ``['input', 'a', 'b']``; None when the node is not a plain name path."""
-    if isinstance(node, Tree):
+    """``input.a.b`` as ``['input', 'a', 'b']``; None when the node is not a plain name path.
+    Iterative, like :func:`_walk`: a guard of a thousand parentheses must not overflow."""
+    suffix: list[str] = []
+    while isinstance(node, Tree):
         if node.data == "ident" and node.children:
-            return [str(node.children[0])]
+            return [str(node.children[0]), *reversed(suffix)]
         if len(node.children) == 1 and isinstance(node.children[0], Tree):
-            return _dotted(node.children[0])
-        if node.data == "member_dot" and len(node.children) == 2:
-            base = _dotted(node.children[0])
-            return None if base is None else [*base, str(node.children[1])]
+            node = node.children[0]
+        elif node.data == "member_dot" and len(node.children) == 2:
+            suffix.append(str(node.children[1]))
+            node = node.children[0]
+        else:
+            return None
     return None
 
 
-def _walk(node: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """Yield ``("path", parts)`` for every name path and ``("call", (name,))`` for calls."""
-    if not isinstance(node, Tree):
-        return
-    if node.data == "member_dot":
-        path = _dotted(node)
-        if path is not None:
-            yield "path", tuple(path)
-            return
-    elif node.data == "ident" and node.children:
-        yield "path", (str(node.children[0]),)
-        return
-    elif node.data == "ident_arg" and node.children:
-        yield "call", (str(node.children[0]),)
-    elif node.data == "member_dot_arg" and len(node.children) >= 2:
-        method = str(node.children[1])
-        if method in MACROS and len(node.children) > 2:
-            args = node.children[2].children if isinstance(node.children[2], Tree) else []
-            if args:
-                loop = _dotted(args[0])
-                if loop is not None and len(loop) == 1:
-                    bound.add(loop[0])
-    for child in node.children:
-        if not isinstance(child, Token):
-            yield from _walk(child, bound)
+def _walk(root: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """Yield ``("path", parts)`` for every name path and ``("call", (name,))`` for calls, in
+    source order, without recursion."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, Tree):
+            continue
+        if node.data == "member_dot":
+            path = _dotted(node)
+            if path is not None:
+                yield "path", tuple(path)
+                continue
+        elif node.data == "ident" and node.children:
+            yield "path", (str(node.children[0]),)
+            continue
+        elif node.data == "ident_arg" and node.children:
+            yield "call", (str(node.children[0]),)
+        elif node.data == "member_dot_arg" and len(node.children) >= 2:
+            method = str(node.children[1])
+            if method in MACROS and len(node.children) > 2:
+                args = node.children[2].children if isinstance(node.children[2], Tree) else []
+                if args:
+                    loop = _dotted(args[0])
+                    if loop is not None and len(loop) == 1:
+                        bound.add(loop[0])
+        stack.extend(child for child in reversed(node.children) if not isinstance(child, Token))
+
+
+#: Deepest parse tree accepted (about ten levels per parenthesis): evaluation recurses per level.
+MAX_TREE_DEPTH = 300
+
+
+def _depth(root: Any) -> int:
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, Tree):
+            stack.extend((child, depth + 1) for child in node.children)
+    return deepest
 
 
 @lru_cache(maxsize=4096)
@@ -219,6 +239,12 @@ def compile_expression(source: str) -> Expression:
         ) from None
     except Exception as exc:  # celpy raises a few other types on odd input
         raise ExpressionError("E305", f"{source!r} is not a valid CEL expression: {exc}") from None
+    if _depth(tree) > MAX_TREE_DEPTH:
+        raise ExpressionError(
+            "E305",
+            f"{source[:60]!r}... nests too deeply to evaluate safely (more than about "
+            f"{MAX_TREE_DEPTH // 10} levels of parentheses); simplify it",
+        )
     bound: set[str] = set()
     found = list(_walk(tree, bound))
     paths = tuple(parts for kind, parts in found if kind == "path" and parts[0] not in bound)

@@ -193,6 +193,8 @@ def _expression(spec: Spec, scope: Scope, source: str, pointer: str) -> Iterator
         check(source, scope)
     except ExpressionError as exc:
         hint = _EXPRESSION_HINTS.get(exc.code, "; name one of those, or declare it first")
+        if "simplify it" in str(exc):
+            hint = ""
         message = str(exc).removesuffix(f": {source}")  # the parser echoes the source
         yield at(spec, pointer, exc.code, f"{message}{hint}")
 
@@ -216,6 +218,10 @@ def check_expressions(spec: Spec) -> Iterator[Diagnostic]:
 _JSON_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 
 
+def _brief(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160]
+
+
 def check_input_schema(spec: Spec) -> Iterator[Diagnostic]:
     try:
         Draft7Validator.check_schema(spec.input_schema)
@@ -230,7 +236,18 @@ def check_input_schema(spec: Spec) -> Iterator[Diagnostic]:
         return
     validator = Draft7Validator(spec.input_schema)
     for example in spec.examples.values():
-        for error in validator.iter_errors(example.input):
+        try:
+            errors = list(validator.iter_errors(example.input))
+        except Exception as exc:  # a $ref that points nowhere, or elsewhere
+            yield at(
+                spec,
+                "/input",
+                "E205",
+                f"the input schema cannot be applied: {_brief(exc)}; a $ref must point inside "
+                "the input schema (e.g. '#/definitions/NAME')",
+            )
+            return
+        for error in errors:
             where = "".join(f"/{p}" for p in error.absolute_path)
             yield at(
                 spec,

@@ -6,7 +6,8 @@ cannot overflow the stack) and composes plain ``dict``/``list``/``str``/``int``/
 ``bool``/``None`` values itself. It rejects, each with a located code:
 
 * files over :data:`MAX_BYTES` (E102) and text that is not UTF-8 (E101);
-* anchors and aliases (E105) — an alias bomb of a few hundred bytes expands to billions of nodes;
+* anchors and aliases (E105) — an alias bomb of a few hundred bytes expands to billions of nodes —
+  and ``<<`` merge keys (E105), which YAML 1.1 readers merge and YAML 1.2 readers keep as a key;
 * tags (E107) — no ``!!python/object/apply``, no custom constructors, nothing that runs code;
 * duplicate keys (E106) — PyYAML would silently keep the last one;
 * nesting deeper than :data:`MAX_DEPTH` (E103) and numbers longer than :data:`MAX_NUMBER_CHARS`
@@ -45,6 +46,9 @@ _INT_HEX = re.compile(r"^0x[0-9a-fA-F]+$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 
 Position = tuple[int, int]
+
+#: What YAML counts as a line break (for positions the parser does not give as marks).
+_LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 
 
 def escape_pointer_part(part: str | int) -> str:
@@ -89,6 +93,17 @@ def _position(event: Any) -> Position:
     return (mark.line + 1, mark.column + 1)
 
 
+def _end_position(text: str) -> Position:
+    """Where ``text`` ends, as YAML counts lines."""
+    rows = _LINE_BREAK.split(text)
+    return (len(rows), len(rows[-1]) + 1)
+
+
+def _offset_position(text: str, offset: int) -> Position:
+    """The 1-based (line, column) of character ``offset`` in ``text``."""
+    return (text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
 def _scalar(file: str, event: Any, pointer: str) -> Any:
     value: str = event.value
     if event.style:  # quoted or block scalars are always strings (plain: None, or "" in libyaml)
@@ -122,6 +137,13 @@ def load_text(text: str | bytes, file: str = "<string>") -> Document:
         if len(text) > MAX_BYTES:
             raise _fail(file, (1, 1), "E102", f"{len(text):,} bytes (at most {MAX_BYTES:,})")
         raw = text
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise _fail(
+                file,
+                (1, 1),
+                "E101",
+                "the file is UTF-16 (it starts with a byte-order mark); save it as UTF-8",
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -130,8 +152,18 @@ def load_text(text: str | bytes, file: str = "<string>") -> Document:
             raise _fail(
                 file, (line, column), "E101", f"byte 0x{raw[exc.start]:02x} is not UTF-8"
             ) from None
-    elif len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise _fail(file, (1, 1), "E102", f"more than {MAX_BYTES:,} bytes")
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 file can hold it
+            raise _fail(
+                file,
+                _offset_position(text, exc.start),
+                "E101",
+                f"character U+{ord(text[exc.start]):04X} (a lone surrogate) is not UTF-8 text",
+            ) from None
+        if size > MAX_BYTES:
+            raise _fail(file, (1, 1), "E102", f"{size:,} bytes (at most {MAX_BYTES:,})")
     text = text.removeprefix("\ufeff")
     try:
         return _compose(file, text)
@@ -141,13 +173,49 @@ def load_text(text: str | bytes, file: str = "<string>") -> Document:
         raise _fail(file, (1, 1), "E103", f"nesting deeper than {MAX_DEPTH}") from None
 
 
+#: Parser contexts that name something opened and never closed, by what a person calls it.
+_OPENERS = {
+    "while scanning a quoted scalar": "quoted string",
+    "while parsing a flow mapping": "flow mapping '{'",
+    "while parsing a flow sequence": "flow sequence '['",
+}
+
+
 def _syntax_error(file: str, text: str, exc: yaml.YAMLError) -> SpecError:
+    if isinstance(exc, yaml.reader.ReaderError):
+        # A character YAML forbids (NUL, other control characters). The error carries an offset
+        # (characters for PyYAML, bytes for libyaml), not a mark: the first occurrence of the
+        # character is the one the reader stopped at.
+        offset = text.find(chr(exc.character)) if isinstance(exc.character, int) else -1
+        where = _offset_position(text, offset) if offset >= 0 else (1, 1)
+        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else "a character"
+        return _fail(file, where, "E104", f"unacceptable character {what}: {exc.reason}")
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     position = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     problem = str(getattr(exc, "problem", None) or exc)
     context = getattr(exc, "context", None)
     if "nesting depth" in problem:  # libyaml's own cap, reached before ours on flow collections
         return _fail(file, position, "E103", f"nesting deeper than {MAX_DEPTH}")
+    # The parsers may place a problem at the end of the stream one line past the text's end.
+    end = _end_position(text)
+    opened = getattr(exc, "context_mark", None)
+    if opened is not None and mark is not None and opened.line < mark.line:
+        if context in _OPENERS:
+            # Unclosed: the parser notices lines later (often at the end of the file); point at
+            # the opening instead, where the fix goes.
+            ends = position >= end or "end of stream" in problem
+            found = "the file ends first" if ends else f"{problem} at line {position[0]}"
+            found = " ".join(found.split())
+            return _fail(
+                file,
+                (opened.line + 1, opened.column + 1),
+                "E104",
+                f"the {_OPENERS[context]} that starts here is never closed ({found})",
+            )
+        if context == "while scanning a simple key":
+            # A line that is not `key: value`: the parser gives up only on a later line.
+            position = (opened.line + 1, opened.column + 1)
+    position = min(position, end)
     message = f"{problem} ({context})" if context else problem
     lines = text.splitlines()
     if mark is not None and mark.line < len(lines) and "\t" in lines[mark.line][: mark.column + 1]:
@@ -184,6 +252,7 @@ def _compose(file: str, text: str) -> Document:
     stack: list[_Frame] = []
     documents = 0
     root: Any = None
+    end: Position | None = None
 
     parser = _Parser(text)
     try:
@@ -225,6 +294,16 @@ def _compose(file: str, text: str) -> Document:
                         parent.pointer,
                     )
                 key = event.value
+                if key == "<<" and not event.style:
+                    # A YAML 1.1 merge key: PyYAML and many editors merge the mapping in, the
+                    # YAML 1.2 core schema keeps a key named '<<'. Readers would disagree.
+                    raise _fail(
+                        file,
+                        _position(event),
+                        "E105",
+                        "merge key << (readers disagree on merges; write the values out)",
+                        parent.pointer,
+                    )
                 if key in parent.keys:
                     raise _fail(
                         file,
@@ -245,7 +324,12 @@ def _compose(file: str, text: str) -> Document:
                 pointer = pointer_join(parent.pointer, parent.key)
             else:
                 pointer = pointer_join(parent.pointer, len(parent.container))
-            doc.marks[pointer] = _position(event)
+            position = _position(event)
+            if isinstance(event, yaml.ScalarEvent) and not event.value and not event.style:
+                # An empty node at the end of the stream: libyaml may place it past the text.
+                end = end or _end_position(text)
+                position = min(position, end)
+            doc.marks[pointer] = position
 
             value: Any
             if isinstance(event, yaml.ScalarEvent):

@@ -84,6 +84,19 @@ def _subschema_properties(error: ValidationError) -> list[str]:
     return sorted(props)
 
 
+def _misspelling(error: ValidationError, missing: str) -> str | None:
+    """The unknown field of the same mapping that looks like ``missing`` misspelt, if any (its
+    E201 says "did you mean ...?")."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if schema.get("additionalProperties") is not False or not isinstance(error.instance, dict):
+        return None
+    known = _subschema_properties(error)
+    for key in error.instance:
+        if key not in known and difflib.get_close_matches(str(key), known, n=1) == [missing]:
+            return str(key)
+    return None
+
+
 def _leaf(error: ValidationError) -> ValidationError:
     """For oneOf/anyOf failures, the alternative that came closest."""
     while error.context:
@@ -110,7 +123,16 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         return
     if kind == "required":
         missing = str(error.message).split("'")[1] if "'" in error.message else error.message
-        yield doc.diagnostic(pointer, "E202", f"{where} needs the field {missing!r}")
+        typo = _misspelling(error, missing)
+        if typo is None:
+            yield doc.diagnostic(pointer, "E202", f"{where} needs the field {missing!r}")
+        else:  # at the misspelt key, so that its E201 "did you mean ...?" comes first
+            yield doc.diagnostic(
+                pointer_join(pointer, typo),
+                "E202",
+                f"{where} needs the field {missing!r} (is {typo!r} a misspelling of it?)",
+                key=True,
+            )
         return
     if kind == "type":
         yield doc.diagnostic(

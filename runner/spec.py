@@ -88,6 +88,7 @@ class Effect:
     timeout: float | None
     cost: float | None
     pointer: str = ""
+    receipt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,14 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """Per-run limits across all effects."""
+
+    max_attempts: int | None = None
+    max_cost: float | None = None
+
+
+@dataclass(frozen=True)
 class Example:
     name: str
     input: dict[str, Any]
@@ -182,6 +191,7 @@ class Spec:
     operator_roles: tuple[str, ...] = ()
     examples: dict[str, Example] = field(default_factory=dict)
     on_version_change: str = "pin"
+    budget: Budget = field(default_factory=Budget)
     title: str | None = None
     digest: str = ""
     document: Document | None = field(default=None, repr=False, compare=False)
@@ -267,6 +277,7 @@ def build(doc: Document) -> Spec:
             parse_duration(e.get("timeout")),
             e.get("cost"),
             f"/effects/{name}",
+            e.get("receipt"),
         )
         for name, e in (data.get("effects") or {}).items()
     }
@@ -332,6 +343,10 @@ def build(doc: Document) -> Spec:
         operator_roles=tuple((data.get("operators") or {}).get("roles", ())),
         examples=examples,
         on_version_change=data.get("on_version_change", "pin"),
+        budget=Budget(
+            (data.get("budget") or {}).get("max_attempts"),
+            (data.get("budget") or {}).get("max_cost"),
+        ),
         title=data.get("title"),
         digest=hashlib.sha256(canonical_json(data).encode()).hexdigest(),
         document=doc,

@@ -47,8 +47,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError, SQLAlchemyError
 
 from .errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
 
@@ -56,7 +55,9 @@ DEFAULT_HOME = ".ratchet"
 ENV_DB = "RATCHET_DB"
 ENV_HOME = "RATCHET_HOME"
 
-_JSON = JSON().with_variant(JSONB(), "postgresql")
+# Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
+# ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
+_JSON = JSON()
 metadata = MetaData()
 
 spec_versions = Table(
@@ -84,9 +85,10 @@ runs = Table(
     Column("context", _JSON, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    Column("wake_at", Float),
     UniqueConstraint("workflow", "business_key", name="uq_runs_business_key"),
 )
-Index("ix_runs_status", runs.c.status)
+Index("ix_runs_status", runs.c.status, runs.c.wake_at)
 
 events = Table(
     "events",
@@ -139,6 +141,31 @@ approvals = Table(
 )
 Index("ix_approvals_run", approvals.c.run_id)
 
+timers = Table(
+    "timers",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("state", String(200), nullable=False),
+    Column("event", String(200), nullable=False),
+    Column("due_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("fired_at", Float),
+    Column("outcome", String(20)),
+)
+Index("ix_timers_due", timers.c.fired_at, timers.c.due_at)
+Index("ix_timers_run", timers.c.run_id)
+
+signals = Table(
+    "signals",
+    metadata,
+    Column("signal_id", String(200), primary_key=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("event", String(200), nullable=False),
+    Column("data", _JSON, nullable=False),
+    Column("received_at", Float, nullable=False),
+)
+
 
 # -- statements, built once (building a statement costs more than running it) ----------------
 
@@ -151,6 +178,7 @@ _CAS_RUN = (
         status=bindparam("n_status"),
         context=bindparam("n_context", type_=_JSON),
         updated_at=bindparam("n_updated_at"),
+        wake_at=bindparam("n_wake_at"),
     )
 )
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
@@ -201,6 +229,7 @@ class RunRecord:
     context: dict[str, Any]
     created_at: float
     updated_at: float
+    wake_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +277,27 @@ class ApprovalRecord:
     consumed_at: float | None
 
 
+@dataclass(frozen=True)
+class TimerRecord:
+    id: int
+    run_id: str
+    state: str
+    event: str
+    due_at: float
+    created_at: float
+    fired_at: float | None
+    outcome: str | None
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    signal_id: str
+    run_id: str
+    event: str
+    data: dict[str, Any]
+    received_at: float
+
+
 @dataclass
 class Change:
     """Everything one move of a run writes, applied atomically by :meth:`Store.commit`."""
@@ -264,6 +314,10 @@ class Change:
     operation_updates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     new_approvals: list[dict[str, Any]] = field(default_factory=list)
     consume_approvals: list[int] = field(default_factory=list)
+    new_timers: list[dict[str, Any]] = field(default_factory=list)
+    cancel_timers_of_state: str | None = None
+    fire_timer: int | None = None
+    new_signals: list[dict[str, Any]] = field(default_factory=list)
 
     def event(self, kind: str, **data: Any) -> Change:
         self.events.append((kind, data))
@@ -280,6 +334,9 @@ class _Dialect:
 
     def engine(self, url: str) -> Engine:
         return create_engine(url)
+
+    def lock_schema(self, conn: Connection) -> None:
+        """Serialise schema creation between processes (SQLite's BEGIN IMMEDIATE already does)."""
 
 
 class _SQLite(_Dialect):
@@ -311,6 +368,11 @@ class _PostgreSQL(_Dialect):
 
     def engine(self, url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True)
+
+    def lock_schema(self, conn: Connection) -> None:
+        # Workers opening a fresh database at once would race to CREATE TABLE (duplicate key
+        # in pg_type); this lock, held until the transaction ends, makes them take turns.
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7523094288207667809)")
 
 
 def _dialect_for(url: str) -> _Dialect:
@@ -361,6 +423,7 @@ class Store:
             self._writer = self.engine.execution_options(ratchet_write=True)
             if create:
                 with self._writer.begin() as conn:
+                    self.dialect.lock_schema(conn)
                     metadata.create_all(conn)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store at {redact(self.url)}: {_why(exc)}") from None
@@ -375,7 +438,7 @@ class Store:
         try:
             with self.engine.connect() as conn:
                 yield conn
-        except OperationalError as exc:
+        except (OperationalError, DataError) as exc:
             raise StoreError(f"the store failed: {_why(exc)}") from None
 
     @contextmanager
@@ -385,7 +448,7 @@ class Store:
                 yield conn
         except IntegrityError:
             raise
-        except OperationalError as exc:
+        except (OperationalError, DataError) as exc:  # DataError: a value it cannot hold
             raise StoreError(f"the store failed: {_why(exc)}") from None
 
     # -- specs ------------------------------------------------------------------------------
@@ -394,21 +457,31 @@ class Store:
         self, digest: str, name: str, spec_version: int, policy_version: str, text: str, at: float
     ) -> None:
         """Record the exact spec text under its digest (once)."""
-        with self._write() as conn:
-            exists = conn.execute(
-                select(spec_versions.c.digest).where(spec_versions.c.digest == digest)
-            ).first()
-            if exists is None:
-                conn.execute(
-                    insert(spec_versions).values(
-                        digest=digest,
-                        name=name,
-                        spec_version=spec_version,
-                        policy_version=str(policy_version),
-                        text=text,
-                        created_at=at,
+        try:
+            with self._write() as conn:
+                exists = conn.execute(
+                    select(spec_versions.c.digest).where(spec_versions.c.digest == digest)
+                ).first()
+                if exists is None:
+                    conn.execute(
+                        insert(spec_versions).values(
+                            digest=digest,
+                            name=name,
+                            spec_version=spec_version,
+                            policy_version=str(policy_version),
+                            text=text,
+                            created_at=at,
+                        )
                     )
-                )
+        except IntegrityError as exc:
+            # Another worker saved the same digest between our look and our insert (PostgreSQL;
+            # SQLite's BEGIN IMMEDIATE serialises the two): that version is recorded, as asked.
+            with self._read() as conn:
+                saved = conn.execute(
+                    select(spec_versions.c.digest).where(spec_versions.c.digest == digest)
+                ).first()
+            if saved is None:
+                raise StoreError(f"cannot save spec version {digest[:12]}: {_why(exc)}") from None
 
     def spec_text(self, digest: str) -> str:
         with self._read() as conn:
@@ -431,6 +504,9 @@ class Store:
         status: str,
         input: dict[str, Any],
         at: float,
+        context: dict[str, Any] | None = None,
+        new_timers: list[dict[str, Any]] | None = None,
+        first_events: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create a run, or return the one that already exists for this business key.
 
@@ -452,20 +528,21 @@ class Store:
                         status=status,
                         version=1,
                         input=input,
-                        context={},
+                        context=context or {},
                         created_at=at,
                         updated_at=at,
                     )
                 )
+                created = [("created", {"state": state, "business_key": business_key})]
                 conn.execute(
-                    insert(events).values(
-                        run_id=run_id,
-                        version=1,
-                        kind="created",
-                        data={"state": state, "business_key": business_key},
-                        at=at,
-                    )
+                    _INSERT_EVENTS,
+                    [
+                        {"run_id": run_id, "version": 1, "kind": kind, "data": data, "at": at}
+                        for kind, data in created + list(first_events or [])
+                    ],
                 )
+                for timer in new_timers or []:
+                    conn.execute(insert(timers).values(run_id=run_id, created_at=at, **timer))
         except IntegrityError:
             with self._read() as conn:
                 found = self._find(conn, workflow, business_key)
@@ -539,6 +616,52 @@ class Store:
             )
             return [ApprovalRecord(**row._mapping) for row in rows]
 
+    # -- timers and signals -----------------------------------------------------------------
+
+    def due_timers(self, now: float, limit: int = 500) -> list[TimerRecord]:
+        """Timers due at ``now`` that have not fired, oldest first."""
+        query = (
+            select(timers)
+            .where(timers.c.fired_at.is_(None), timers.c.due_at <= now)
+            .order_by(timers.c.due_at, timers.c.id)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [TimerRecord(**row._mapping) for row in conn.execute(query)]
+
+    def discard_timer(self, timer_id: int, at: float) -> None:
+        """Mark a timer whose run has left its state as stale (it will never fire)."""
+        with self._write() as conn:
+            conn.execute(
+                update(timers)
+                .where(timers.c.id == timer_id, timers.c.fired_at.is_(None))
+                .values(fired_at=at, outcome="stale")
+            )
+
+    def timers(self, run_id: str) -> list[TimerRecord]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(timers).where(timers.c.run_id == run_id).order_by(timers.c.id)
+            )
+            return [TimerRecord(**row._mapping) for row in rows]
+
+    def signal(self, signal_id: str) -> SignalRecord | None:
+        with self._read() as conn:
+            row = conn.execute(select(signals).where(signals.c.signal_id == signal_id)).first()
+        return SignalRecord(**row._mapping) if row is not None else None
+
+    def runnable(self, now: float, limit: int = 500) -> list[RunRecord]:
+        """Runs the runner can take a step in now: running, and not waiting for a back-off."""
+        query = (
+            select(runs)
+            .where(runs.c.status == "running")
+            .where((runs.c.wake_at.is_(None)) | (runs.c.wake_at <= now))
+            .order_by(runs.c.updated_at)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
     # -- the one way to change a run --------------------------------------------------------
 
     def commit(self, change: Change) -> RunRecord:
@@ -554,6 +677,7 @@ class Store:
             status=change.status if change.status is not None else base.status,
             context=change.context if change.context is not None else base.context,
         )
+        after = replace(after, wake_at=after.context.get("wake_at"))
         try:
             with self._write() as conn:
                 result = conn.execute(
@@ -566,6 +690,7 @@ class Store:
                         "n_status": after.status,
                         "n_context": after.context,
                         "n_updated_at": change.at,
+                        "n_wake_at": after.wake_at,
                     },
                 )
                 if result.rowcount != 1:
@@ -622,19 +747,41 @@ class Store:
             consumed = conn.execute(_CONSUME_APPROVAL, {"b_id": approval_id, "n_at": change.at})
             if consumed.rowcount != 1:
                 raise VersionConflict(f"approval {approval_id} was already consumed")
+        if change.fire_timer is not None:
+            fired = conn.execute(
+                update(timers)
+                .where(timers.c.id == change.fire_timer, timers.c.fired_at.is_(None))
+                .values(fired_at=change.at, outcome="fired")
+            )
+            if fired.rowcount != 1:
+                raise VersionConflict(f"timer {change.fire_timer} has already fired")
+        if change.cancel_timers_of_state is not None:
+            conn.execute(
+                update(timers)
+                .where(
+                    timers.c.run_id == change.run_id,
+                    timers.c.state == change.cancel_timers_of_state,
+                    timers.c.fired_at.is_(None),
+                )
+                .values(fired_at=change.at, outcome="cancelled")
+            )
+        for timer in change.new_timers:
+            conn.execute(insert(timers).values(run_id=change.run_id, created_at=change.at, **timer))
+        for signal in change.new_signals:
+            conn.execute(insert(signals).values(run_id=change.run_id, **signal))
 
     def counts(self) -> dict[str, int]:
         """Rows per table (for status and tests)."""
         with self._read() as conn:
             return {
                 table.name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-                for table in (runs, events, operations, approvals, spec_versions)
+                for table in (runs, events, operations, approvals, timers, signals, spec_versions)
             }
 
     def reset(self) -> None:
         """Delete every run, event, operation, approval and spec version."""
         with self._write() as conn:
-            for table in (events, operations, approvals, runs, spec_versions):
+            for table in (events, operations, approvals, timers, signals, runs, spec_versions):
                 conn.execute(table.delete())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from .store import EventRecord, RunRecord
@@ -18,11 +19,22 @@ def _receipt(data: dict[str, Any]) -> str:
 
 
 _TITLES = {
+    "compensation_registered": "undo registered",
+    "no_compensation": "no undo",
+    "compensation_skipped": "undo skipped",
+    "retry_scheduled": "retry scheduled",
+    "decision_needed": "decision needed",
     "reconcile_found": "reconcile found",
     "reconcile_not_found": "reconcile: none",
     "reconcile_failed": "reconcile failed",
     "reconcile_impossible": "no reconcile",
 }
+
+
+def _when(epoch: Any) -> str:
+    if not isinstance(epoch, int | float):
+        return "?"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def describe(event: EventRecord) -> str:
@@ -40,6 +52,7 @@ def describe(event: EventRecord) -> str:
         "queued": lambda: f"for a person in {d.get('queue')}: {d.get('operator_action')}",
         "pending": lambda: (
             f"write-ahead record: {d.get('action')} · {_op(d)}"
+            + (" · compensation" if d.get("role") == "compensation" else "")
             + (" · NAIVE strategy" if d.get("strategy") == "naive" else "")
         ),
         "call": lambda: f"attempt {d.get('attempt')} · {_op(d)}",
@@ -61,6 +74,28 @@ def describe(event: EventRecord) -> str:
         "exhausted": lambda: f"{d.get('reason')} · budget spent",
         "unknown": lambda: f"outcome unknown: {d.get('reason')}",
         "stuck": lambda: f"no row for {d.get('event')} in {d.get('state')}: {d.get('reason')}",
+        "compensation_registered": lambda: (
+            f"{d.get('effect')} will undo op {str(d.get('compensates'))[:12]} · {_op(d)}"
+        ),
+        "no_compensation": lambda: (
+            f"{d.get('effect')} has no undo: {d.get('undo')}"
+            + (f" ({d.get('reason')})" if d.get("reason") else "")
+        ),
+        "compensation_skipped": lambda: f"{d.get('effect')} is not undone: {d.get('reason')}",
+        "compensated": lambda: f"{d.get('undone')} compensation(s) done, newest first",
+        "paused": lambda: (
+            f"{d.get('reason')}"
+            + (f" · proposes {d.get('proposal')}" if d.get("proposal") else "")
+            + (f" · until {_when(d.get('expires_at'))}" if d.get("expires_at") else "")
+        ),
+        "timer": lambda: f"{d.get('event')} fired (due {_when(d.get('due_at'))})",
+        "retry_scheduled": lambda: f"next attempt at {_when(d.get('wake_at'))} · {_op(d)}",
+        "signal": lambda: f"{d.get('event')} (signal {d.get('signal_id')})",
+        "decision_needed": lambda: f"{d.get('reason')}: back to {d.get('to')} for a new decision",
+        "operator": lambda: (
+            f"{d.get('action')} by {d.get('actor')} ({d.get('role')})"
+            + (f": {d.get('note')}" if d.get("note") else "")
+        ),
     }
     render = texts.get(kind)
     return render() if render else ", ".join(f"{k}={v}" for k, v in d.items())
@@ -76,4 +111,4 @@ def lines(run: RunRecord, history: list[EventRecord]) -> list[str]:
         f"{run.id} · {run.workflow} {run.business_key} · {run.state} ({run.status}) · "
         f"version {run.version}"
     )
-    return [head] + [f"  v{e.version:<3} {title(e):<17} {describe(e)}" for e in history]
+    return [head] + [f"  v{e.version:<3} {title(e):<23} {describe(e)}" for e in history]

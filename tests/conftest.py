@@ -9,6 +9,7 @@ skipped silently where they must run.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from adapters.practice import PracticeWorld
 from runner.clock import FakeClock
 from runner.execute import Runner, Strategy
 from runner.spec import Spec
-from runner.store import Store, metadata
+from runner.store import Store
 from runner.validate import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,19 +29,38 @@ PG_URL = os.environ.get("RATCHET_TEST_PG", "postgresql+psycopg://postgres@127.0.
 
 
 def postgres_url() -> str:
-    """The test PostgreSQL, emptied; skip (or, in CI, fail) when it does not answer."""
+    """A URL for a new, empty schema of the test PostgreSQL (so that concurrent test runs never
+    see each other's tables); skip (or, in CI, fail) when no server answers."""
+    schema = f"ratchet_test_{uuid.uuid4().hex[:12]}"
     engine = create_engine(PG_URL, connect_args={"connect_timeout": 3})
     try:
         with engine.begin() as conn:
-            conn.execute(text("SELECT 1"))
-            metadata.drop_all(conn)
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     except Exception as exc:
         if os.environ.get("CI"):
             pytest.fail(f"PostgreSQL at {PG_URL} is required in CI: {exc}")
         pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
     finally:
         engine.dispose()
-    return PG_URL
+    _SCHEMAS.append(schema)
+    separator = "&" if "?" in PG_URL else "?"
+    return f"{PG_URL}{separator}options=-csearch_path%3D{schema}"
+
+
+_SCHEMAS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop the schemas this session made."""
+    if not _SCHEMAS:
+        return
+    engine = create_engine(PG_URL, connect_args={"connect_timeout": 3})
+    try:
+        with engine.begin() as conn:
+            for schema in _SCHEMAS:
+                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
