@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,10 @@ from adapters.practice import FAULT_KINDS, PRACTICE_SERVICES, PracticeAdapter, P
 from runner import table as tables
 from runner import trace as traces
 from runner.approvals import decide, pending_request
+from runner.clock import clock_from_env
 from runner.errors import RatchetError, SpecError, UsageError, VersionConflict
 from runner.execute import INTERRUPT_POINTS, Runner
+from runner.lifecycle import OPERATOR_ACTIONS, migrate, operate, queue, send_signal, worker_pass
 from runner.loader import load_file
 from runner.schema import spec_schema_text
 from runner.spec import Adapter as AdapterSpec
@@ -220,6 +223,7 @@ def _session(
     runner = Runner(
         store,
         adapter_for,
+        clock_from_env(os.environ.get("RATCHET_NOW")),
         interrupt=_kill_at(interrupt),
         strategy="naive" if naive else "ratchet",
     )
@@ -436,12 +440,15 @@ def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) ->
     so (exit status 4).
     """
     _, _, runner = _session(db, interrupt)
-    moved = runner.advance(runner.store.resolve(run_id).id)
+    moved = runner.advance(migrate(runner, runner.store.resolve(run_id)).id)
     _show(_summary(runner, moved), as_json)
 
 
 @cli.command("runs")
-@click.option("--status", type=click.Choice(["running", "waiting", "done", "needs_person"]))
+@click.option(
+    "--status",
+    type=click.Choice(["running", "waiting", "done", "needs_person", "paused", "cancelled"]),
+)
 @click.option("--limit", default=50, show_default=True)
 @DB_OPTION
 @JSON_OPTION
@@ -543,6 +550,152 @@ def reset(everything: bool, db: str | None, as_json: bool) -> None:
         _emit_json({"practice_world": "reset", "store": "emptied" if everything else "kept"})
     else:
         click.echo("practice world reset" + (" and store emptied" if everything else ""), err=True)
+
+
+@cli.command("signal")
+@click.argument("run_id", metavar="RUN")
+@click.argument("event")
+@click.option(
+    "--id",
+    "signal_id",
+    required=True,
+    help="The signal's own ID: the same ID twice is delivered once.",
+)
+@click.option("--data", default="{}", help="A JSON object the row's guard sees as `signal`.")
+@DB_OPTION
+@JSON_OPTION
+def signal_command(
+    run_id: str, event: str, signal_id: str, data: str, db: str | None, as_json: bool
+) -> None:
+    """Send EVENT to a paused RUN, once per --id.
+
+    A signal the run's state does not take (or whose guard does not hold) is refused with
+    nothing changed, never queued. Two signals racing: exactly one moves the run; the other
+    is told the run moved on (exit status 4).
+    """
+    try:
+        payload = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from None
+    if not isinstance(payload, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--data")
+    _, _, runner = _session(db)
+    result = send_signal(runner, run_id, event, signal_id, payload)
+    summary = _summary(runner, result.run)
+    summary["signal"] = {"changed": result.changed, "message": result.message}
+    _show(summary, as_json, result.message)
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="One pass, then exit (for cron).")
+@click.option("--poll", default=1.0, show_default=True, help="Seconds between passes.")
+@click.option("--passes", type=int, help="Stop after this many passes.")
+@DB_OPTION
+@JSON_OPTION
+def worker(once: bool, poll: float, passes: int | None, db: str | None, as_json: bool) -> None:
+    """Fire due timers and advance runnable runs until stopped (Ctrl-C), or --once.
+
+    Each timer fires once and never early; a run another worker is moving is left to it.
+    """
+    _, _, runner = _session(db)
+    done = 0
+    while True:
+        report = worker_pass(runner)
+        done += 1
+        if as_json:
+            click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        else:
+            for fired in report.fired:
+                click.echo(
+                    f"timer  {fired.timer.event:<8} run {fired.timer.run_id} ({fired.outcome})"
+                )
+            for moved in report.advanced:
+                click.echo(f"run    {moved.id} -> {moved.state} ({moved.status})")
+            for run_id_, error in report.failed:
+                click.echo(f"failed {run_id_}: {error}", err=True)
+            if once:
+                click.echo(
+                    f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced",
+                    err=True,
+                )
+        if once or (passes is not None and done >= passes):
+            return
+        time.sleep(poll)  # real pacing between passes, whatever clock the runs read
+
+
+@cli.command("ops")
+@click.argument("action", type=click.Choice(OPERATOR_ACTIONS))
+@click.argument("run_id", metavar="RUN")
+@click.option("--as", "actor", required=True, help="Who acts (recorded in the history).")
+@click.option("--role", required=True, help="An operator role the spec declares.")
+@click.option("--note", help="Why (recorded).")
+@DB_OPTION
+@JSON_OPTION
+def ops_command(
+    action: str, run_id: str, actor: str, role: str, note: str | None, db: str | None, as_json: bool
+) -> None:
+    """Operator controls: pause, resume, cancel, retry, reconcile or compensate RUN.
+
+    \b
+      pause       stop taking steps (timers still record; resume picks up)
+      resume      undo a pause and drive the run on
+      cancel      end the run without further effects (compensate first if needed)
+      retry       grant a failed effect a fresh budget; same operation ID, reconcile first
+      reconcile   ask the provider about an unknown outcome; found: the run goes on
+      compensate  undo the completed effects, newest first (again, after a failed undo)
+
+    Each is authorised by the spec's operators.roles and recorded in the run's history; an
+    unauthorised call changes nothing.
+    """
+    _, _, runner = _session(db)
+    result = operate(runner, run_id, action, actor, role, note)
+    summary = _summary(runner, result.run)
+    summary["operator"] = {"changed": result.changed, "message": result.message}
+    _show(summary, as_json, result.message)
+
+
+@cli.command("queue")
+@DB_OPTION
+@JSON_OPTION
+def queue_command(db: str | None, as_json: bool) -> None:
+    """List the runs waiting for a person: what to do, how long they have waited, and the
+    evidence (what was done, undone, left, and what failed)."""
+    _, _, runner = _session(db)
+    items = queue(runner)
+    if as_json:
+        _emit_json(items)
+        return
+    if not items:
+        click.echo("nobody is needed: the queue is empty", err=True)
+    for item in items:
+        ev = item["evidence"]
+        click.echo(
+            f"{item['run']} · {item['workflow']} {item['business_key']} · {item['state']}"
+            f" · waiting {_age(item['age_seconds'])}"
+        )
+        click.echo(f"  to do:  {item['operator_action']}")
+        for label, key in (("done", "done"), ("undone", "undone")):
+            if ev[key]:
+                click.echo(f"  {label + ':':<7} " + ", ".join(e["effect"] for e in ev[key]))
+        for left in ev["left"]:
+            click.echo(f"  left:   {left['undo']} (undoes {left['effect']}; {left['status']})")
+        for kept in ev["not_undoable"]:
+            click.echo(f"  kept:   {kept['effect']} ({kept['undo']}: {kept['reason']})")
+        for failed in ev["failed"]:
+            click.echo(
+                f"  failed: {failed['effect']} {failed['status']} after "
+                f"{failed['attempts']} attempt(s): {failed['error']}"
+            )
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def main(argv: list[str] | None = None) -> None:

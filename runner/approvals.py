@@ -98,6 +98,8 @@ def decide(
     an ``approve`` row whose guard does not hold. A repeated decision changes nothing and says so.
     """
     run = runner.store.get_run(run_id)
+    if run.status in ("paused", "cancelled"):
+        raise ApprovalError(f"run {run.id} is {run.status} by an operator; nothing changed")
     spec = runner.spec_of(run)
     approval = _waiting_for(spec, run)
     if approval is None:

@@ -39,3 +39,17 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
+
+
+def clock_from_env(value: str | None) -> Clock:
+    """``RATCHET_NOW`` (epoch seconds or an ISO 8601 time) fixes "now" for practice and tests;
+    unset, the system clock."""
+    if not value:
+        return SystemClock()
+    try:
+        return FakeClock(float(value))
+    except ValueError:
+        from datetime import datetime
+
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return FakeClock(moment.timestamp())

@@ -26,7 +26,7 @@ from adapters.base import (
     Transient,
 )
 
-from .errors import ApprovalError, VersionConflict
+from .errors import ApprovalError, ApprovalExpired, ApprovalStale, VersionConflict
 from .identity import compensation_id, describe_action, evaluate_args, operation_id, sha256
 from .spec import Effect, Row, Spec
 from .store import Change, OperationRecord, RunRecord
@@ -150,13 +150,18 @@ class EffectStep:
         if self.effect.approval is not None and self.role == "forward":
             try:
                 approval = self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
-            except ApprovalError:
+            except ApprovalError as refused:
                 # Another worker may have consumed the approval and moved the run meanwhile:
                 # that is a lost race, not a missing approval.
                 if self.runner.store.get_run(self.run.id).version != self.run.version:
                     raise VersionConflict(
                         f"run {self.run.id} has moved on (another process took this step)"
                     ) from None
+                if isinstance(refused, ApprovalExpired):
+                    change.event("approval_expired", effect=self.effect.name, reason=str(refused))
+                    return self.runner.move(self.run, self.spec, "expired", change, self.ctx)
+                if isinstance(refused, ApprovalStale):
+                    return self.runner.ask_again(self.run, self.spec, self.effect, change, refused)
                 raise
             change.consume_approvals.append(approval.id)
         if self.runner.run_budget_spent(self.run, self.spec, self.effect):

@@ -124,6 +124,18 @@ class ApprovalError(RunError):
     code = "R401"
 
 
+class ApprovalExpired(ApprovalError):
+    """The approval expired before the effect ran; the run follows its ``expired`` row."""
+
+    code = "R403"
+
+
+class ApprovalStale(ApprovalError):
+    """The approval no longer covers what would run (arguments or policy changed)."""
+
+    code = "R404"
+
+
 class SignalRefused(RunError):
     """The signal does not fit the run's current state."""
 

@@ -31,7 +31,7 @@ from adapters.base import (
 
 from .clock import Clock, SystemClock
 from .effects import CompensationStep, EffectStep
-from .errors import ApprovalError, RunError
+from .errors import ApprovalError, ApprovalExpired, ApprovalStale, RunError
 from .expressions import compile_expression
 from .identity import (
     approval_digest,
@@ -96,10 +96,13 @@ class Runner:
 
     def spec_of(self, run: RunRecord) -> Spec:
         """The spec version the run is pinned to, from the text stored when it started."""
-        spec = self._specs.get(run.spec_digest)
+        return self.spec_for_digest(run.spec_digest)
+
+    def spec_for_digest(self, digest: str) -> Spec:
+        spec = self._specs.get(digest)
         if spec is None:
-            text = self.store.spec_text(run.spec_digest)
-            spec = self._specs[run.spec_digest] = load_spec_text(text, f"{run.workflow} (stored)")
+            text = self.store.spec_text(digest)
+            spec = self._specs[digest] = load_spec_text(text, f"spec {digest[:12]} (stored)")
         return spec
 
     def adapter(self, spec: Spec, name: str) -> Adapter:
@@ -286,6 +289,25 @@ class Runner:
         self.timers.on_move(run, spec, target, change)
         return self.store.commit(change)
 
+    def ask_again(
+        self, run: RunRecord, spec: Spec, effect: Effect, change: Change, why: Exception
+    ) -> RunRecord:
+        """An approval that no longer covers the effect: back to the state that asks for it."""
+        asking = next(
+            (
+                s
+                for s in spec.states.values()
+                if s.kind == "pause" and s.approval == effect.approval
+            ),
+            None,
+        )
+        if asking is None:
+            raise ApprovalStale(str(why))
+        change.state, change.status = asking.name, status_of(asking)
+        change.event("decision_needed", reason=str(why), to=asking.name, effect=effect.name)
+        self.timers.on_move(run, spec, asking, change)
+        return self.store.commit(change)
+
     def interrupt(self, point: str, effect: str) -> None:
         if self._interrupt is not None:
             self._interrupt(point, effect)
@@ -336,18 +358,29 @@ class Runner:
         digest = approval_digest(spec, run.id, effect.approval, effect, args)
         records = self.store.approvals(run.id)
         now = self.clock.now()
+        stale: ApprovalRecord | None = None
         for record in reversed(records):
+            if record.name != effect.approval:
+                continue
             if record.decision == "rejected":
                 raise ApprovalError(
                     f"{effect.name} was rejected by {record.actor}: {record.reason}"
                 )
-            if record.digest != digest or record.consumed_at is not None:
+            if record.consumed_at is not None:
+                continue
+            if record.digest != digest:
+                stale = stale or record
                 continue
             if record.expires_at is not None and record.expires_at <= now:
-                raise ApprovalError(f"the approval by {record.actor} has expired")
-            if record.policy_version != str(spec.policy_version):
-                continue
+                raise ApprovalExpired(
+                    f"the approval by {record.actor} expired before {effect.name} ran"
+                )
             return record
+        if stale is not None:
+            raise ApprovalStale(
+                f"the approval by {stale.actor} covers other arguments or another policy than "
+                f"{describe_action(effect, args)} (policy {spec.policy_version})"
+            )
         raise ApprovalError(
             f"{describe_action(effect, args)} has no valid approval (digest {digest[:12]}): "
             "nothing was executed"

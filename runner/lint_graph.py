@@ -159,6 +159,12 @@ def _allowed_events(spec: Spec, state_name: str) -> tuple[set[str], str]:
     if state.kind == "compensate":
         return {"ok", "refused", "exhausted"}, "'ok', 'refused' and 'exhausted'"
     if performs:
+        effect = spec.effect_of(state_name)
+        if effect is not None and effect.approval is not None:
+            return set(OUTCOME_EVENTS) | {"expired"}, (
+                "the outcomes of its effect (ok, refused, exhausted, unknown) and 'expired' "
+                "(its approval expired before the call)"
+            )
         return set(OUTCOME_EVENTS), "the outcomes of its effect (ok, refused, exhausted, unknown)"
     return {"next"}, "'next' (it performs no effect)"
 

@@ -179,6 +179,7 @@ _CAS_RUN = (
         context=bindparam("n_context", type_=_JSON),
         updated_at=bindparam("n_updated_at"),
         wake_at=bindparam("n_wake_at"),
+        spec_digest=bindparam("n_spec_digest"),
     )
 )
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
@@ -307,6 +308,7 @@ class Change:
     at: float
     base: RunRecord | None = None
     state: str | None = None
+    spec_digest: str | None = None
     status: str | None = None
     context: dict[str, Any] | None = None
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -482,6 +484,17 @@ class Store:
                 ).first()
             if saved is None:
                 raise StoreError(f"cannot save spec version {digest[:12]}: {_why(exc)}") from None
+
+    def latest_spec(self, name: str) -> tuple[str, int] | None:
+        """The digest and version of the newest spec version stored for workflow ``name``."""
+        with self._read() as conn:
+            row = conn.execute(
+                select(spec_versions.c.digest, spec_versions.c.spec_version)
+                .where(spec_versions.c.name == name)
+                .order_by(spec_versions.c.spec_version.desc(), spec_versions.c.created_at.desc())
+                .limit(1)
+            ).first()
+        return (str(row[0]), int(row[1])) if row is not None else None
 
     def spec_text(self, digest: str) -> str:
         with self._read() as conn:
@@ -676,6 +689,7 @@ class Store:
             state=change.state if change.state is not None else base.state,
             status=change.status if change.status is not None else base.status,
             context=change.context if change.context is not None else base.context,
+            spec_digest=change.spec_digest or base.spec_digest,
         )
         after = replace(after, wake_at=after.context.get("wake_at"))
         try:
@@ -691,6 +705,7 @@ class Store:
                         "n_context": after.context,
                         "n_updated_at": change.at,
                         "n_wake_at": after.wake_at,
+                        "n_spec_digest": after.spec_digest,
                     },
                 )
                 if result.rowcount != 1:

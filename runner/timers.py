@@ -10,7 +10,7 @@ moves the run, so each timer fires once, and never before its time by the inject
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -78,10 +78,11 @@ class Timers:
     def on_move(self, run: RunRecord, spec: Spec, target: State, change: Change) -> None:
         """Cancel the timers of the state being left; arm and record those of the new one."""
         change.cancel_timers_of_state = run.state
-        change.new_timers.extend(self.arm(run, spec, target, change.at))
         context = change.context if change.context is not None else dict(run.context)
+        view = replace(run, context=context, state=target.name)  # the run as it will be
+        change.new_timers.extend(self.arm(view, spec, target, change.at))
         if target.kind in ("pause", "wait"):
-            pause = self.pause_record(run, spec, target, change.at)
+            pause = self.pause_record(view, spec, target, change.at)
             change.event("paused", **pause)
             change.context = {**context, "pause": pause}
         elif "pause" in context:
@@ -93,7 +94,9 @@ class Timers:
         store = self.runner.store
         for timer in store.due_timers(self.runner.clock.now(), limit):
             run = store.get_run(timer.run_id)
-            if run.state != timer.state:
+            if run.status == "paused":
+                continue  # an operator paused the run: the timer fires when it is resumed
+            if run.state != timer.state or run.status == "cancelled":
                 store.discard_timer(timer.id, self.runner.clock.now())
                 fired.append(Fired(timer, run, "stale"))
                 continue

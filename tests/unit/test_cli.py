@@ -123,7 +123,7 @@ def test_table_prints_every_row_with_eleven_columns(capsys: pytest.CaptureFixtur
     code, out, _ = run(capsys, "table", REFUND)
     assert code == 0
     rows = [line for line in out.splitlines() if line.startswith("| ")]
-    assert len(rows) == 1 + 7  # header + the refund's seven rows
+    assert len(rows) == 1 + 8  # header + the refund's eight rows
     assert all(len(re.split(r"(?<!\\)\|", line)) == 11 + 2 for line in rows)
     assert "| refunding | ok | " in out
     assert "`input.amount <= 100.0 \\|\\| approval.role == 'team_lead'`" in out

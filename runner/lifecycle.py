@@ -1,0 +1,430 @@
+"""The long-running part of a run's life: signals, timers, spec versions, and operator controls.
+
+* :func:`send_signal` moves a paused run by a named signal, once per signal ID.
+* :func:`worker_pass` fires due timers and advances every runnable run (``ratchet worker``).
+* :func:`migrate` applies a newer spec version's ``on_version_change`` to an older run.
+* :func:`operate` carries out an operator control, authorised by the spec's operator roles and
+  audited in the run's history; :func:`queue` lists the runs waiting for a person.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import (
+    ApprovalError,
+    DuplicateOperation,
+    RunError,
+    SignalRefused,
+    VersionConflict,
+)
+from .execute import Runner, status_of
+from .machine import machine_for
+from .spec import RUNNER_EVENTS, Spec
+from .store import Change, OperationRecord, RunRecord
+from .timers import Fired
+
+OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")
+
+
+class OperatorRefused(RunError):
+    """The operator control was refused; nothing changed."""
+
+    code = "R405"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a lifecycle call did: the run afterwards, whether it changed, and why."""
+
+    run: RunRecord
+    changed: bool
+    message: str
+
+
+# -- signals --------------------------------------------------------------------------------
+
+
+def send_signal(
+    runner: Runner, run_id: str, event: str, signal_id: str, data: dict[str, Any] | None = None
+) -> Outcome:
+    """Deliver signal ``event`` to the run, once per ``signal_id``.
+
+    A signal ID seen before changes nothing and says so. A signal the run's state does not take,
+    or whose row's guard does not hold, is refused with nothing changed — never queued.
+    """
+    store = runner.store
+    seen = store.signal(signal_id)
+    run = store.resolve(run_id)
+    if seen is not None:
+        return Outcome(
+            run, False, f"signal {signal_id} was already received ({seen.event}); nothing changed"
+        )
+    if run.status in ("paused", "cancelled"):
+        raise SignalRefused(f"run {run.id} is {run.status} by an operator; nothing changed")
+    spec = runner.spec_of(run)
+    state = spec.states[run.state]
+    if state.approval is not None and event in ("approve", "reject"):
+        raise SignalRefused(
+            f"a decision on {state.approval} needs an actor and a role: use "
+            f"'ratchet {event} {run.id} --as NAME ...'; nothing changed"
+        )
+    takes = list(state.resumes_on) if state.kind in ("pause", "wait") else []
+    if event in RUNNER_EVENTS or event not in takes:
+        offered = ", ".join(takes) or "no signals"
+        raise SignalRefused(
+            f"run {run.id} is in {run.state!r} ({state.kind}), which takes {offered}, not "
+            f"{event!r}; nothing changed"
+        )
+    payload = data or {}
+    ctx = runner.context(run, spec, signal=payload)
+    row, errors = machine_for(spec).fire(run.state, event, ctx)
+    if row is None:
+        why = "; ".join(errors) or "no row's guard holds"
+        raise SignalRefused(
+            f"{event!r} does not apply to run {run.id} now ({why}); nothing changed"
+        )
+    change = Change(run.id, run.version, runner.clock.now(), run)
+    change.new_signals.append(
+        {"signal_id": signal_id, "event": event, "data": payload, "received_at": change.at}
+    )
+    change.event("signal", event=event, signal_id=signal_id, data=payload)
+    try:
+        moved = runner.move(run, spec, event, change, ctx)
+    except DuplicateOperation:
+        return Outcome(
+            store.get_run(run.id),
+            False,
+            f"signal {signal_id} was already received; nothing changed",
+        )
+    return Outcome(runner.advance(moved.id), True, f"{event} moved the run to {row.next_state}")
+
+
+# -- spec versions --------------------------------------------------------------------------
+
+
+def migrate(runner: Runner, run: RunRecord) -> RunRecord:
+    """Apply the newest stored spec version's ``on_version_change`` to an older, unfinished run:
+    ``pin`` keeps it; ``revalidate`` moves it to the new version if its state still exists (its
+    approvals, bound to the old policy, then no longer count); ``cancel`` cancels it."""
+    if run.status in ("done", "cancelled"):
+        return run
+    latest = runner.store.latest_spec(run.workflow)
+    current = runner.spec_of(run)
+    if latest is None or latest[0] == run.spec_digest or latest[1] <= current.spec_version:
+        return run
+    newer = runner.spec_for_digest(latest[0])
+    policy = newer.on_version_change
+    if policy == "pin":
+        return run
+    change = Change(run.id, run.version, runner.clock.now(), run)
+    if policy == "cancel":
+        change.status = "cancelled"
+        change.event("version_cancelled", old=current.spec_version, new=newer.spec_version)
+        return runner.store.commit(change)
+    if run.state not in newer.states:
+        change.status = "needs_person"
+        change.event(
+            "version_stuck",
+            old=current.spec_version,
+            new=newer.spec_version,
+            reason=f"state {run.state!r} does not exist in the new version",
+        )
+        return runner.store.commit(change)
+    change.spec_digest = newer.digest
+    change.event(
+        "revalidated",
+        old=current.spec_version,
+        new=newer.spec_version,
+        policy=str(newer.policy_version),
+    )
+    return runner.store.commit(change)
+
+
+# -- the worker -----------------------------------------------------------------------------
+
+
+@dataclass
+class PassReport:
+    """What one worker pass did."""
+
+    fired: list[Fired] = field(default_factory=list)
+    advanced: list[RunRecord] = field(default_factory=list)
+    raced: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timers_fired": [
+                {
+                    "timer": f.timer.id,
+                    "run": f.timer.run_id,
+                    "event": f.timer.event,
+                    "outcome": f.outcome,
+                }
+                for f in self.fired
+            ],
+            "runs_advanced": [
+                {"run": r.id, "state": r.state, "status": r.status} for r in self.advanced
+            ],
+            "raced": self.raced,
+            "failed": [{"run": run, "error": error} for run, error in self.failed],
+        }
+
+
+def worker_pass(runner: Runner, limit: int = 500) -> PassReport:
+    """Fire every due timer, then take every runnable run as far as it goes."""
+    report = PassReport(fired=runner.timers.fire_due(limit))
+    for run in runner.store.runnable(runner.clock.now(), limit):
+        try:
+            moved = runner.advance(migrate(runner, run).id)
+        except VersionConflict:
+            report.raced.append(run.id)
+            continue
+        except (RunError, ApprovalError) as exc:
+            report.failed.append((run.id, str(exc)))
+            continue
+        if moved.version != run.version:
+            report.advanced.append(moved)
+    return report
+
+
+# -- operator controls ----------------------------------------------------------------------
+
+
+def _authorise(spec: Spec, run: RunRecord, action: str, role: str) -> None:
+    if role not in spec.operator_roles:
+        allowed = ", ".join(spec.operator_roles) or "none declared"
+        raise OperatorRefused(
+            f"role {role!r} may not {action} runs of {spec.name} (operator roles: {allowed}); "
+            "nothing changed"
+        )
+
+
+def _audit(
+    runner: Runner, run: RunRecord, action: str, actor: str, role: str, note: str | None
+) -> Change:
+    change = Change(run.id, run.version, runner.clock.now(), run)
+    change.event("operator", action=action, actor=actor, role=role, note=note)
+    return change
+
+
+def _failed_operation(runner: Runner, run: RunRecord, roles: tuple[str, ...]) -> OperationRecord:
+    failed = [
+        op
+        for op in runner.store.operations(run.id)
+        if op.role in roles
+        and op.status in ("exhausted", "unknown", "refused", "pending")
+        and op.attempts > 0
+    ]
+    if not failed:
+        raise OperatorRefused(f"run {run.id} has no failed operation to act on; nothing changed")
+    return failed[-1]
+
+
+def _state_performing(spec: Spec, effect: str) -> str:
+    for row in spec.transitions:
+        if row.external_effect == effect:
+            return row.state
+    raise OperatorRefused(f"no state performs {effect!r}; nothing changed")
+
+
+def operate(
+    runner: Runner, run_ref: str, action: str, actor: str, role: str, note: str | None = None
+) -> Outcome:
+    """Carry out operator control ``action`` on a run, audited, or refuse with no change."""
+    if action not in OPERATOR_ACTIONS:
+        raise OperatorRefused(f"no operator action {action!r} ({', '.join(OPERATOR_ACTIONS)})")
+    run = runner.store.resolve(run_ref)
+    spec = runner.spec_of(run)
+    _authorise(spec, run, action, role)
+    handler = {
+        "pause": _pause,
+        "resume": _resume,
+        "cancel": _cancel,
+        "retry": _retry,
+        "reconcile": _reconcile,
+        "compensate": _compensate,
+    }[action]
+    return handler(runner, run, spec, _audit(runner, run, action, actor, role, note))
+
+
+def _pause(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    if run.status in ("done", "cancelled", "paused"):
+        raise OperatorRefused(f"run {run.id} is {run.status}; nothing changed")
+    change.status = "paused"
+    change.context = {**run.context, "paused_from": run.status}
+    return Outcome(runner.store.commit(change), True, f"run {run.id} paused")
+
+
+def _resume(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    if run.status != "paused":
+        raise OperatorRefused(f"run {run.id} is {run.status}, not paused; nothing changed")
+    change.status = str(run.context.get("paused_from") or status_of(spec.states[run.state]))
+    moved = runner.store.commit(change)
+    return Outcome(runner.advance(moved.id), True, f"run {run.id} resumed")
+
+
+def _cancel(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    if run.status in ("done", "cancelled"):
+        raise OperatorRefused(f"run {run.id} is {run.status}; nothing changed")
+    undone = set(run.context.get("undone", []))
+    left = [
+        op.effect
+        for op in runner.store.operations(run.id)
+        if op.role == "forward" and op.status == "done"
+    ]
+    change.status = "cancelled"
+    note = f"; done and not undone: {', '.join(left)}" if left and not undone else ""
+    return Outcome(runner.store.commit(change), True, f"run {run.id} cancelled{note}")
+
+
+def _grant(run: RunRecord, op: OperationRecord, extra: int) -> dict[str, Any]:
+    grants = dict(run.context.get("grants", {}))
+    grants[op.operation_id] = int(grants.get(op.operation_id, 0)) + extra
+    return grants
+
+
+def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    op = _failed_operation(runner, run, ("forward",))
+    if op.status == "refused":
+        raise OperatorRefused(
+            f"{op.effect} was refused by the provider; a retry would be refused again. "
+            "Change the run's input or handle it by hand; nothing changed"
+        )
+    effect = spec.effects[op.effect]
+    change.state = _state_performing(spec, op.effect)
+    change.status = "running"
+    change.context = {
+        **run.context,
+        "grants": _grant(run, op, effect.retry.max_attempts),
+        "wake_at": None,
+    }
+    change.operation_updates.append((op.operation_id, {"status": "pending"}))
+    moved = runner.store.commit(change)
+    return Outcome(
+        runner.advance(moved.id),
+        True,
+        f"{op.effect} retried with {effect.retry.max_attempts} more attempt(s), same operation ID",
+    )
+
+
+def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    op = _failed_operation(runner, run, ("forward", "compensation"))
+    effect = spec.effects[op.effect]
+    if effect.reconcile is None:
+        raise OperatorRefused(f"{op.effect} has no reconcile lookup; nothing changed")
+    adapter = runner.adapter(spec, effect.adapter)
+    found = adapter.lookup(effect.reconcile, op.operation_id, effect.name)
+    if found.kind != "found":
+        runner.store.commit(change.event("reconcile_not_found", operation_id=op.operation_id))
+        return Outcome(
+            runner.store.get_run(run.id),
+            False,
+            f"the provider has no record of {op.effect} (op {op.operation_id[:12]}); "
+            "nothing was done: 'ratchet ops retry' makes it",
+        )
+    change.operation_updates.append((op.operation_id, {"status": "pending"}))
+    if op.role == "forward":
+        change.state = _state_performing(spec, op.effect)
+    else:
+        change.state = _compensate_state(spec, run)
+    change.status = "running"
+    change.event("reconcile_found", operation_id=op.operation_id)
+    moved = runner.store.commit(change)
+    return Outcome(
+        runner.advance(moved.id), True, f"{op.effect} is on the provider's record; the run goes on"
+    )
+
+
+def _compensate_state(spec: Spec, run: RunRecord) -> str:
+    for state in spec.states.values():
+        if state.kind == "compensate":
+            return state.name
+    raise OperatorRefused(f"{spec.name} has no compensate state; nothing changed")
+
+
+def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    target = _compensate_state(spec, run)
+    if run.status in ("done", "cancelled") and spec.states[run.state].kind != "operator_queue":
+        raise OperatorRefused(f"run {run.id} is {run.status}; nothing to compensate")
+    grants = dict(run.context.get("grants", {}))
+    for op in runner.store.operations(run.id):
+        if op.role == "compensation" and op.status in ("exhausted", "unknown", "refused"):
+            effect = spec.effects[op.effect]
+            grants[op.operation_id] = (
+                int(grants.get(op.operation_id, 0)) + effect.retry.max_attempts
+            )
+            change.operation_updates.append((op.operation_id, {"status": "pending"}))
+    change.state, change.status = target, "running"
+    change.context = {**run.context, "grants": grants, "wake_at": None}
+    moved = runner.store.commit(change)
+    return Outcome(runner.advance(moved.id), True, f"compensating run {run.id} from {target}")
+
+
+# -- the queue ------------------------------------------------------------------------------
+
+
+def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
+    """What was done, what was undone, what is left, and what failed."""
+    ops = runner.store.operations(run.id)
+    done = [o for o in ops if o.role == "forward" and o.status == "done"]
+    undo = {o.compensates: o for o in ops if o.role == "compensation"}
+    history = runner.store.history(run.id)
+    no_undo = {e.data.get("operation_id"): e.data for e in history if e.kind == "no_compensation"}
+    return {
+        "done": [
+            {"effect": o.effect, "operation_id": o.operation_id, "receipt": o.receipt} for o in done
+        ],
+        "undone": [
+            {"effect": u.effect, "operation_id": u.operation_id}
+            for u in undo.values()
+            if u.status == "done"
+        ],
+        "left": [
+            {
+                "effect": o.effect,
+                "undo": undo[o.operation_id].effect,
+                "status": undo[o.operation_id].status,
+            }
+            for o in done
+            if o.operation_id in undo and undo[o.operation_id].status != "done"
+        ],
+        "not_undoable": [
+            {
+                "effect": o.effect,
+                "undo": no_undo[o.operation_id].get("undo"),
+                "reason": no_undo[o.operation_id].get("reason"),
+            }
+            for o in done
+            if o.operation_id in no_undo
+        ],
+        "failed": [
+            {"effect": o.effect, "status": o.status, "error": o.last_error, "attempts": o.attempts}
+            for o in ops
+            if o.status in ("exhausted", "unknown", "refused")
+        ],
+    }
+
+
+def queue(runner: Runner) -> list[dict[str, Any]]:
+    """The runs waiting for a person, oldest first, with what to do and the evidence."""
+    now = runner.clock.now()
+    waiting = sorted(runner.store.list_runs("needs_person", limit=1000), key=lambda r: r.updated_at)
+    items = []
+    for run in waiting:
+        history = runner.store.history(run.id)
+        queued = next((e.data for e in reversed(history) if e.kind in ("queued", "stuck")), {})
+        items.append(
+            {
+                "run": run.id,
+                "workflow": run.workflow,
+                "business_key": run.business_key,
+                "state": run.state,
+                "operator_action": queued.get("operator_action") or queued.get("reason"),
+                "age_seconds": round(now - run.updated_at, 1),
+                "evidence": evidence(runner, run),
+            }
+        )
+    return items
