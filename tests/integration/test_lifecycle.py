@@ -264,7 +264,7 @@ def test_case_6_a_changed_policy_version_asks_for_a_new_decision(
     runner = make_runner()
     run = waiting(runner, world, case)
     decide(runner, run.id, "approve", *who)
-    spec, text = spec_and_text(spec_name)
+    _, text = spec_and_text(spec_name)
     bumped = text.replace("spec_version: 1", "spec_version: 2").replace(
         "policy_version: 1", "policy_version: 2\non_version_change: revalidate"
     )
