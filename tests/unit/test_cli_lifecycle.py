@@ -1,0 +1,146 @@
+"""The lifecycle commands: signal, worker, ops and queue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cli as cli_module
+from tests.conftest import ROOT
+
+REFUND = str(ROOT / "specs" / "refund.yaml")
+PARCEL = str(ROOT / "tests" / "fixtures" / "parcel.yaml")
+RETURNS = str(ROOT / "specs" / "returns.yaml")
+NOW = 1_900_000_000
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RATCHET_NOW", str(NOW))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    return tmp_path / "home"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        cli_module.main(list(args))
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    else:
+        code = 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def at(monkeypatch: pytest.MonkeyPatch, seconds_later: float) -> None:
+    monkeypatch.setenv("RATCHET_NOW", str(NOW + seconds_later))
+
+
+def test_worker_once_run_twice_past_the_expiry_fires_it_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys, "run", REFUND, "--example", "T-90104")[0] == 0
+    at(monkeypatch, 72 * 3600 - 1)
+    code, out, _ = run(capsys, "worker", "--once", "--json")
+    assert (code, json.loads(out)["timers_fired"]) == (0, [])
+    at(monkeypatch, 72 * 3600 + 1)
+    code, out, _ = run(capsys, "worker", "--once", "--json")
+    fired = json.loads(out)["timers_fired"]
+    assert [(t["event"], t["outcome"]) for t in fired] == [("expired", "fired")]
+    code, out, _ = run(capsys, "worker", "--once", "--json")
+    assert json.loads(out)["timers_fired"] == []
+    code, out, _ = run(capsys, "trace", "T-90104", "--json")
+    trace = json.loads(out)
+    assert trace["state"] == "lapsed"
+    assert [e["kind"] for e in trace["events"]].count("timer") == 1
+
+
+def test_a_signal_moves_a_paused_run_once_per_id(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys, "run", PARCEL, "--example", "P-1")[0] == 0
+    args = [
+        "signal",
+        "P-1",
+        "parcel_received",
+        "--id",
+        "carrier-evt-1",
+        "--data",
+        '{"weight_kg": 4.2}',
+        "--json",
+    ]
+    code, out, _ = run(capsys, *args)
+    first = json.loads(out)
+    assert (code, first["state"], first["signal"]["changed"]) == (0, "inspecting", True)
+    code, out, _ = run(capsys, *args)
+    again = json.loads(out)
+    assert (code, again["signal"]["changed"]) == (0, False)
+    assert "already received" in again["signal"]["message"]
+    at(monkeypatch, 3600)
+    code, out, _ = run(capsys, "worker", "--once", "--json")
+    assert [t["event"] for t in json.loads(out)["timers_fired"]] == ["due"]
+    code, out, _ = run(capsys, "trace", "P-1", "--json")
+    assert json.loads(out)["state"] == "returned"
+
+
+@pytest.mark.parametrize(
+    ("event", "data", "message"),
+    [
+        ("parcel_lost", "{}", "takes parcel_received, customer_kept_it, not 'parcel_lost'"),
+        ("expired", "{}", "not 'expired'"),
+        ("parcel_received", '{"weight_kg": 0}', "does not apply"),
+    ],
+)
+def test_a_signal_that_does_not_fit_is_refused_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], event: str, data: str, message: str
+) -> None:
+    run(capsys, "run", PARCEL, "--example", "P-1")
+    before = json.loads(run(capsys, "trace", "P-1", "--json")[1])["version"]
+    code, _, err = run(capsys, "signal", "P-1", event, "--id", "x-1", "--data", data)
+    assert code == 1
+    assert message in err
+    assert "nothing changed" in err
+    assert json.loads(run(capsys, "trace", "P-1", "--json")[1])["version"] == before
+
+
+def test_approve_through_signal_is_refused_with_the_right_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(capsys, "run", REFUND, "--example", "T-90104")
+    code, _, err = run(capsys, "signal", "T-90104", "approve", "--id", "s-1")
+    assert code == 1
+    assert "ratchet approve" in err
+
+
+def test_ops_are_refused_for_a_role_the_spec_does_not_declare_and_queue_lists_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(capsys, "run", RETURNS, "--example", "T-90605")
+    code, _, err = run(capsys, "ops", "retry", "T-90605/reship", "--as", "x", "--role", "agent")
+    assert (code, "may not retry" in err) == (1, True)
+    code, out, _ = run(capsys, "queue", "--json")
+    (item,) = json.loads(out)
+    assert item["business_key"] == "T-90605/reship"
+    assert "offer a refund or a substitute" in item["operator_action"]
+    code, out, _ = run(capsys, "queue")
+    assert "failed: reship refused after 1 attempt(s): LADDER-3 is out of stock" in out
+    code, _, err = run(
+        capsys, "ops", "retry", "T-90605/reship", "--as", "ops-1", "--role", "warehouse_ops"
+    )
+    assert code == 1
+    assert "refused by the provider" in err
+
+
+def test_ops_pause_and_resume_round_trip(capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "run", REFUND, "--example", "T-90104")
+    code, out, _ = run(
+        capsys, "ops", "pause", "T-90104", "--as", "ops-1", "--role", "payments_ops", "--json"
+    )
+    assert (code, json.loads(out)["status"]) == (0, "paused")
+    code, out, _ = run(
+        capsys, "ops", "resume", "T-90104", "--as", "ops-1", "--role", "payments_ops", "--json"
+    )
+    assert (code, json.loads(out)["status"]) == (0, "waiting")
