@@ -468,3 +468,24 @@ def test_ops_cancel_ends_a_waiting_run_without_effects(
     with pytest.raises(ApprovalError):
         decide(runner, run.id, "approve", *AGENT)
     assert made(world, "refund") == []
+
+
+def test_a_run_budget_caps_calls_across_resumes(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    from runner.validate import load_spec_text
+
+    _, text = spec_and_text("refund")
+    capped = text.replace("start: proposed", "start: proposed\nbudget: {max_attempts: 2}")
+    spec = load_spec_text(capped)
+    runner = make_runner()
+    example = spec.examples["T-90104"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("request_refund", "unavailable", times=5)
+    run, _ = runner.start(spec, capped, example.input)
+    run = approve(runner, runner.advance(run.id), AGENT)
+    assert run.status == "needs_person"
+    calls = [c for c in world.calls("request_refund") if c["operation"] == "refund"]
+    assert len(calls) == 2
+    assert run.context["budget_used"]["attempts"] == 2
+    assert make_runner().advance(run.id).version == run.version
