@@ -9,7 +9,7 @@ import pytest
 
 from adapters.practice import PracticeWorld
 from runner.approvals import decide, pending_request
-from runner.errors import ApprovalError
+from runner.errors import ApprovalError, ApprovalStale
 from runner.execute import Runner
 from runner.identity import evaluate_args, operation_id
 from runner.store import Change, RunRecord, Store
@@ -303,7 +303,7 @@ def test_a_one_cent_change_to_the_amount_needs_a_new_approval(
     effect = spec.effects["request_refund"]
     approved = {"order": "LK-793996", "amount": 9.95, "currency": "CAD", "reason": "RFD-LATE"}
     assert runner.valid_approval(moved, spec, effect, approved).actor == "agent-7"
-    with pytest.raises(ApprovalError, match="no valid approval"):
+    with pytest.raises(ApprovalStale, match="covers other arguments"):
         runner.valid_approval(moved, spec, effect, {**approved, "amount": 9.96})
     assert world.changes() == []
 

@@ -1,0 +1,572 @@
+"""The store keeps its promises on SQLite and on PostgreSQL alike.
+
+Every test that takes the ``store`` (or ``store_url``) fixture runs twice: once on a fresh SQLite
+file and once on the emptied test PostgreSQL (marked ``postgres``). Nothing here is mocked: the
+statements run against the real databases, and concurrency is real threads and processes.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import SQLAlchemyError
+
+from runner.errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
+from runner.store import Change, RunRecord, Store
+from tests.conftest import ROOT, MakeRunner
+
+DIGEST = "d" * 64
+T0 = 1_800_000_000.0
+
+#: Values a run's input and context must get back exactly as written (order, types, text).
+AWKWARD_JSON: dict[str, Any] = {
+    "zeta first": "keys keep the order they were written in",
+    "amount": 9.95,
+    "amounts": [0.1, 45.95, -3.5, 1e-07, 1e20, 12345.678],
+    "integral float": 10.0,
+    "big int": 2**62,
+    "text": 'Grüße, café, naïve · 退款 · استرداد · 🚀✓ · tab\there · quote " backslash \\',
+    "nul": "before\u0000after",
+    "nested": {"b": [1, {"c": [None, True, False, {"d": "deep"}]}], "a": {}},
+    "empty": [],
+    "none": None,
+}
+
+
+def new_run(
+    store: Store,
+    run_id: str = "run_1",
+    business_key: str = "T-1",
+    *,
+    status: str = "running",
+    input: dict[str, Any] | None = None,
+    workflow: str = "refund",
+) -> RunRecord:
+    store.save_spec(DIGEST, workflow, 1, "1", "name: refund\n", T0)
+    run, created = store.create_run(
+        run_id, workflow, DIGEST, business_key, "proposed", status, input or {}, T0
+    )
+    assert created
+    return run
+
+
+def operation(operation_id: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "operation_id": operation_id,
+        "effect": "request_refund",
+        "role": "forward",
+        "args": {"order": "LK-1", "amount": 9.95},
+        "fingerprint": "f" * 64,
+        "status": "pending",
+        "attempts": 1,
+        **fields,
+    }
+
+
+def approval(**fields: Any) -> dict[str, Any]:
+    return {
+        "name": "refund_approval",
+        "effect": "request_refund",
+        "digest": "a" * 64,
+        "decision": "approved",
+        "actor": "agent-7",
+        "role": "agent",
+        "reason": None,
+        "policy_version": "1",
+        "spec_digest": DIGEST,
+        "decided_at": T0,
+        "expires_at": T0 + 86_400,
+        **fields,
+    }
+
+
+def snapshot(store: Store, run_id: str) -> dict[str, Any]:
+    """Everything the store holds about a run (per run: the PostgreSQL may be shared)."""
+    return {
+        "run": store.get_run(run_id),
+        "history": store.history(run_id),
+        "operations": store.operations(run_id),
+        "approvals": store.approvals(run_id),
+    }
+
+
+# -- commits --------------------------------------------------------------------------------
+
+
+def test_a_commit_bumps_the_version_and_appends_its_events_with_that_version(
+    store: Store,
+) -> None:
+    run = new_run(store)
+    change = Change(run.id, run.version, T0 + 1, state="refunding", status="running")
+    change.context = {"approval": {"actor": "agent-7"}}
+    change.event("approved", actor="agent-7").event("moved", to="refunding")
+
+    moved = store.commit(change)
+
+    assert moved.version == run.version + 1
+    assert (moved.state, moved.status, moved.context) == (
+        "refunding",
+        "running",
+        {"approval": {"actor": "agent-7"}},
+    )
+    assert store.get_run(run.id) == moved
+    history = store.history(run.id)
+    assert [(e.kind, e.version) for e in history] == [
+        ("created", 1),
+        ("approved", 2),
+        ("moved", 2),
+    ]
+    assert history[1].data == {"actor": "agent-7"}
+    assert history[2].at == T0 + 1
+
+
+def test_a_commit_with_a_stale_version_raises_version_conflict_and_writes_nothing(
+    store: Store,
+) -> None:
+    run = new_run(store)
+    store.commit(Change(run.id, run.version, T0 + 1, state="refunding").event("moved"))
+    store.commit(
+        Change(run.id, run.version + 1, T0 + 2, new_operations=[operation("op-a")]).event("call")
+    )
+    store.commit(
+        Change(run.id, run.version + 2, T0 + 3, new_approvals=[approval()]).event("approved")
+    )
+    before = snapshot(store, run.id)
+    (recorded,) = before["approvals"]
+
+    stale = Change(
+        run.id,
+        run.version,  # the run is at version 4 by now
+        T0 + 4,
+        state="refunded",
+        status="done",
+        context={"receipts": {"request_refund": {"refund_id": "re_1"}}},
+        new_operations=[operation("op-b")],
+        operation_updates=[("op-a", {"status": "done", "attempts": 9})],
+        new_approvals=[approval(actor="someone-else")],
+        consume_approvals=[recorded.id],
+    ).event("done")
+    with pytest.raises(VersionConflict, match="moved on"):
+        store.commit(stale)
+
+    assert snapshot(store, run.id) == before
+
+
+def test_a_commit_for_an_unknown_run_raises_run_not_found_and_writes_nothing(
+    store: Store,
+) -> None:
+    new_run(store)
+    ghost = Change(
+        "run_nobody",
+        1,
+        T0,
+        state="refunded",
+        new_operations=[operation("op-g")],
+        new_approvals=[approval()],
+    )
+    with pytest.raises(RunNotFound):
+        store.commit(ghost.event("moved"))
+    assert store.history("run_nobody") == []
+    assert store.operation("op-g") is None
+    assert store.approvals("run_nobody") == []
+
+
+def test_recording_an_operation_id_twice_raises_duplicate_operation_and_rolls_back_everything(
+    store: Store,
+) -> None:
+    run = new_run(store)
+    store.commit(Change(run.id, 1, T0 + 1, new_operations=[operation("op-a")]).event("pending"))
+    before = snapshot(store, run.id)
+
+    again = Change(
+        run.id,
+        2,
+        T0 + 2,
+        state="refunded",
+        status="done",
+        context={"receipts": {"x": 1}},
+        # op-b is written before op-a collides, so the rollback must take it away too
+        new_operations=[operation("op-b"), operation("op-a", attempts=7)],
+        new_approvals=[approval()],
+    ).event("pending")
+    with pytest.raises(DuplicateOperation) as raised:
+        store.commit(again)
+
+    assert isinstance(raised.value, StoreError)
+    assert not isinstance(raised.value, SQLAlchemyError)
+    assert snapshot(store, run.id) == before
+    assert store.operation("op-b") is None
+    op_a = store.operation("op-a")
+    assert op_a is not None
+    assert op_a.attempts == 1
+
+
+def test_a_commit_returns_the_run_as_it_wrote_it_even_when_another_writer_follows_at_once(
+    store: Store, store_url: str
+) -> None:
+    """The record a commit returns is the version that commit wrote, never a later one read
+    after its transaction ended: a worker must not carry on from a move it did not make."""
+    run = new_run(store)
+    other = Store(store_url)
+    follow_up = Change(run.id, 2, T0 + 2, state="someone-elses-state").event("other")
+    trap = _between_commit_and_next_read(store, lambda: other.commit(follow_up))
+    try:
+        mine = store.commit(Change(run.id, 1, T0 + 1, state="refunding").event("moved"))
+    finally:
+        trap["armed"] = False
+        other.close()
+    assert (mine.version, mine.state) == (2, "refunding")
+
+
+def _between_commit_and_next_read(store: Store, act: Callable[[], object]) -> dict[str, bool]:
+    """Run ``act`` (another writer) when ``store`` first begins a read transaction after a write
+    transaction: the moment between a commit and any read that follows it."""
+    trap = {"armed": True, "wrote": False}
+
+    def on_begin(connection: Any) -> None:
+        if not trap["armed"]:
+            return
+        if connection.get_execution_options().get("ratchet_write", False):
+            trap["wrote"] = True
+        elif trap["wrote"]:
+            trap["armed"] = False
+            act()
+
+    event.listen(store.engine, "begin", on_begin)
+    return trap
+
+
+# -- runs, specs, approvals -----------------------------------------------------------------
+
+
+def test_creating_a_run_twice_for_one_business_key_returns_the_first_run_uncreated(
+    store: Store,
+) -> None:
+    first = new_run(store, "run_1", "T-90104", input={"amount": 9.95})
+
+    again, created = store.create_run(
+        "run_2", "refund", DIGEST, "T-90104", "proposed", "waiting", {"amount": 19.9}, T0 + 5
+    )
+
+    assert created is False
+    assert again == first
+    assert [e.kind for e in store.history(first.id)] == ["created"]
+    with pytest.raises(RunNotFound):
+        store.get_run("run_2")
+    other_workflow, created = store.create_run(
+        "run_3", "returns", DIGEST, "T-90104", "deciding", "running", {}, T0
+    )
+    assert created is True
+    assert other_workflow.id == "run_3"
+
+
+def test_two_workers_creating_one_business_key_at_once_get_one_run(store_url: str) -> None:
+    stores = [Store(store_url), Store(store_url)]
+    stores[0].save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)
+    try:
+        for round_ in range(5):
+            results: list[tuple[RunRecord, bool]] = []
+            _together(
+                partial(_create, stores[0], f"run_a{round_}", f"T-{round_}", results),
+                partial(_create, stores[1], f"run_b{round_}", f"T-{round_}", results),
+            )
+            assert sorted(created for _, created in results) == [False, True]
+            assert results[0][0].id == results[1][0].id
+        assert len([r for r in stores[0].list_runs() if r.business_key.startswith("T-")]) == 5
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _create(store: Store, run_id: str, key: str, results: list[tuple[RunRecord, bool]]) -> None:
+    results.append(store.create_run(run_id, "refund", DIGEST, key, "proposed", "waiting", {}, T0))
+
+
+def test_the_exact_spec_text_stays_under_its_digest_after_the_spec_file_changes(
+    make_runner: MakeRunner, store: Store, tmp_path: Path
+) -> None:
+    from runner.validate import load_spec
+
+    path = tmp_path / "refund.yaml"
+    original = (ROOT / "specs" / "refund.yaml").read_text(encoding="utf-8")
+    original += "# a trailing comment · with ünïcode, kept byte for byte\n"
+    path.write_text(original, encoding="utf-8")
+    spec = load_spec(path)
+    example = spec.examples["T-90104"]
+    first, _ = make_runner().start(spec, original, example.input)
+
+    edited = original.replace("input.amount <= 100.0", "input.amount <= 5.0")
+    assert edited != original
+    path.write_text(edited, encoding="utf-8")
+    spec_now = load_spec(path)
+    second, _ = make_runner().start(spec_now, edited, {**example.input, "ticket": "T-90105"})
+
+    assert first.spec_digest != second.spec_digest
+    assert store.spec_text(first.spec_digest) == original
+    assert store.spec_text(second.spec_digest) == edited
+    pinned = make_runner().spec_of(store.get_run(first.id))
+    assert pinned.digest == first.spec_digest
+
+
+def test_saving_a_spec_version_again_keeps_the_text_first_saved(store: Store) -> None:
+    store.save_spec(DIGEST, "refund", 1, "1", "first text\n", T0)
+    store.save_spec(DIGEST, "refund", 1, "1", "same digest, other comments\n", T0 + 1)
+    assert store.spec_text(DIGEST) == "first text\n"
+
+
+def test_two_workers_saving_one_spec_version_at_once_both_succeed(store_url: str) -> None:
+    stores = [Store(store_url), Store(store_url)]
+    try:
+        for round_ in range(10):
+            digest = f"{round_:064d}"
+            _together(
+                *(partial(s.save_spec, digest, "refund", 1, "1", "text\n", T0) for s in stores)
+            )
+            assert stores[0].spec_text(digest) == "text\n"
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_an_approval_can_be_consumed_only_once(store: Store) -> None:
+    run = new_run(store)
+    store.commit(Change(run.id, 1, T0 + 1, new_approvals=[approval()]).event("approved"))
+    (recorded,) = store.approvals(run.id)
+    assert recorded.consumed_at is None
+
+    store.commit(Change(run.id, 2, T0 + 2, consume_approvals=[recorded.id]).event("pending"))
+    (consumed,) = store.approvals(run.id)
+    assert consumed.consumed_at == T0 + 2
+    before = snapshot(store, run.id)
+
+    twice = Change(
+        run.id,
+        3,
+        T0 + 3,
+        state="refunding",
+        consume_approvals=[recorded.id],
+        new_operations=[operation("op-twice")],
+    ).event("pending")
+    with pytest.raises(VersionConflict, match="already consumed"):
+        store.commit(twice)
+
+    assert snapshot(store, run.id) == before
+
+
+def test_json_input_context_events_and_operations_come_back_exactly_as_written(
+    store: Store,
+) -> None:
+    run = new_run(store, input=AWKWARD_JSON)
+    change = Change(
+        run.id,
+        1,
+        T0 + 1,
+        context={"receipts": {"request_refund": AWKWARD_JSON}},
+        new_operations=[operation("op-json", args=AWKWARD_JSON)],
+        operation_updates=[("op-json", {"receipt": AWKWARD_JSON})],
+    )
+    store.commit(change.event("done", receipt=AWKWARD_JSON))
+
+    def exactly(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)  # order, types and text, not just ==
+
+    stored = store.get_run(run.id)
+    assert exactly(stored.input) == exactly(AWKWARD_JSON)
+    assert exactly(stored.context) == exactly({"receipts": {"request_refund": AWKWARD_JSON}})
+    assert exactly(store.history(run.id)[-1].data) == exactly({"receipt": AWKWARD_JSON})
+    op = store.operation("op-json")
+    assert op is not None
+    assert exactly(op.args) == exactly(AWKWARD_JSON)
+    assert exactly(op.receipt) == exactly(AWKWARD_JSON)
+    assert stored.input["amount"] == 9.95
+    assert type(stored.input["amounts"][4]) is float
+
+
+def test_a_business_key_the_database_cannot_hold_is_refused_as_a_store_error(
+    store: Store,
+) -> None:
+    """SQLite keeps a NUL character in a text column; PostgreSQL cannot. Either way the caller
+    sees the key stored exactly or a StoreError with nothing written, never a driver error."""
+    store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
+    try:
+        _, created = store.create_run(
+            "run_nul", "refund", DIGEST, "T-1\u0000x", "proposed", "waiting", {}, T0
+        )
+    except StoreError:
+        with pytest.raises(RunNotFound):
+            store.get_run("run_nul")
+    else:
+        assert created
+        assert store.get_run("run_nul").business_key == "T-1\u0000x"
+
+
+def test_list_runs_filters_by_status(store: Store) -> None:
+    mine = {"run_w": "waiting", "run_r": "running", "run_d": "done", "run_d2": "done"}
+    for number, (run_id, status) in enumerate(mine.items()):
+        new_run(store, run_id, f"T-{number}", status=status)
+
+    assert {r.id for r in store.list_runs()} == set(mine)
+    for status in ("waiting", "running", "done", "needs_person"):
+        found = store.list_runs(status)
+        assert {r.status for r in found} <= {status}
+        assert {r.id for r in found} == {i for i, s in mine.items() if s == status}
+    assert len(store.list_runs(limit=2)) == 2
+
+
+# -- SQLite specifics and concurrency -------------------------------------------------------
+
+
+def test_the_sqlite_store_runs_in_wal_mode_with_synchronous_full(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
+    try:
+        # two connections open at once: every pooled connection is set up, not only the first
+        with store.engine.connect() as one, store.engine.connect() as two:
+            for conn in (one, two):
+                assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+                assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+                assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+                assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    finally:
+        store.close()
+
+
+def test_two_threads_committing_to_one_run_at_once_either_commit_or_lose_the_race(
+    store_url: str,
+) -> None:
+    """Never 'database is locked': every attempt commits or raises VersionConflict."""
+    setup = Store(store_url)
+    run = new_run(setup)
+    stores = [Store(store_url), Store(store_url)]
+    outcomes: list[str] = []
+
+    def worker(store: Store, name: str) -> None:
+        for i in range(40):
+            current = store.get_run(run.id)
+            try:
+                store.commit(Change(run.id, current.version, T0 + i).event("tick", by=name))
+                outcomes.append("committed")
+            except VersionConflict:
+                outcomes.append("conflict")
+            except Exception as exc:
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+
+    try:
+        _together(partial(worker, stores[0], "a"), partial(worker, stores[1], "b"))
+        assert set(outcomes) <= {"committed", "conflict"}, outcomes
+        committed = outcomes.count("committed")
+        assert setup.get_run(run.id).version == 1 + committed
+        assert len(setup.history(run.id)) == 1 + committed
+    finally:
+        for store in [setup, *stores]:
+            store.close()
+
+
+def test_two_processes_committing_to_one_sqlite_store_never_see_database_is_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    setup = Store(url)
+    new_run(setup, "run_shared", "T-shared")
+    new_run(setup, "run_p0", "T-p0")
+    new_run(setup, "run_p1", "T-p1")
+    monkeypatch.syspath_prepend(str(ROOT))  # the spawned children import this module
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_commit_many, args=(url, f"run_p{i}", barrier, results))
+        for i in range(2)
+    ]
+    for process in workers:
+        process.start()
+    try:
+        reports = [results.get(timeout=120) for _ in workers]
+    finally:
+        for process in workers:
+            process.join(timeout=60)
+    for outcomes in reports:
+        assert set(outcomes) <= {"committed", "conflict"}, outcomes
+    own = [o for report in reports for o in report[:30]]
+    assert own == ["committed"] * 60  # each process's own run: no contention, no failure
+    shared_commits = sum(report[30:].count("committed") for report in reports)
+    assert setup.get_run("run_shared").version == 1 + shared_commits
+    setup.close()
+
+
+def _commit_many(url: str, own_run: str, barrier: Any, results: Any) -> None:
+    """A worker process: 30 commits to its own run, then 30 to the shared one."""
+    store = Store(url)
+    outcomes: list[str] = []
+    barrier.wait(timeout=60)
+    for run_id in [own_run] * 30 + ["run_shared"] * 30:
+        try:
+            current = store.get_run(run_id)
+            store.commit(Change(run_id, current.version, T0).event("tick"))
+            outcomes.append("committed")
+        except VersionConflict:
+            outcomes.append("conflict")
+        except Exception as exc:
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+    results.put(outcomes)
+    store.close()
+
+
+def test_several_processes_opening_one_fresh_store_at_once_all_succeed(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(4)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_open_store, args=(store_url, barrier, results)) for _ in range(4)
+    ]
+    for process in workers:
+        process.start()
+    try:
+        reports = [results.get(timeout=120) for _ in workers]
+    finally:
+        for process in workers:
+            process.join(timeout=60)
+    assert reports == ["opened"] * 4
+    store = Store(store_url)
+    new_run(store)  # the tables are there and usable
+    store.close()
+
+
+def _open_store(url: str, barrier: Any, results: Any) -> None:
+    barrier.wait(timeout=60)
+    try:
+        Store(url).close()
+        results.put("opened")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def _together(*actions: Callable[[], object]) -> None:
+    """Run the actions in threads released at the same moment; re-raise the first failure."""
+    barrier = threading.Barrier(len(actions))
+    failures: list[BaseException] = []
+
+    def run(action: Callable[[], object]) -> None:
+        try:
+            barrier.wait(timeout=30)
+            action()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in actions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    if failures:
+        raise failures[0]
