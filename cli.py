@@ -91,8 +91,21 @@ def validate(specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool) -
     explains each with a failing and a fixed example). Exit status: 0 valid, 1 invalid (with
     --strict, also when there are warnings), 2 usage error.
     """
-    reports: list[Report] = [validate_path(path, name) for path, name in _expand(specs)]
-    if not reports:
+    reports: list[Report] = []
+    crashed: list[str] = []
+    for path, name in _expand(specs):
+        try:
+            reports.append(validate_path(path, name))
+        except Exception as exc:  # a bug; report it and go on with the other files
+            if os.environ.get("RATCHET_DEBUG"):
+                raise
+            crashed.append(name)
+            click.echo(
+                f"ratchet: internal error validating {name}: {type(exc).__name__}: {exc} "
+                "(please report it)",
+                err=True,
+            )
+    if not reports and not crashed:
         raise click.UsageError("no .yaml or .yml files found in the given directories")
     failed = [r for r in reports if not r.ok(strict=strict)]
     if as_json:
@@ -111,12 +124,14 @@ def validate(specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool) -
             errors = sum(len(r.errors) for r in reports)
             warnings = sum(len(r.warnings) for r in reports)
             verdict = "invalid" if failed else "valid"
+            if crashed:
+                verdict = f"{len(crashed)} file(s) not checked (internal error)"
             click.echo(
                 f"{len(reports)} file(s) checked: {errors} error(s), {warnings} warning(s): "
                 f"{verdict}",
                 err=True,
             )
-    sys.exit(EXIT_INVALID if failed else EXIT_OK)
+    sys.exit(EXIT_INTERNAL if crashed else EXIT_INVALID if failed else EXIT_OK)
 
 
 @cli.command()

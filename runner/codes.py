@@ -15,7 +15,7 @@ CODES: dict[str, str] = {
     "E102": "the file is larger than the size cap",
     "E103": "the document nests deeper than the nesting cap",
     "E104": "the file is not well-formed YAML",
-    "E105": "YAML anchors and aliases are not allowed",
+    "E105": "YAML anchors, aliases and merge keys are not allowed",
     "E106": "a mapping has the same key twice",
     "E107": "YAML tags are not allowed",
     "E108": "the file holds no document",

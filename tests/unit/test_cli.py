@@ -154,5 +154,7 @@ def test_an_internal_error_is_one_line_with_exit_three(
     monkeypatch.delenv("RATCHET_DEBUG", raising=False)
     code, out, err = run(capsys, "validate", REFUND)
     assert code == 3
-    assert "internal error: RuntimeError: boom" in err
+    assert "internal error validating" in err
+    assert "RuntimeError: boom" in err
+    assert "1 file(s) not checked (internal error)" in err
     assert "Traceback" not in out + err
