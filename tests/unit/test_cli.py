@@ -158,3 +158,17 @@ def test_an_internal_error_is_one_line_with_exit_three(
     assert "RuntimeError: boom" in err
     assert "1 file(s) not checked (internal error)" in err
     assert "Traceback" not in out + err
+
+
+def test_an_unexpected_error_in_any_command_is_one_line_with_exit_three(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode() -> str:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(cli_module, "spec_schema_text", explode)
+    monkeypatch.delenv("RATCHET_DEBUG", raising=False)
+    code, out, err = run(capsys, "schema")
+    assert code == 3
+    assert "internal error: RuntimeError: kaboom" in err
+    assert "Traceback" not in out + err
