@@ -87,7 +87,10 @@ class EffectStep:
     # -- the protocol -----------------------------------------------------------------------
 
     def perform(self) -> RunRecord:
-        op = self.runner.store.operation(self.operation_id)
+        # The run's context lists every operation it has recorded, written in the same
+        # transaction as each record: an ID it does not list has no record to read.
+        known = self.operation_id in self.run.context.get("operations", ())
+        op = self.runner.store.operation(self.operation_id) if known or self.naive else None
         if op is None or op.status == "registered":
             return self._begin(op)
         if op.status == "done":
@@ -143,7 +146,14 @@ class EffectStep:
         )
         change.event("call", operation_id=self.operation_id, attempt=1)
         self.runner.count_attempt(self.run, self.spec, self.effect, change)
+        self._list(change, self.operation_id)
         return base
+
+    def _list(self, change: Change, *operation_ids: str) -> None:
+        context = change.context if change.context is not None else self.run.context
+        listed = list(context.get("operations", ()))
+        listed += [i for i in operation_ids if i not in listed]
+        change.context = {**context, "operations": listed}
 
     def _begin(self, registered: OperationRecord | None) -> RunRecord:
         change = self._change()
@@ -201,6 +211,7 @@ class EffectStep:
                 "compensates": self.operation_id,
             }
         )
+        self._list(change, comp_id)
         change.event(
             "compensation_registered",
             operation_id=comp_id,

@@ -169,6 +169,9 @@ class Runner:
         )
         context: dict[str, Any] = {}
         first_events: list[tuple[str, dict[str, Any]]] = []
+        armed = self.timers.arm(draft, spec, first, now)
+        if armed:
+            context["timers_of"] = first.name
         if first.kind in ("pause", "wait"):
             pause = self.timers.pause_record(draft, spec, first, now)
             context["pause"] = pause
@@ -183,7 +186,7 @@ class Runner:
             input,
             now,
             context=context,
-            new_timers=self.timers.arm(draft, spec, first, now),
+            new_timers=armed,
             first_events=first_events,
         )
 

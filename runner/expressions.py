@@ -114,6 +114,7 @@ class Expression:
     tree: Any = field(repr=False, compare=False)
     paths: tuple[tuple[str, ...], ...] = ()
     functions: tuple[str, ...] = ()
+    lookup: tuple[str, ...] | None = None  # set when the whole expression is one name path
 
     @property
     def names(self) -> frozenset[str]:
@@ -122,6 +123,15 @@ class Expression:
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate over plain JSON values; returns plain Python values."""
+        if self.lookup is not None:  # a plain name path: read it, as CEL would, without CEL
+            value: Any = activation
+            for part in self.lookup:
+                if not isinstance(value, Mapping) or part not in value:
+                    raise ExpressionError(
+                        "E305", f"{self.source!r} cannot be evaluated: no such member {part!r}"
+                    )
+                value = value[part]
+            return _to_json(value)
         program = _program(self.source)
         to_cel = celpy.json_to_cel  # type: ignore[attr-defined]
         try:
@@ -249,7 +259,8 @@ def compile_expression(source: str) -> Expression:
     found = list(_walk(tree, bound))
     paths = tuple(parts for kind, parts in found if kind == "path" and parts[0] not in bound)
     calls = tuple(parts[0] for kind, parts in found if kind == "call")
-    return Expression(source, tree, paths, calls)
+    whole = _dotted(tree)
+    return Expression(source, tree, paths, calls, tuple(whole) if whole else None)
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,10 @@ _CAS_RUN = (
     )
 )
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
+_RUN_BY_KEY = select(runs).where(
+    runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
+)
+_INSERT_RUN = insert(runs)
 _RUN_VERSION = select(runs.c.version).where(runs.c.id == bindparam("b_id"))
 _OPERATION_BY_ID = select(operations).where(operations.c.operation_id == bindparam("b_id"))
 _INSERT_EVENTS = insert(events)
@@ -359,8 +363,10 @@ class _SQLite(_Dialect):
 
         @event.listens_for(engine, "begin")
         def _on_begin(connection: Connection) -> None:
-            immediate = connection.get_execution_options().get("ratchet_write", False)
-            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            # Writes take the write lock up front, so concurrent writers queue (busy timeout)
+            # instead of failing on upgrade; reads are single statements in autocommit.
+            if connection.get_execution_options().get("ratchet_write", False):
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
 
@@ -526,27 +532,23 @@ class Store:
         Returns ``(run, created)``. Starting the same piece of work twice is not an error: it is
         the same run.
         """
+        record = RunRecord(
+            id=run_id,
+            workflow=workflow,
+            spec_digest=spec_digest,
+            business_key=business_key,
+            state=state,
+            status=status,
+            version=1,
+            input=input,
+            context=context or {},
+            created_at=at,
+            updated_at=at,
+        )
+        created = [("created", {"state": state, "business_key": business_key})]
         try:
             with self._write() as conn:
-                found = self._find(conn, workflow, business_key)
-                if found is not None:
-                    return found, False
-                conn.execute(
-                    insert(runs).values(
-                        id=run_id,
-                        workflow=workflow,
-                        spec_digest=spec_digest,
-                        business_key=business_key,
-                        state=state,
-                        status=status,
-                        version=1,
-                        input=input,
-                        context=context or {},
-                        created_at=at,
-                        updated_at=at,
-                    )
-                )
-                created = [("created", {"state": state, "business_key": business_key})]
+                conn.execute(_INSERT_RUN, record.__dict__)
                 conn.execute(
                     _INSERT_EVENTS,
                     [
@@ -556,18 +558,18 @@ class Store:
                 )
                 for timer in new_timers or []:
                     conn.execute(insert(timers).values(run_id=run_id, created_at=at, **timer))
-        except IntegrityError:
+        except (
+            IntegrityError
+        ) as exc:  # the business key has a run already (or the spec is not saved)
             with self._read() as conn:
                 found = self._find(conn, workflow, business_key)
             if found is None:
-                raise
+                raise StoreError(f"cannot create run {run_id}: {_why(exc)}") from None
             return found, False
-        return self.get_run(run_id), True
+        return record, True
 
     def _find(self, conn: Connection, workflow: str, business_key: str) -> RunRecord | None:
-        row = conn.execute(
-            select(runs).where(runs.c.workflow == workflow, runs.c.business_key == business_key)
-        ).first()
+        row = conn.execute(_RUN_BY_KEY, {"b_workflow": workflow, "b_key": business_key}).first()
         return RunRecord(**row._mapping) if row is not None else None
 
     def get_run(self, run_id: str) -> RunRecord:

@@ -77,10 +77,16 @@ class Timers:
 
     def on_move(self, run: RunRecord, spec: Spec, target: State, change: Change) -> None:
         """Cancel the timers of the state being left; arm and record those of the new one."""
-        change.cancel_timers_of_state = run.state
         context = change.context if change.context is not None else dict(run.context)
+        if context.get("timers_of") == run.state:
+            change.cancel_timers_of_state = run.state
+            context = {k: v for k, v in context.items() if k != "timers_of"}
         view = replace(run, context=context, state=target.name)  # the run as it will be
-        change.new_timers.extend(self.arm(view, spec, target, change.at))
+        armed = self.arm(view, spec, target, change.at)
+        if armed:
+            change.new_timers.extend(armed)
+            context = {**context, "timers_of": target.name}
+        change.context = context
         if target.kind in ("pause", "wait"):
             pause = self.pause_record(view, spec, target, change.at)
             change.event("paused", **pause)
