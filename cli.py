@@ -15,23 +15,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from adapters.practice import FAULT_KINDS, PRACTICE_SERVICES, PracticeAdapter, PracticeWorld
 from runner import table as tables
-from runner import trace as traces
-from runner.approvals import decide, pending_request
-from runner.clock import clock_from_env
 from runner.errors import RatchetError, SpecError, UsageError, VersionConflict
-from runner.execute import INTERRUPT_POINTS, Runner
-from runner.lifecycle import OPERATOR_ACTIONS, migrate, operate, queue, send_signal, worker_pass
 from runner.loader import load_file
 from runner.schema import spec_schema_text
-from runner.spec import Adapter as AdapterSpec
-from runner.store import RunRecord, Store, home
+from runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS, home
 from runner.validate import Report, load_spec, validate_path
+
+if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
+    from runner.execute import Runner
+    from runner.spec import Adapter as AdapterSpec
+    from runner.store import RunRecord, Store
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_CONFLICT = 0, 1, 2, 3, 4
 
@@ -224,6 +223,10 @@ INTERRUPT_OPTION = click.option(
 def _session(
     db: str | None, interrupt: str | None = None, naive: bool = False
 ) -> tuple[Store, PracticeWorld, Runner]:
+    from runner.clock import clock_from_env
+    from runner.execute import Runner
+    from runner.store import Store
+
     store = Store(db)
     world = PracticeWorld(home() / "practice.db")
 
@@ -246,6 +249,8 @@ def _session(
 
 
 def _summary(runner: Runner, run: RunRecord) -> dict[str, Any]:
+    from runner.approvals import pending_request
+
     request = pending_request(runner, run) if run.status == "waiting" else None
     queued = next(
         (e.data for e in reversed(runner.store.history(run.id)) if e.kind == "queued"), None
@@ -401,6 +406,8 @@ def _decide(
     db: str | None,
     as_json: bool,
 ) -> None:
+    from runner.approvals import decide
+
     _, _, runner = _session(db, interrupt)
     run_id = runner.store.resolve(run_id).id
     result = decide(runner, run_id, decision, actor, role, reason)
@@ -454,6 +461,8 @@ def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) ->
     never repeats a change. If another process moves the run first, this one stops and says
     so (exit status 4).
     """
+    from runner.lifecycle import migrate
+
     _, _, runner = _session(db, interrupt)
     moved = runner.advance(migrate(runner, runner.store.resolve(run_id)).id)
     _show(_summary(runner, moved), as_json)
@@ -469,6 +478,8 @@ def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) ->
 @JSON_OPTION
 def runs_command(status: str | None, limit: int, db: str | None, as_json: bool) -> None:
     """List runs, newest first."""
+    from runner.store import Store
+
     store = Store(db)
     found = store.list_runs(status, limit)
     if as_json:
@@ -505,6 +516,9 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
 def trace(run_id: str, db: str | None, as_json: bool) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
+    from runner import trace as traces
+    from runner.store import Store
+
     store = Store(db)
     found = store.resolve(run_id)
     history = store.history(found.id)
@@ -558,6 +572,8 @@ def effects(as_json: bool) -> None:
 @JSON_OPTION
 def reset(everything: bool, db: str | None, as_json: bool) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too."""
+    from runner.store import Store
+
     PracticeWorld(home() / "practice.db").reset()
     if everything:
         Store(db).reset()
@@ -588,6 +604,8 @@ def signal_command(
     nothing changed, never queued. Two signals racing: exactly one moves the run; the other
     is told the run moved on (exit status 4).
     """
+    from runner.lifecycle import send_signal
+
     try:
         payload = json.loads(data)
     except json.JSONDecodeError as exc:
@@ -612,6 +630,8 @@ def worker(once: bool, poll: float, passes: int | None, db: str | None, as_json:
 
     Each timer fires once and never early; a run another worker is moving is left to it.
     """
+    from runner.lifecycle import worker_pass
+
     _, _, runner = _session(db)
     done = 0
     while True:
@@ -662,6 +682,8 @@ def ops_command(
     Each is authorised by the spec's operators.roles and recorded in the run's history; an
     unauthorised call changes nothing.
     """
+    from runner.lifecycle import operate
+
     _, _, runner = _session(db)
     result = operate(runner, run_id, action, actor, role, note)
     summary = _summary(runner, result.run)
@@ -675,6 +697,8 @@ def ops_command(
 def queue_command(db: str | None, as_json: bool) -> None:
     """List the runs waiting for a person: what to do, how long they have waited, and the
     evidence (what was done, undone, left, and what failed)."""
+    from runner.lifecycle import queue
+
     _, _, runner = _session(db)
     items = queue(runner)
     if as_json:

@@ -38,6 +38,7 @@ from .identity import (
     describe_action,
 )
 from .machine import machine_for
+from .settings import INTERRUPT_POINTS as INTERRUPT_POINTS
 from .spec import Adapter as AdapterSpec
 from .spec import Effect, Spec, State
 from .store import ApprovalRecord, Change, OperationRecord, RunRecord, Store
@@ -48,8 +49,6 @@ AdapterFactory = Callable[[AdapterSpec], Adapter]
 Interrupt = Callable[[str, str], None]
 Strategy = Literal["ratchet", "naive"]
 
-#: Points at which ``--interrupt`` ends the process (as SIGKILL would).
-INTERRUPT_POINTS = ("before-write", "after-write", "after-receipt")
 
 _STATUS = {
     "step": "running",

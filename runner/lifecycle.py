@@ -21,11 +21,10 @@ from .errors import (
 )
 from .execute import Runner, status_of
 from .machine import machine_for
+from .settings import OPERATOR_ACTIONS
 from .spec import RUNNER_EVENTS, Spec
 from .store import Change, OperationRecord, RunRecord
 from .timers import Fired
-
-OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")
 
 
 class OperatorRefused(RunError):

@@ -22,7 +22,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -50,10 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, SQLAlchemyError
 
 from .errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
-
-DEFAULT_HOME = ".ratchet"
-ENV_DB = "RATCHET_DB"
-ENV_HOME = "RATCHET_HOME"
+from .settings import ENV_DB, home
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
 # ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
@@ -389,12 +385,6 @@ def _dialect_for(url: str) -> _Dialect:
     if url.startswith("postgresql"):
         return _PostgreSQL()
     return _Dialect()
-
-
-def home() -> Path:
-    """Where the embedded store and the practice world live: ``$RATCHET_HOME``, else
-    ``./.ratchet``."""
-    return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME)
 
 
 def default_url() -> str:

@@ -1,0 +1,23 @@
+"""Names and places shared by the command line and the runner, kept free of heavy imports so
+that ``ratchet validate`` starts quickly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_HOME = ".ratchet"
+ENV_DB = "RATCHET_DB"
+ENV_HOME = "RATCHET_HOME"
+
+#: Points at which ``--interrupt`` ends the process (as SIGKILL would).
+INTERRUPT_POINTS = ("before-write", "after-write", "after-receipt")
+
+#: The operator controls (``ratchet ops ACTION``).
+OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")
+
+
+def home() -> Path:
+    """Where the embedded store and the practice world live: ``$RATCHET_HOME``, else
+    ``./.ratchet``."""
+    return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME)
