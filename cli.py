@@ -112,7 +112,7 @@ def validate(specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool) -
             {
                 "valid": not failed,
                 "strict": strict,
-                "files": [r.to_json() for r in reports],
+                "files": [r.to_json(strict=strict) for r in reports],
             }
         )
     else:
@@ -166,7 +166,10 @@ def table(spec: str, fmt: str, output: str | None) -> None:
     loaded = load_spec(spec)
     text = tables.to_markdown(loaded) if fmt == "md" else tables.to_html(loaded)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.FileError(output, exc.strerror or str(exc)) from None
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)

@@ -1,6 +1,6 @@
 """The practice world: a payment provider, a warehouse and travel providers in one SQLite file.
 
-It stands in for the outside world in examples, tests and ``ratchet check``. It keeps its own
+It stands in for the outside world in examples, tests and practice runs. It keeps its own
 database (the "practice database"), separate from the runner's store, and behaves as a careful
 provider does: each change is keyed by its operation ID (the idempotency key) under a unique
 constraint, so the same ID writes once and returns the first result, and the same ID with other

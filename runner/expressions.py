@@ -206,6 +206,7 @@ def _walk(root: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
             yield "call", (str(node.children[0]),)
         elif node.data == "member_dot_arg" and len(node.children) >= 2:
             method = str(node.children[1])
+            yield "call", (method,)
             if method in MACROS and len(node.children) > 2:
                 args = node.children[2].children if isinstance(node.children[2], Tree) else []
                 if args:
@@ -275,7 +276,7 @@ class Scope:
 
     def check(self, expression: Expression) -> None:
         for name in expression.functions:
-            if name not in FUNCTIONS:
+            if name not in FUNCTIONS and name not in MACROS:
                 raise ExpressionError(
                     "E307", f"{expression.source!r} calls {name}(), which is not a CEL function"
                 )

@@ -54,8 +54,8 @@ def send_signal(
     or whose row's guard does not hold, is refused with nothing changed — never queued.
     """
     store = runner.store
-    seen = store.signal(signal_id)
     run = store.resolve(run_id)
+    seen = store.signal(run.id, signal_id)
     if seen is not None:
         return Outcome(
             run, False, f"signal {signal_id} was already received ({seen.event}); nothing changed"

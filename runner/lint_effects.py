@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .errors import Diagnostic
+from .expressions import RUN_FIELDS
 from .lint_support import at, at_field, at_name, col, effect_rows, line_of
 from .spec import Adapter, Effect, Row, Spec
 
@@ -195,6 +196,26 @@ def _key_item(spec: Spec, effect: Effect, item: str, pointer: str) -> Iterator[D
             "E302",
             f"unknown effect {field!r} in {item!r}: name an effect declared under effects:",
         )
+    elif head == "run" and field not in RUN_FIELDS:
+        yield at(
+            spec,
+            pointer,
+            "E306",
+            f"{item!r} is not a field of the run (fields: {', '.join(sorted(RUN_FIELDS))})",
+        )
+    elif head == "input" and field and not _declared_input(spec, field):
+        yield at(
+            spec,
+            pointer,
+            "E306",
+            f"{item!r} names an input field the input schema does not declare: declare it "
+            "under input.properties, or name a declared one",
+        )
+
+
+def _declared_input(spec: Spec, field: str) -> bool:
+    props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
+    return not isinstance(props, dict) or field in props
 
 
 # -- retry and hope -----------------------------------------------------------------------------

@@ -240,12 +240,17 @@ def _tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _seconds(text: str | None, default: float) -> float:
+    parsed = parse_duration(text)
+    return default if parsed is None else parsed
+
+
 def _retry(data: dict[str, Any] | None) -> Retry:
     data = data or {}
     return Retry(
         max_attempts=int(data.get("max_attempts", 3)),
-        initial_backoff=parse_duration(data.get("initial_backoff")) or 1.0,
-        max_backoff=parse_duration(data.get("max_backoff")) or 30.0,
+        initial_backoff=_seconds(data.get("initial_backoff"), 1.0),
+        max_backoff=_seconds(data.get("max_backoff"), 30.0),
         multiplier=float(data.get("multiplier", 2.0)),
         jitter=data.get("jitter", "full"),
     )

@@ -156,7 +156,7 @@ signals = Table(
     "signals",
     metadata,
     Column("signal_id", String(200), primary_key=True),
-    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("run_id", String(40), ForeignKey("runs.id"), primary_key=True),
     Column("event", String(200), nullable=False),
     Column("data", _JSON, nullable=False),
     Column("received_at", Float, nullable=False),
@@ -650,9 +650,12 @@ class Store:
             )
             return [TimerRecord(**row._mapping) for row in rows]
 
-    def signal(self, signal_id: str) -> SignalRecord | None:
+    def signal(self, run_id: str, signal_id: str) -> SignalRecord | None:
+        """The signal ``signal_id`` that ``run_id`` received, if it did (IDs are per run)."""
         with self._read() as conn:
-            row = conn.execute(select(signals).where(signals.c.signal_id == signal_id)).first()
+            row = conn.execute(
+                select(signals).where(signals.c.signal_id == signal_id, signals.c.run_id == run_id)
+            ).first()
         return SignalRecord(**row._mapping) if row is not None else None
 
     def runnable(self, now: float, limit: int = 500) -> list[RunRecord]:

@@ -38,10 +38,10 @@ class Report:
     def ok(self, *, strict: bool = False) -> bool:
         return not self.errors and not (strict and self.warnings)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, strict: bool = False) -> dict[str, Any]:
         return {
             "file": self.file,
-            "valid": not self.errors,
+            "valid": self.ok(strict=strict),
             "errors": len(self.errors),
             "warnings": len(self.warnings),
             "diagnostics": [d.to_json() for d in self.diagnostics],

@@ -489,3 +489,23 @@ def test_a_run_budget_caps_calls_across_resumes(
     assert len(calls) == 2
     assert run.context["budget_used"]["attempts"] == 2
     assert make_runner().advance(run.id).version == run.version
+
+
+def test_signal_ids_are_per_run(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    from runner.lifecycle import send_signal
+    from runner.validate import load_spec
+    from tests.conftest import ROOT
+
+    path = ROOT / "tests" / "fixtures" / "parcel.yaml"
+    spec, text = load_spec(path), path.read_text(encoding="utf-8")
+    runner = make_runner()
+    world.seed(spec.examples["P-1"].world)
+    moved = []
+    for ticket in ("P-1", "P-2"):
+        run, _ = runner.start(spec, text, {**spec.examples["P-1"].input, "ticket": ticket})
+        runner.advance(run.id)
+        result = send_signal(runner, run.id, "parcel_received", "evt-1", {"weight_kg": 1.0})
+        moved.append(result.changed)
+    assert moved == [True, True]

@@ -172,3 +172,30 @@ def test_an_unexpected_error_in_any_command_is_one_line_with_exit_three(
     assert code == 3
     assert "internal error: RuntimeError: kaboom" in err
     assert "Traceback" not in out + err
+
+
+def test_table_to_a_folder_that_does_not_exist_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "table", REFUND, "-o", str(tmp_path / "missing" / "t.md"))
+    assert code == 1
+    assert "No such file or directory" in err
+    assert "Traceback" not in out + err
+
+
+def test_strict_json_marks_a_file_with_warnings_invalid(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = (
+        Path(REFUND)
+        .read_text(encoding="utf-8")
+        .replace(
+            "  needs_person: {kind: operator_queue}",
+            "  needs_person: {kind: operator_queue}\n  orphan: {kind: success}",
+        )
+    )
+    path = tmp_path / "warn.yaml"
+    path.write_text(text, encoding="utf-8")
+    code, out, _ = run(capsys, "validate", "--json", "--strict", str(path))
+    document = json.loads(out)
+    assert (code, document["valid"], document["files"][0]["valid"]) == (1, False, False)
