@@ -25,9 +25,12 @@ class Row:
     baseline: float | None = None
     target: str = ""
     ok: bool | None = None
+    measured_ratio: float | None = None  # when the ratio is not value / baseline (medians)
 
     @property
     def ratio(self) -> float | None:
+        if self.measured_ratio is not None:
+            return self.measured_ratio
         return None if not self.baseline else self.value / self.baseline
 
 
