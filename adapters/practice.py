@@ -1,10 +1,12 @@
 """The practice world: a payment provider, a warehouse and travel providers in one SQLite file.
 
 It stands in for the outside world in examples, tests and practice runs. It keeps its own
-database (the "practice database"), separate from the runner's store, and behaves as a careful
-provider does: each change is keyed by its operation ID (the idempotency key) under a unique
-constraint, so the same ID writes once and returns the first result, and the same ID with other
-arguments is refused (as Stripe does). Every call received is logged, so tests can count calls.
+database (the "practice database"), separate from the runner's store. The payment provider
+deduplicates by operation ID (the idempotency key): the same ID writes once and returns the first
+result, and the same ID with other arguments is refused (as Stripe does). The warehouse and
+travel providers keep the operation ID as a client reference that a lookup finds, but do not
+deduplicate: a blind retry there makes a second change, so only reconciling first prevents it.
+Every call received is logged, so tests can count calls.
 
 Faults are injected per effect and per call: ``timeout_before_write`` (the request is lost),
 ``timeout_after_write`` (the change is made, the answer lost), ``unavailable`` (503), ``refuse``,
@@ -38,6 +40,12 @@ from .base import (
 #: The services the practice world serves (adapter kinds it stands in for).
 PRACTICE_SERVICES = ("payments", "warehouse", "travel", "noop")
 
+#: Services that deduplicate by idempotency key, as a payment provider does. The others record
+#: the operation ID as a client reference that a lookup can find, but a second request with the
+#: same ID makes a second change, as many warehouse and travel APIs do: for them, only reconciling
+#: before a retry prevents a duplicate.
+IDEMPOTENT_SERVICES = frozenset({"payments", "noop"})
+
 FAULT_KINDS = (
     "timeout_before_write",
     "timeout_after_write",
@@ -54,7 +62,7 @@ CREATE TABLE IF NOT EXISTS orders (
 CREATE TABLE IF NOT EXISTS stock (sku TEXT PRIMARY KEY, available INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS changes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    operation_id TEXT NOT NULL UNIQUE,
+    operation_id TEXT NOT NULL,
     service TEXT NOT NULL,
     operation TEXT NOT NULL,
     effect TEXT NOT NULL,
@@ -63,6 +71,7 @@ CREATE TABLE IF NOT EXISTS changes (
     result TEXT NOT NULL,
     at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
+CREATE INDEX IF NOT EXISTS ix_changes_operation ON changes (operation_id);
 CREATE TABLE IF NOT EXISTS holds (
     hold_id TEXT PRIMARY KEY, kind TEXT NOT NULL, trip TEXT NOT NULL, ref TEXT NOT NULL,
     status TEXT NOT NULL
@@ -237,6 +246,7 @@ class PracticeWorld:
         return outcome
 
     def lookup(self, service: str, operation: str, operation_id: str, effect: str) -> LookupResult:
+        """What the provider has under ``operation_id`` (the first change, if several)."""
         with self._tx() as db:
             fault = self._fault(db, effect, lookup=True)
             db.execute(
@@ -246,7 +256,7 @@ class PracticeWorld:
             if fault == "lookup_fails":
                 return LookupFailed("lookup timed out (injected)")
             row = db.execute(
-                "SELECT result FROM changes WHERE operation_id = ? AND service = ?",
+                "SELECT result FROM changes WHERE operation_id = ? AND service = ? ORDER BY seq",
                 (operation_id, service),
             ).fetchone()
         return Found(json.loads(row[0])) if row else NotFound()
@@ -262,10 +272,10 @@ class PracticeWorld:
     ) -> Outcome:
         fingerprint = _fingerprint(request.args)
         seen = db.execute(
-            "SELECT fingerprint, result FROM changes WHERE operation_id = ?",
+            "SELECT fingerprint, result FROM changes WHERE operation_id = ? ORDER BY seq",
             (request.operation_id,),
         ).fetchone()
-        if seen is not None:
+        if seen is not None and service in IDEMPOTENT_SERVICES:
             if seen[0] != fingerprint:
                 return Refused(
                     "idempotency key reused with different arguments",
@@ -339,8 +349,14 @@ class PracticeAdapter:
 _Handler = Callable[[sqlite3.Connection, Call], Outcome]
 
 
-def _short(request: Call, prefix: str) -> str:
-    return f"{prefix}_{request.operation_id[:12]}"
+def _short(db: sqlite3.Connection, request: Call, prefix: str) -> str:
+    """A provider ID for the change: the operation ID's prefix, numbered when a provider that
+    does not deduplicate makes a second change under the same ID."""
+    (made,) = db.execute(
+        "SELECT COUNT(*) FROM changes WHERE operation_id = ?", (request.operation_id,)
+    ).fetchone()
+    suffix = f"_{made + 1}" if made else ""
+    return f"{prefix}_{request.operation_id[:12]}{suffix}"
 
 
 def _refund(db: sqlite3.Connection, request: Call) -> Outcome:
@@ -368,14 +384,14 @@ def _refund(db: sqlite3.Connection, request: Call) -> Outcome:
             f"{refunded + amount:.2f} {currency}, above the {paid:.2f} paid",
             {"paid": paid, "refunded": refunded},
         )
-    return Done({"refund_id": _short(request, "re"), "amount": amount, "currency": currency})
+    return Done({"refund_id": _short(db, request, "re"), "amount": amount, "currency": currency})
 
 
 def _label(db: sqlite3.Connection, request: Call) -> Outcome:
     order = request.args["order"]
     if db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order,)).fetchone() is None:
         return Refused(f"no order {order}")
-    return Done({"label_id": _short(request, "lbl"), "order": order})
+    return Done({"label_id": _short(db, request, "lbl"), "order": order})
 
 
 def _reship(db: sqlite3.Connection, request: Call) -> Outcome:
@@ -384,12 +400,12 @@ def _reship(db: sqlite3.Connection, request: Call) -> Outcome:
     if row is None or row[0] < 1:
         return Refused(f"{sku} is out of stock", {"sku": sku, "available": row[0] if row else 0})
     db.execute("UPDATE stock SET available = available - 1 WHERE sku = ?", (sku,))
-    return Done({"reship_id": _short(request, "rs"), "sku": sku})
+    return Done({"reship_id": _short(db, request, "rs"), "sku": sku})
 
 
 def _hold(kind: str) -> _Handler:
     def hold(db: sqlite3.Connection, request: Call) -> Outcome:
-        hold_id = _short(request, kind[:2])
+        hold_id = _short(db, request, kind[:2])
         ref = str(request.args.get("flight") or request.args.get("hotel"))
         db.execute(
             "INSERT INTO holds VALUES (?, ?, ?, ?, 'held')",
@@ -410,7 +426,7 @@ def _confirm(db: sqlite3.Connection, request: Call) -> Outcome:
     }
     if len(held) != 2:
         return Refused("a hold to confirm is missing or released")
-    return Done({"itinerary_id": _short(request, "it"), "trip": request.args["trip"]})
+    return Done({"itinerary_id": _short(db, request, "it"), "trip": request.args["trip"]})
 
 
 def _release(db: sqlite3.Connection, request: Call) -> Outcome:
@@ -419,7 +435,7 @@ def _release(db: sqlite3.Connection, request: Call) -> Outcome:
     if row is None:
         return Refused(f"no hold {hold_id}")
     db.execute("UPDATE holds SET status = 'released' WHERE hold_id = ?", (hold_id,))
-    return Done({"release_id": _short(request, "rl"), "hold_id": hold_id})
+    return Done({"release_id": _short(db, request, "rl"), "hold_id": hold_id})
 
 
 def _noop(db: sqlite3.Connection, request: Call) -> Outcome:

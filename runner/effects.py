@@ -73,7 +73,12 @@ class EffectStep:
             r for r in self.spec.rows_from(self.run.state) if r.external_effect == self.effect.name
         )
         stable = operation_id(self.spec, self.row, self.effect, self.args, self.ctx)
-        return sha256([stable, uuid.uuid4().hex]) if self.naive else stable
+        if self.naive or self.row.idempotency_key is None:
+            # Nothing names the change (the naive demonstration, or a spec without a key, which
+            # only `ratchet check` will run): every attempt is a new operation.
+            self.naive = True
+            return sha256([stable, uuid.uuid4().hex])
+        return stable
 
     @property
     def receipt_field(self) -> str | None:
@@ -310,8 +315,11 @@ class EffectStep:
         """Ask the provider about the operation ID. A record found finishes the step; none found
         returns None (a same-ID retry is safe); a failed lookup leaves the outcome unknown."""
         if self.effect.reconcile is None:
+            # Retry and hope (E504): a spec without a lookup cannot learn what happened, so the
+            # runner can only call again. Validation refuses such a spec for `ratchet run`;
+            # `ratchet check` runs it to show the duplicate it causes.
             self.log.note("reconcile_impossible", operation_id=op.operation_id)
-            return self._outcome(op, "unknown", "no reconcile lookup for this effect")
+            return None
         try:
             found = self.adapter.lookup(self.effect.reconcile, op.operation_id, self.effect.name)
         except Exception as exc:

@@ -67,7 +67,9 @@ def describe(event: EventRecord) -> str:
             f"{_op(d)} is not on the provider's record: retry with the same ID"
         ),
         "reconcile_failed": lambda: f"{d.get('reason')}",
-        "reconcile_impossible": lambda: f"{_op(d)}: the effect has no reconcile lookup",
+        "reconcile_impossible": lambda: (
+            f"{_op(d)}: the effect has no reconcile lookup; calling again blind (retry and hope)"
+        ),
         "done": lambda: f"{_receipt(d)} (via {d.get('via')}) · {_op(d)}",
         "skipped": lambda: f"{_op(d)} is already done: no call",
         "refused": lambda: f"{d.get('reason')} · nothing changed",
