@@ -740,6 +740,158 @@ def _age(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+@cli.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False, exists=True))
+@click.option(
+    "--example",
+    "examples",
+    multiple=True,
+    help="Check this example (repeatable; default: every example of the spec).",
+)
+@click.option(
+    "--case",
+    "case_name",
+    metavar="EXAMPLE:EFFECT:WINDOW:FAULT",
+    help="Run one case (the command printed for a failing case).",
+)
+@click.option(
+    "--kill",
+    is_flag=True,
+    help="Crash in a real child process killed with SIGKILL, not in-process (slower).",
+)
+@click.option(
+    "--compare",
+    type=click.Choice(["naive"]),
+    help="Also run every case with the "
+    "naive strategy (a new operation ID per attempt, no reconcile), side by side.",
+)
+@JSON_OPTION
+def check(
+    spec_path: str,
+    examples: tuple[str, ...],
+    case_name: str | None,
+    kill: bool,
+    compare: str | None,
+    as_json: bool,
+) -> None:
+    """Run every crash window of every effect for real, and prove no effect happens twice.
+
+    For each example, each effect it reaches (forward and compensating), each crash window
+    (none, before-request, in-flight, response-lost, receipt-stored) and each fault (none,
+    timeout_before_write, timeout_after_write, unavailable, refuse): a fresh store and practice
+    world, a crash at that window, a resume to the end, and the invariants checked. Exit 1 if
+    Ratchet's protocol breaks any (with the command that reproduces the case); violations of
+    the naive strategy under --compare are the point of the comparison, not failures.
+    """
+    from runner.check import FAULTS, WINDOWS, Case, cases, reproduce, run_cases
+
+    report = validate_path(spec_path)
+    if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):
+        raise SpecError(report.errors or report.diagnostics)
+    spec = report.spec
+    for diagnostic in report.errors:
+        click.echo(f"{diagnostic.format()} (checking anyway, to show what it causes)", err=True)
+    text = Path(spec_path).read_text(encoding="utf-8")
+    strategies: tuple[Any, ...] = ("ratchet", "naive") if compare else ("ratchet",)
+    if case_name:
+        parts = case_name.split(":")
+        if (
+            len(parts) != 4
+            or parts[0] not in spec.examples
+            or parts[1] not in spec.effects
+            or parts[2] not in WINDOWS
+            or parts[3] not in FAULTS
+        ):
+            raise click.BadParameter(
+                f"expected EXAMPLE:EFFECT:WINDOW:FAULT with a known example and effect, a window "
+                f"of {', '.join(WINDOWS)} and a fault of {', '.join(FAULTS)}",
+                param_hint="--case",
+            )
+        selected = [Case(*parts, strategy=s) for s in strategies]  # type: ignore[arg-type]
+    else:
+        chosen = list(examples) or list(spec.examples)
+        unknown = [e for e in chosen if e not in spec.examples]
+        if unknown or not chosen:
+            known = ", ".join(spec.examples) or "none"
+            raise click.BadParameter(
+                f"no example {unknown[0] if unknown else ''!r} (examples: {known})",
+                param_hint="--example",
+            )
+        selected = cases(spec, text, chosen, strategies)
+    show_progress = not as_json and sys.stderr.isatty()
+    with (
+        click.progressbar(length=len(selected), label="checking", file=sys.stderr, show_pos=True)
+        if show_progress
+        else _NoBar() as bar
+    ):
+        results = list(
+            run_cases(spec, text, selected, kill=kill, progress=lambda _r: bar.update(1))
+        )
+    failed = [r for r in results if r.case.strategy == "ratchet" and not r.ok]
+    if as_json:
+        _emit_json(
+            {
+                "spec": spec_path,
+                "kill": kill,
+                "cases": len(results),
+                "violations": sum(len(r.violations) for r in failed),
+                "results": [r.to_json() for r in results],
+            }
+        )
+    else:
+        _check_table(results, compare is not None)
+        naive_bad = sum(1 for r in results if r.case.strategy == "naive" and not r.ok)
+        mode = "killed with SIGKILL" if kill else "in-process"
+        click.echo(
+            f"{len(selected) // len(strategies)} case(s), crashes {mode}: "
+            f"{len(failed)} with violations under Ratchet's protocol"
+            + (f"; {naive_bad} under the naive strategy" if compare else "")
+        )
+        for result in failed:
+            click.echo(f"VIOLATION {result.case.name}: {'; '.join(result.violations)}", err=True)
+            click.echo(f"  reproduce: {reproduce(spec_path, result.case, kill)}", err=True)
+    sys.exit(EXIT_INVALID if failed else EXIT_OK)
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def update(self, _n: int) -> None:
+        return None
+
+
+def _verdict(result: Any) -> str:
+    amount = f" {result.amount:.2f}" if result.amount is not None else ""
+    verdict = (
+        "ok"
+        if result.ok
+        else "DUPLICATE"
+        if any("applied" in v or "times" in v for v in result.violations)
+        else "VIOLATION"
+    )
+    return f"{result.changes} change(s){amount} · {result.calls} call(s) · {verdict}"
+
+
+def _check_table(results: list[Any], compare: bool) -> None:
+    by_case: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for result in results:
+        c = result.case
+        by_case.setdefault((c.example, c.effect, c.window, c.fault), {})[c.strategy] = result
+    head = f"{'EXAMPLE':<16} {'EFFECT':<18} {'WINDOW':<15} {'FAULT':<21} {'RATCHET':<36}"
+    click.echo(head + ("NAIVE" if compare else ""))
+    for (example, effect, window, fault), pair in by_case.items():
+        line = (
+            f"{example:<16} {effect:<18} {window:<15} {fault:<21} {_verdict(pair['ratchet']):<36}"
+        )
+        if compare and "naive" in pair:
+            line += _verdict(pair["naive"])
+        click.echo(line.rstrip())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: no traceback ever reaches the user."""
     try:

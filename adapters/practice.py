@@ -245,6 +245,12 @@ class PracticeWorld:
             return Ambiguous("malformed reply: '<html>502 Bad Gateway</html>'")
         return outcome
 
+    def receive_only(self, request: Call) -> None:
+        """Log a request that reached the provider, which never commits it (the caller died
+        while it was in flight); no fault is consulted."""
+        with self._tx() as db:
+            self._log(db, request, "in_flight")
+
     def lookup(self, service: str, operation: str, operation_id: str, effect: str) -> LookupResult:
         """What the provider has under ``operation_id`` (the first change, if several)."""
         with self._tx() as db:

@@ -94,8 +94,10 @@ class EffectStep:
     def perform(self) -> RunRecord:
         # The run's context lists every operation it has recorded, written in the same
         # transaction as each record: an ID it does not list has no record to read.
+        if self.naive:
+            return self._perform_naive()
         known = self.operation_id in self.run.context.get("operations", ())
-        op = self.runner.store.operation(self.operation_id) if known or self.naive else None
+        op = self.runner.store.operation(self.operation_id) if known else None
         if op is None or op.status == "registered":
             return self._begin(op)
         if op.status == "done":
@@ -109,6 +111,18 @@ class EffectStep:
             if reconciled is not None:
                 return reconciled
         return self._attempts(op)
+
+    def _perform_naive(self) -> RunRecord:
+        """What a hand-rolled retry loop does after a crash: no lookup, just call again under a
+        new name (the attempt before may have made the change already)."""
+        earlier = [
+            op
+            for op in self.runner.store.operations(self.run.id)
+            if op.effect == self.effect.name and op.role == self.role and op.status == "pending"
+        ]
+        if not earlier:
+            return self._begin(None)
+        return self._attempts(earlier[-1])
 
     def _fields(self, attempts: int) -> dict[str, Any]:
         return {
