@@ -1,0 +1,128 @@
+"""`ratchet check`: every crash window of every effect run for real, invariants proven."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cli as cli_module
+from runner.check import Case, cases, run_case
+from runner.validate import validate_text
+from tests.conftest import ROOT, spec_and_text
+
+REFUND = ROOT / "specs" / "refund.yaml"
+
+
+def test_every_case_of_the_refund_keeps_every_invariant() -> None:
+    spec, text = spec_and_text("refund")
+    selected = cases(spec, text, list(spec.examples), ("ratchet",))
+    assert len(selected) == 2 * 5 * 5  # two examples, one effect, five windows, five faults
+    bad = [
+        (r.case.name, r.violations) for r in (run_case(spec, text, c) for c in selected) if not r.ok
+    ]
+    assert bad == []
+
+
+@pytest.mark.slow
+def test_every_case_of_the_booking_saga_keeps_every_invariant() -> None:
+    spec, text = spec_and_text("booking")
+    selected = cases(spec, text, list(spec.examples), ("ratchet",))
+    effects = {c.effect for c in selected}
+    assert effects == set(spec.effects)  # forward and compensating effects are all reached
+    bad = [
+        (r.case.name, r.violations) for r in (run_case(spec, text, c) for c in selected) if not r.ok
+    ]
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    ("window", "fault", "ratchet", "naive"),
+    [
+        ("before-request", "none", (1, 9.95), (1, 9.95)),  # a crash before the write
+        ("none", "timeout_after_write", (1, 9.95), (2, 19.90)),  # a timeout during the call
+        ("response-lost", "none", (1, 9.95), (2, 19.90)),  # a crash after the write
+    ],
+)
+def test_compare_naive_reproduces_the_known_refund_table(
+    window: str, fault: str, ratchet: tuple[int, float], naive: tuple[int, float]
+) -> None:
+    spec, text = spec_and_text("refund")
+    ours = run_case(spec, text, Case("T-90104", "request_refund", window, fault, "ratchet"))
+    theirs = run_case(spec, text, Case("T-90104", "request_refund", window, fault, "naive"))
+    assert (ours.changes, ours.amount, ours.ok) == (*ratchet, True)
+    assert (theirs.changes, theirs.amount) == naive
+    assert theirs.ok is (naive[0] == 1)
+
+
+def test_a_crash_with_kill_really_kills_a_child_process_and_the_resume_makes_one_change() -> None:
+    spec, text = spec_and_text("refund")
+    result = run_case(
+        spec, text, Case("T-90104", "request_refund", "response-lost", "none"), kill=True
+    )
+    assert result.crashed
+    assert (result.changes, result.ok) == (1, True)
+
+
+def _unsafe(name: str, old: str, new: str) -> tuple[str, Path]:
+    _, text = spec_and_text(name)
+    assert old in text
+    return text.replace(old, new, 1), ROOT / "specs" / f"{name}.yaml"
+
+
+def test_a_refund_without_an_idempotency_key_is_flagged_and_check_finds_its_duplicate() -> None:
+    text, _ = _unsafe("refund", "idempotency_key: [business_key, effect, args],", "")
+    report = validate_text(text)
+    assert "E501" in {d.code for d in report.errors}
+    assert report.spec is not None
+    result = run_case(report.spec, text, Case("T-90104", "request_refund", "response-lost", "none"))
+    assert result.changes == 2
+    assert any("applied 2 times" in v for v in result.violations)
+
+
+def test_a_booking_without_a_reconcile_lookup_is_flagged_and_check_finds_the_double_hold() -> None:
+    text, _ = _unsafe("booking", "    reconcile: lookup\n", "    reconcile: none\n")
+    report = validate_text(text)
+    assert "E504" in {d.code for d in report.errors}
+    assert report.spec is not None
+    result = run_case(report.spec, text, Case("happy", "hold_flight", "response-lost", "none"))
+    assert any("hold_flight applied 2 times" in v for v in result.violations)
+
+
+def test_the_check_command_reports_a_violation_with_the_command_that_reproduces_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text, _ = _unsafe("refund", "idempotency_key: [business_key, effect, args],", "")
+    path = tmp_path / "refund-no-key.yaml"
+    path.write_text(text, encoding="utf-8")
+    case = "T-90104:request_refund:response-lost:none"
+    try:
+        cli_module.main(["check", str(path), "--case", case])
+    except SystemExit as exited:
+        code = exited.code
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "E501" in err
+    assert f"reproduce: ratchet check {path} --case {case}" in err
+    assert "DUPLICATE" in out
+
+
+def test_the_check_command_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(
+            [
+                "check",
+                str(REFUND),
+                "--case",
+                "T-90104:request_refund:response-lost:none",
+                "--compare",
+                "naive",
+                "--json",
+            ]
+        )
+    assert exited.value.code == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["violations"] == 0
+    strategies = {r["strategy"]: (r["changes"], r["amount"]) for r in document["results"]}
+    assert strategies == {"ratchet": (1, 9.95), "naive": (2, 19.9)}
