@@ -8,13 +8,14 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_hostile, bench_steps, bench_validate
+from bench import bench_check, bench_hostile, bench_steps, bench_validate
 from bench.harness import ROOT
 
 BENCHMARKS = {
     "validate": bench_validate.run,
     "hostile": bench_hostile.run,
     "steps": bench_steps.run,
+    "check": bench_check.run,
 }
 
 
