@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from adapters.practice import FAULT_KINDS, PRACTICE_SERVICES, PracticeAdapter, PracticeWorld
+from runner import diagram as diagrams
 from runner import table as tables
 from runner.errors import RatchetError, SpecError, UsageError, VersionConflict
 from runner.loader import load_file
@@ -62,6 +63,8 @@ def cli() -> None:
       ratchet validate specs/*.yaml     check specs before they run
       ratchet table specs/refund.yaml   the transition table, for a pull request
       ratchet schema > spec.schema.json the JSON Schema editors autocomplete from
+      ratchet diagram specs/refund.yaml --view crash-windows -o crash.svg
+      ratchet check specs/refund.yaml   run every crash window, prove no duplicate
       ratchet run specs/refund.yaml --example T-90104   run a workflow
       ratchet trace RUN                 what happened, event by event
 
@@ -173,6 +176,81 @@ def table(spec: str, fmt: str, output: str | None) -> None:
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option(
+    "--view",
+    type=click.Choice(diagrams.VIEWS),
+    default="states",
+    show_default=True,
+    help="states: the state graph. crash-windows: each effect row's durable steps, the four "
+    "windows a crash can fall into and each one's recovery. saga: the forward effects with "
+    "their undo, and the undo path.",
+)
+@click.option(
+    "--effect",
+    metavar="NAME",
+    help="With --view crash-windows: only the rows that perform effect NAME.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(diagrams.FORMATS),
+    help="dot or mermaid: text (no Graphviz needed). svg, png or pdf: drawn by Graphviz's dot, "
+    "written to -o FILE. Default: from FILE's suffix, else dot.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write to FILE instead of stdout (required for svg, png and pdf).",
+)
+def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: str | None) -> None:
+    """Draw SPEC for review: its states, its crash windows, or its saga.
+
+    \b
+      ratchet diagram specs/refund.yaml --view crash-windows --format png -o crash.png
+      ratchet diagram specs/booking.yaml --view saga --format mermaid
+
+    The spec must be valid, except that --view crash-windows also draws the effect rows that
+    validation flags as unsafe to crash in (E501 to E505, E513, E516, W517): they are drawn in
+    red with their codes, the findings are printed on stderr, and when any is an error (an E
+    code) the exit status is 1.
+    """
+    fmt = fmt or diagrams.format_for(output) or "dot"
+    if fmt in diagrams.IMAGE_FORMATS and not output:
+        raise click.UsageError(
+            f"--format {fmt} is drawn into a file: give -o FILE, or print text with --format dot "
+            "or --format mermaid"
+        )
+    if effect is not None and view != "crash-windows":
+        raise click.UsageError("--effect applies to --view crash-windows only")
+    loaded, flagged = diagrams.load(spec, view)
+    if effect is not None and effect not in diagrams.effect_names(loaded):
+        performed = ", ".join(diagrams.effect_names(loaded)) or "none"
+        raise click.BadParameter(
+            f"no row of {spec} performs {effect!r}; the effects rows perform: {performed}",
+            param_hint="--effect",
+        )
+    drawn = diagrams.build(loaded, view, effect=effect, diagnostics=flagged)
+    if fmt in diagrams.IMAGE_FORMATS:
+        data = diagrams.image(drawn, fmt)
+    else:
+        data = diagrams.text(drawn, fmt).encode("utf-8")
+    if output:
+        try:
+            Path(output).write_bytes(data)
+        except OSError as exc:
+            raise click.FileError(output, exc.strerror or str(exc)) from None
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(data.decode("utf-8"), nl=False)
+    for diagnostic in flagged:
+        click.echo(diagnostic.format(), err=True)
+    if any(d.severity == "error" for d in flagged):
+        sys.exit(EXIT_INVALID)
 
 
 # -- running workflows ------------------------------------------------------------------------

@@ -64,9 +64,9 @@ def _flag(codes: set[str], *which: str) -> list[Line]:
 
 
 def _row_title(spec: Spec, row: Row, effect: Effect, codes: set[str]) -> tuple[Line, ...]:
-    where = f"row {row.index}: {row.state} --{row.event}--> {row.next_state}"
+    where = f"transitions[{row.index}]: {row.state} --{row.event}--> {row.next_state}"
     if spec.document is not None:
-        where += f" (line {spec.document.locate(row.pointer)[0]})"
+        where += f", line {spec.document.locate(row.pointer)[0]}"
     lines = [Line(effect.name, "title"), Line(where, "muted")]
     if codes:
         lines.append(Line("UNSAFE: flagged by ratchet validate", "unsafe"))
@@ -75,53 +75,63 @@ def _row_title(spec: Spec, row: Row, effect: Effect, codes: set[str]) -> tuple[L
     return tuple(lines)
 
 
-def _steps(b: Builder, row: Row, effect: Effect, codes: set[str]) -> list[str]:
-    key = ", ".join(row.idempotency_key) if row.idempotency_key else "nothing"
-    write = [Line("1 · write ahead", "title"), Line("version v → v+1 (compare-and-set)")]
-    if "E505" in codes:
-        write.append(Line("no pending record is written", "unsafe"))
-    else:
-        write.append(Line("pending record, attempt counted"))
-    if effect.approval is not None:
-        write.append(Line(f"approval {effect.approval} consumed"))
-    if row.compensation is not None and row.compensation.effect is not None:
-        write.append(Line(f"undo {row.compensation.effect} registered"))
-    write += wrap(f"operation ID = sha256({key})", WIDTH, "code")
-    write += _flag(codes, "E501", "E502", "E503", "E516", "W517", "E505")
+#: The codes that break the operation ID, or the record written before the call.
+_ID_CODES = ("E501", "E502", "E503", "E516", "W517", "E505")
 
-    args = ", ".join(effect.args)
-    call = [Line("2 · call sent", "title")]
-    call += wrap(f"{effect.adapter}.{effect.operation}({args})", WIDTH, "code")
+
+def _write_lines(row: Row, effect: Effect, codes: set[str]) -> list[Line]:
+    lines = [Line("1 · write ahead", "title"), Line("version v → v+1 (compare-and-set)")]
+    if "E505" not in codes:
+        lines.append(Line("pending record, attempt counted"))
+    if effect.approval is not None:
+        lines.append(Line(f"approval {effect.approval} consumed"))
+    if row.compensation is not None and row.compensation.effect is not None:
+        lines.append(Line(f"undo {row.compensation.effect} registered"))
+    if row.idempotency_key:
+        key = ", ".join(row.idempotency_key)
+        lines += wrap(f"operation ID = sha256({key})", WIDTH, "code")
+    elif "E501" not in codes:
+        lines.append(Line("no idempotency key: no stable operation ID", "unsafe"))
+    return lines + _flag(codes, *_ID_CODES)
+
+
+def _call_lines(effect: Effect, codes: set[str]) -> list[Line]:
+    lines = [Line("2 · call sent", "title")]
+    lines += wrap(f"{effect.adapter}.{effect.operation}({', '.join(effect.args)})", WIDTH, "code")
     if {"E501", "E502"} & codes:
-        call.append(Line("a new operation ID on every attempt", "unsafe"))
+        lines.append(Line("a new operation ID on every attempt", "unsafe"))
     else:
-        call.append(Line("idempotency key = the operation ID"))
+        lines.append(Line("idempotency key = the operation ID"))
     policy = f"up to {effect.retry.max_attempts} attempts"
     if effect.timeout is not None:
         policy += f" · timeout {duration(effect.timeout)}"
-    call.append(Line(policy, "note"))
+    return [*lines, Line(policy, "note")]
 
-    commit = [Line("3 · provider commits", "title"), Line("the change is made, once per ID")]
 
-    done = [Line("4 · receipt + move committed", "title")]
-    done.append(
-        Line(f"receipt {row.receipt} stored, operation done")
-        if row.receipt
-        else Line("operation done, no receipt kept", "unsafe")
-    )
-    done.append(Line(f"{row.state} → {row.next_state}, version v+1 → v+2"))
-    done.append(Line("one transaction", "note"))
-    done += _flag(codes, "E513")
+def _done_lines(row: Row, codes: set[str]) -> list[Line]:
+    lines = [Line("4 · receipt + move committed", "title")]
+    if row.receipt:
+        lines.append(Line(f"receipt {row.receipt} stored, operation done"))
+    elif "E513" not in codes:
+        lines.append(Line("operation done, no receipt kept", "unsafe"))
+    lines.append(Line(f"{row.state} → {row.next_state}, version v+1 → v+2"))
+    lines.append(Line("one transaction", "note"))
+    return lines + _flag(codes, "E513")
 
-    roles = [
-        "seq_unsafe" if codes & {"E501", "E502", "E503", "E516", "W517", "E505"} else "seq",
-        "seq_unsafe" if {"E501", "E502"} & codes else "seq",
-        "seq",
-        "seq_unsafe" if "E513" in codes else "seq",
+
+def _steps(b: Builder, row: Row, effect: Effect, codes: set[str]) -> list[str]:
+    """The four durable steps, each drawn unsafe when a finding breaks it."""
+    commit = [
+        Line("3 · provider commits", "title"),
+        Line("the change is made, under the operation ID"),
     ]
-    return [
-        b.node(role, *lines) for role, lines in zip(roles, (write, call, commit, done), strict=True)
+    steps = [
+        ("seq_unsafe" if codes & set(_ID_CODES) else "seq", _write_lines(row, effect, codes)),
+        ("seq_unsafe" if codes & {"E501", "E502"} else "seq", _call_lines(effect, codes)),
+        ("seq", commit),
+        ("seq_unsafe" if "E513" in codes else "seq", _done_lines(row, codes)),
     ]
+    return [b.node(role, *lines) for role, lines in steps]
 
 
 def _blind(codes: set[str]) -> list[str]:
@@ -129,25 +139,12 @@ def _blind(codes: set[str]) -> list[str]:
     return [code for code in ("E504", "E505", "E501", "E502") if code in codes]
 
 
-def _windows(
-    b: Builder, steps: list[str], moved_on: str, row: Row, codes: set[str]
-) -> tuple[list[str], list[tuple[str, ...]]]:
-    write, call, _commit, done = steps
-    blind = _blind(codes)
+def _window_lines(row: Row, blind: list[str]) -> list[list[Line]]:
+    """The four windows: what has happened when the crash falls there, and the recovery."""
     w1 = [
         Line("W1 · crash before the request", "title"),
         Line("pending + attempt on record; nothing sent", "note"),
     ]
-    if blind:
-        w1 += [
-            Line("recovery: call again, unasked"),
-            Line("(harmless here: nothing was sent)", "note"),
-        ]
-    else:
-        w1 += [
-            Line("recovery: resume finds the call on record,"),
-            Line("reconciles: not found → same-ID retry"),
-        ]
     w2 = [
         Line("W2 · request in flight", "title"),
         Line("crash or timeout: the outcome is unknown", "note"),
@@ -156,49 +153,72 @@ def _windows(
         Line("W3 · provider committed, reply lost", "title"),
         Line("the change is made; nobody here knows", "note"),
     ]
-    if blind:
-        unsafe = [Line(f"{code} {_BROKEN[code]}", "unsafe") for code in blind]
-        w2 += [*unsafe, Line("recovery: retry and hope: may duplicate", "unsafe")]
-        w3 += [*unsafe, Line("recovery: retry and hope: a second change", "unsafe")]
-    else:
-        w2 += [
-            Line("recovery: reconcile by operation ID:"),
-            Line("found → done · not found → same-ID retry"),
-        ]
-        w3 += [Line("recovery: reconcile finds it:"), Line("done, no new call")]
     w4 = [
         Line("W4 · receipt stored, checkpoint missing", "title"),
         Line("crash after the commit, before the run goes on", "note"),
         Line("recovery: resume: the store says done →"),
         Line(f"skip the call, continue to {row.next_state}"),
     ]
-    role = "window_unsafe" if blind else "window"
-    windows = [b.node("window", *w1), b.node(role, *w2), b.node(role, *w3), b.node("window", *w4)]
-    for step, window, label in zip(
-        steps, windows, ("crash", "crash / timeout", "reply lost", "crash"), strict=True
-    ):
-        b.edge(step, window, "crash", Line(label, "note"))
-    first, second, third, fourth = windows
-    b.edge(
-        first,
-        call,
-        "recover",
-        Line("same-ID retry" if not blind else "call again", "note"),
-        constraint=False,
-    )
     if blind:
-        b.edge(second, call, "recover_unsafe", Line("retry and hope", "note"), constraint=False)
-        b.edge(
-            third, call, "recover_unsafe", Line("retry: may duplicate", "note"), constraint=False
-        )
+        unsafe = [Line(f"{code} {_BROKEN[code]}", "unsafe") for code in blind]
+        w1 += [
+            Line("recovery: call again, unasked"),
+            Line("(harmless here: nothing was sent)", "note"),
+        ]
+        w2 += [*unsafe, Line("recovery: retry and hope: may duplicate", "unsafe")]
+        w3 += [*unsafe, Line("recovery: retry and hope: a second change", "unsafe")]
     else:
-        b.edge(second, call, "recover", Line("not found → same-ID retry", "note"), constraint=False)
-        b.edge(second, done, "recover", Line("found → done", "note"), constraint=False)
-        b.edge(third, done, "recover", Line("found → done, no new call", "note"), constraint=False)
-    b.edge(fourth, moved_on, "recover", Line("skip, continue", "note"), constraint=False)
-    ranks = [(step, window) for step, window in zip(steps, windows, strict=True)]
-    del write
-    return windows, ranks
+        w1 += [
+            Line("recovery: resume finds the call on record,"),
+            Line("reconciles: not found → same-ID retry"),
+        ]
+        w2 += [
+            Line("recovery: reconcile by operation ID:"),
+            Line("found → done · not found → same-ID retry"),
+        ]
+        w3 += [Line("recovery: reconcile finds it:"), Line("done, no new call")]
+    return [w1, w2, w3, w4]
+
+
+def _windows(b: Builder, steps: list[str], moved_on: str, row: Row, codes: set[str]) -> list[str]:
+    """Add the four windows beside ``steps``, with the edges where each recovery rejoins."""
+    blind = _blind(codes)
+    role = "window_unsafe" if blind else "window"
+    w1, w2, w3, w4 = _window_lines(row, blind)
+    windows = [b.node("window", *w1), b.node(role, *w2), b.node(role, *w3), b.node("window", *w4)]
+    falls = ("crash", "crash / timeout", "reply lost", "crash")
+    for step, window, label in zip(steps, windows, falls, strict=True):
+        b.edge(step, window, "crash", Line(label, "note"))
+
+    def back(
+        window: str,
+        step: str,
+        label: str,
+        *,
+        unsafe: bool = False,
+        up: bool = False,
+        long: bool = False,
+    ) -> None:
+        # An edge back up the sequence must not pull the layout: it would turn the column over.
+        # A long one bends around the next window; its label is placed after the layout.
+        kind = "recover_unsafe" if unsafe else "recover"
+        lines = [Line(label, "note")] if label else []
+        b.edge(window, step, kind, *lines, constraint=not up, external_label=long)
+
+    _write, call, _commit, done = steps
+    first, second, third, fourth = windows
+    if blind:
+        back(first, call, "call again")
+        back(second, call, "retry and hope", unsafe=True, up=True)
+        # Unlabelled: its label would land outside the cluster; the window and the legend say it.
+        back(third, call, "", unsafe=True, up=True)
+    else:
+        back(first, call, "same-ID retry")
+        back(second, call, "not found → same-ID retry", up=True)
+        back(second, done, "found → done", long=True)
+        back(third, done, "found → done, no new call")
+    back(fourth, moved_on, "skip, continue")
+    return windows
 
 
 def crash_windows_graph(
@@ -214,12 +234,10 @@ def crash_windows_graph(
         ),
     ]
     b = Builder("flow", tuple(title))
-    unsafe_any = False
     for row, eff in effect_rows(spec):
         if effect is not None and eff.name != effect:
             continue
         codes = {d.code for d in findings(row, eff, found)}
-        unsafe_any = unsafe_any or bool(codes)
         entry = b.node(
             "entry", Line(f"enters {row.state}", "title"), Line(f"performs {eff.name}", "muted")
         )
@@ -228,22 +246,21 @@ def crash_windows_graph(
             "moved_on", Line(row.next_state, "title"), Line("the run moves on", "muted")
         )
         chain = [entry, *steps, moved_on]
-        for tail, head in zip(chain, chain[1:], strict=False):
+        b.edge(entry, steps[0], "enter")
+        for tail, head in zip(steps, [*steps[1:], moved_on], strict=True):
             b.edge(tail, head, "seq")
-        windows, ranks = _windows(b, steps, moved_on, row, codes)
+        windows = _windows(b, steps, moved_on, row, codes)
         b.cluster(
             "row_unsafe" if codes else "row",
             _row_title(spec, row, eff, codes),
             [*chain, *windows],
-            ranks,
         )
     b.explain("node", "seq", "a durable step")
     b.explain("node", "window", "a crash window and its recovery")
-    if unsafe_any:
-        b.explain("node", "window_unsafe", "unsafe: flagged by ratchet validate")
+    b.explain("node", "seq_unsafe", "a step ratchet validate flags as unsafe")
+    b.explain("node", "window_unsafe", "a window whose recovery may duplicate")
     b.explain("edge", "seq", "the sequence")
     b.explain("edge", "crash", "where the crash (or lost reply) falls")
     b.explain("edge", "recover", "where the recovery rejoins")
-    if unsafe_any:
-        b.explain("edge", "recover_unsafe", "retry and hope: may duplicate")
+    b.explain("edge", "recover_unsafe", "retry and hope: may duplicate")
     return b.graph()

@@ -42,6 +42,9 @@ class Edge:
     lines: tuple[Line, ...] = ()
     #: False: the edge does not pull its head below its tail (a recovery drawn back upward).
     constraint: bool = True
+    #: True: the label is placed after the layout, near the edge (for an edge that bends
+    #: around other nodes, whose label would otherwise land outside its cluster).
+    external_label: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,6 @@ class Cluster:
     role: str
     lines: tuple[Line, ...]
     nodes: tuple[str, ...]
-    #: Groups of this cluster's nodes laid side by side.
-    ranks: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,6 @@ class Graph:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     clusters: tuple[Cluster, ...] = ()
-    ranks: tuple[tuple[str, ...], ...] = ()
     legend: tuple[LegendEntry, ...] = ()
     #: Nodes after which the run ends (``[*]`` in a Mermaid state diagram).
     finals: tuple[str, ...] = ()
@@ -86,7 +86,6 @@ class Builder:
     nodes: list[Node] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
     clusters: list[Cluster] = field(default_factory=list)
-    ranks: list[tuple[str, ...]] = field(default_factory=list)
     legend: list[LegendEntry] = field(default_factory=list)
     finals: list[str] = field(default_factory=list)
 
@@ -95,18 +94,20 @@ class Builder:
         self.nodes.append(Node(node_id, role, tuple(lines)))
         return node_id
 
-    def edge(self, tail: str, head: str, role: str, *lines: Line, constraint: bool = True) -> None:
-        self.edges.append(Edge(tail, head, role, tuple(lines), constraint))
-
-    def cluster(
+    def edge(
         self,
+        tail: str,
+        head: str,
         role: str,
-        lines: tuple[Line, ...],
-        nodes: list[str],
-        ranks: list[tuple[str, ...]] | None = None,
+        *lines: Line,
+        constraint: bool = True,
+        external_label: bool = False,
     ) -> None:
+        self.edges.append(Edge(tail, head, role, tuple(lines), constraint, external_label))
+
+    def cluster(self, role: str, lines: tuple[Line, ...], nodes: list[str]) -> None:
         cluster_id = f"c{len(self.clusters)}"
-        self.clusters.append(Cluster(cluster_id, role, lines, tuple(nodes), tuple(ranks or ())))
+        self.clusters.append(Cluster(cluster_id, role, lines, tuple(nodes)))
 
     def explain(self, what: Literal["node", "edge"], role: str, text: str) -> None:
         entry = LegendEntry(what, role, text)
@@ -114,14 +115,15 @@ class Builder:
             self.legend.append(entry)
 
     def graph(self) -> Graph:
+        """The graph collected; the legend explains only the roles it uses."""
+        used = {("node", n.role) for n in self.nodes} | {("edge", e.role) for e in self.edges}
         return Graph(
             self.kind,
             self.title,
             tuple(self.nodes),
             tuple(self.edges),
             tuple(self.clusters),
-            tuple(self.ranks),
-            tuple(self.legend),
+            tuple(e for e in self.legend if (e.what, e.role) in used),
             tuple(self.finals),
         )
 

@@ -1,20 +1,22 @@
-"""Renderers of a :class:`~runner.diagram_model.Graph`: DOT (through the ``graphviz`` package) and
-Mermaid text.
+"""The DOT renderer of a :class:`~runner.diagram_model.Graph` (through the ``graphviz``
+package), the styles of every role, and drawing with Graphviz's ``dot`` program.
 
-Both are pure functions of the graph, so their text is byte-for-byte the same on every run: one
-font (Helvetica), one direction (top to bottom), no timestamps, node IDs as the view generated
-them. Every label is escaped for its syntax: DOT labels are HTML-like labels built from
-:func:`html.escape` d text; Mermaid labels use Mermaid's entity codes (``#quot;`` and friends).
+The DOT text is a pure function of the graph, byte-for-byte the same on every run: one font
+(Helvetica), one direction (top to bottom), no timestamps, node IDs as the view generated them.
+Every label is an HTML-like label built from :func:`html.escape` d text, so no name can end a
+string, open a tag or start a record field. :mod:`runner.diagram_mermaid` renders the same
+graph as Mermaid text, with the same colours.
 """
 
 from __future__ import annotations
 
 import html
-from typing import Any
-
-import graphviz
+from typing import TYPE_CHECKING, Any
 
 from .diagram_model import Edge, Graph, LegendEntry, Line, Node
+
+if TYPE_CHECKING:
+    import graphviz
 
 FONT = "Helvetica"
 RED = "#b91c1c"
@@ -46,7 +48,7 @@ NODE_STYLES: dict[str, dict[str, str]] = {
     "compensate": {"fillcolor": "#ffedd5", "color": "#c2410c"},
     "success": {"fillcolor": "#dcfce7", "color": "#15803d", "penwidth": "3"},
     "cancelled": {"fillcolor": "#f3f4f6", "color": "#4b5563", "penwidth": "3"},
-    "compensated": {"fillcolor": "#fde8d0", "color": "#c2410c", "penwidth": "3"},
+    "compensated": {"fillcolor": "#fed7aa", "color": "#c2410c", "penwidth": "3"},
     "operator_queue": {
         "fillcolor": "#f3e8ff",
         "color": "#7e22ce",
@@ -87,19 +89,21 @@ NODE_STYLES: dict[str, dict[str, str]] = {
 EDGE_STYLES: dict[str, dict[str, str]] = {
     "start": {"color": "#111827"},
     "effect": {"color": "#1d4ed8", "penwidth": "2"},
-    "signal": {"color": "#111827"},
-    "next": {"color": "#111827"},
+    "move": {"color": "#111827"},
     "failure": {"color": "#b45309", "style": "dashed", "fontcolor": "#92400e"},
     "timer": {"color": "#6b7280", "style": "dotted", "penwidth": "1.6", "fontcolor": "#4b5563"},
-    "seq": {"color": "#1d4ed8", "penwidth": "2"},
+    # Two ranks per step, so that each window hangs between its step and the next.
+    "seq": {"color": "#1d4ed8", "penwidth": "2", "minlen": "2", "weight": "8"},
+    "enter": {"color": "#1d4ed8", "penwidth": "2", "weight": "8"},
     "crash": {"color": "#b45309", "style": "dashed", "fontcolor": "#92400e", "arrowhead": "vee"},
     "recover": {"color": "#15803d", "penwidth": "1.6", "fontcolor": "#166534"},
     "recover_unsafe": {"color": RED, "penwidth": "2.5", "fontcolor": RED},
     "forward": {"color": "#1d4ed8", "penwidth": "2"},
     "fail": {"color": "#b45309", "style": "dashed", "fontcolor": "#92400e"},
     "undo": {"color": "#c2410c", "penwidth": "2"},
-    "pair": {"color": "#9ca3af", "style": "dotted", "arrowhead": "none", "fontcolor": "#6b7280"},
 }
+#: Roles of the nodes that form a cluster's straight column (the durable sequence).
+SPINE_ROLES = frozenset({"entry", "seq", "seq_unsafe", "moved_on"})
 CLUSTER_STYLES: dict[str, dict[str, str]] = {
     "row": {"color": "#1d4ed8", "style": "rounded"},
     "row_unsafe": {
@@ -119,37 +123,58 @@ _LINE_TAGS = {
 }
 
 
+_STROKES = {"dashed": "╸ ╸ ╸ ╸", "dotted": "┅┅┅┅┅"}
+
 # -- DOT ----------------------------------------------------------------------------------------
 
 
 def _html(lines: tuple[Line, ...]) -> str:
     """An HTML-like DOT label: each line escaped, styled, and left on a line of its own."""
-    body = '<br align="left"/>'.join(
+    # A <br/> aligns the line before it, so every line, the last one too, ends with one.
+    body = "".join(
         f"{_LINE_TAGS[line.style][0]}{html.escape(line.text)}{_LINE_TAGS[line.style][1]}"
+        '<br align="left"/>'
         for line in lines
     )
     return f"<{body}>"
 
 
-def _legend_html(entries: tuple[LegendEntry, ...]) -> str:
-    rows = ['<tr><td colspan="2" align="left"><b>legend</b></td></tr>']
-    for entry in entries:
-        text = html.escape(entry.text)
-        if entry.what == "node":
-            style = NODE_STYLES[entry.role]
-            swatch = (
-                f'<td bgcolor="{style.get("fillcolor", "#ffffff")}" width="28" '
-                f'border="1" color="{style.get("color", "#111827")}"> </td>'
-            )
-        else:
-            style = EDGE_STYLES[entry.role]
-            stroke = {"dashed": "– – –", "dotted": "· · · · ·"}.get(style.get("style", ""), "———")
-            swatch = (
-                f'<td><font color="{style.get("color", "#111827")}"><b>{stroke}</b></font></td>'
-            )
-        rows.append(f'<tr>{swatch}<td align="left"><font point-size="10">{text}</font></td></tr>')
+def _legend_cells(entry: LegendEntry) -> str:
+    text = f'<td align="left"><font point-size="10">{html.escape(entry.text)}</font></td>'
+    if entry.what == "node":
+        style = NODE_STYLES[entry.role]
+        fill, color = style.get("fillcolor", "#ffffff"), style.get("color", "#111827")
+        border = round(float(style.get("penwidth", "1")))
+        return (
+            f'<td bgcolor="{fill}" color="{color}" border="{border}" width="26" height="14"> </td>'
+            f"{text}"
+        )
+    style = EDGE_STYLES[entry.role]
+    stroke = _STROKES.get(style.get("style", ""), "━━━━━")
+    return f'<td><font color="{style.get("color", "#111827")}">{stroke}</font></td>{text}'
+
+
+def _legend_table(entries: tuple[LegendEntry, ...]) -> str:
+    """A table of two halves: what the node colours mean, beside what the edge styles mean."""
+    nodes = [_legend_cells(e) for e in entries if e.what == "node"]
+    edges = [_legend_cells(e) for e in entries if e.what == "edge"]
+    blank = "<td></td><td></td>"
+    rows = []
+    for i in range(max(len(nodes), len(edges))):
+        left = nodes[i] if i < len(nodes) else blank
+        right = edges[i] if i < len(edges) else blank
+        rows.append(f'<tr>{left}<td width="16"></td>{right}</tr>')
     table = "".join(rows)
-    return f'<<table border="0" cellborder="0" cellspacing="2" cellpadding="3">{table}</table>>'
+    return f'<table border="0" cellborder="0" cellspacing="2" cellpadding="1">{table}</table>'
+
+
+def _title_html(graph: Graph) -> str:
+    """The graph's label: its title lines, then the legend, kept out of the layout."""
+    title = _html(graph.title)[1:-1]
+    rows = f'<tr><td align="left" balign="left">{title}</td></tr>'
+    if graph.legend:
+        rows += f'<tr><td align="left">{_legend_table(graph.legend)}</td></tr>'
+    return f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="2">{rows}</table>>'
 
 
 def _node_attrs(node: Node) -> dict[str, str]:
@@ -164,7 +189,9 @@ def _node_attrs(node: Node) -> dict[str, str]:
 def _edge_attrs(edge: Edge) -> dict[str, str]:
     attrs = dict(EDGE_STYLES[edge.role])
     if edge.lines:
-        attrs["label"] = _html(edge.lines)
+        # dot can leave the label of an edge that bends around other nodes outside its
+        # cluster's border; an external label is placed after the layout, inside it.
+        attrs["xlabel" if edge.external_label else "label"] = _html(edge.lines)
     if not edge.constraint:
         attrs["constraint"] = "false"
     return attrs
@@ -172,13 +199,15 @@ def _edge_attrs(edge: Edge) -> dict[str, str]:
 
 def to_dot(graph: Graph) -> graphviz.Digraph:
     """The graph as a ``graphviz.Digraph`` (its ``.source`` is the DOT text)."""
+    import graphviz  # here, so that a command that draws nothing does not pay for it
+
     dot = graphviz.Digraph(
         "ratchet",
         graph_attr={
             "rankdir": "TB",
             "fontname": FONT,
             "fontsize": "16",
-            "label": _html(graph.title),
+            "label": _title_html(graph),
             "labelloc": "t",
             "labeljust": "l",
             "nodesep": "0.45",
@@ -195,170 +224,36 @@ def to_dot(graph: Graph) -> graphviz.Digraph:
         },
         edge_attr={"fontname": FONT, "fontsize": "11", "arrowsize": "0.8"},
     )
-    in_cluster = {node_id for cluster in graph.clusters for node_id in cluster.nodes}
+    home = {node_id: cluster.id for cluster in graph.clusters for node_id in cluster.nodes}
     for node in graph.nodes:
-        if node.id not in in_cluster:
+        if node.id not in home:
             dot.node(node.id, **_node_attrs(node))
     for cluster in graph.clusters:
         with dot.subgraph(name=f"cluster_{cluster.id}") as sub:
-            sub.attr(label=_html(cluster.lines), labeljust="l", **CLUSTER_STYLES[cluster.role])
+            sub.attr(
+                label=_html(cluster.lines),
+                labeljust="l",
+                fontsize="13",
+                **CLUSTER_STYLES[cluster.role],
+            )
             for node_id in cluster.nodes:
-                sub.node(node_id, **_node_attrs(graph.node(node_id)))
-            for rank in cluster.ranks:
-                sub.body.append("\t{rank=same; " + " ".join(rank) + "}\n")
-    for rank in graph.ranks:
-        dot.body.append("\t{rank=same; " + " ".join(rank) + "}\n")
+                node = graph.node(node_id)
+                attrs = _node_attrs(node)
+                if node.role in SPINE_ROLES:
+                    attrs["group"] = cluster.id  # one straight column per cluster
+                sub.node(node_id, **attrs)
+            # An edge drawn inside its cluster keeps its label inside the cluster's border.
+            for edge in graph.edges:
+                if home.get(edge.tail) == home.get(edge.head) == cluster.id:
+                    sub.edge(edge.tail, edge.head, **_edge_attrs(edge))
     for edge in graph.edges:
-        dot.edge(edge.tail, edge.head, **_edge_attrs(edge))
-    if graph.legend:
-        dot.node("legend", label=_legend_html(graph.legend), shape="plain", style="")
+        if home.get(edge.tail) is None or home.get(edge.tail) != home.get(edge.head):
+            dot.edge(edge.tail, edge.head, **_edge_attrs(edge))
     return dot
 
 
 def dot_source(graph: Graph) -> str:
     return str(to_dot(graph).source)
-
-
-# -- Mermaid ------------------------------------------------------------------------------------
-
-#: Characters that mean something to Mermaid, as its entity codes. ``#`` itself is escaped, so
-#: that no text can spell an entity, and so are the words its pre-parser looks for.
-_MERMAID = {
-    '"': "#quot;",
-    "#": "#35;",
-    ";": "#59;",
-    "<": "#lt;",
-    ">": "#gt;",
-    "&": "#amp;",
-    "%": "#37;",
-    "`": "#96;",
-    "|": "#124;",
-    "[": "#91;",
-    "]": "#93;",
-    "{": "#123;",
-    "}": "#125;",
-    "\\": "#92;",
-}
-
-
-def mermaid_escape(text: str) -> str:
-    escaped = "".join(_MERMAID.get(char, char) for char in " ".join(text.split()))
-    # Mermaid's pre-parser rewrites "style ...:#...;" and "classDef ...:#...;" lines.
-    return escaped.replace("style", "#115;tyle").replace("classDef", "#99;lassDef")
-
-
-def _mm_lines(lines: tuple[Line, ...]) -> str:
-    parts = []
-    for line in lines:
-        text = mermaid_escape(line.text)
-        if line.style == "title":
-            text = f"<b>{text}</b>"
-        elif line.style == "unsafe":
-            text = f"<b>{text}</b>"
-        elif line.style == "code":
-            text = f"<i>{text}</i>"
-        parts.append(text)
-    return "<br/>".join(parts)
-
-
-def _class_defs(graph: Graph) -> list[str]:
-    roles = sorted({n.role for n in graph.nodes if n.role != "start"})
-    lines = []
-    for role in roles:
-        style = NODE_STYLES[role]
-        extra = ",stroke-dasharray:5 3" if "dashed" in style.get("style", "") else ""
-        width = style.get("penwidth", "1")
-        lines.append(
-            f"    classDef {role} fill:{style['fillcolor']},stroke:{style['color']},"
-            f"stroke-width:{width}px,color:#111827{extra}"
-        )
-        members = ",".join(n.id for n in graph.nodes if n.role == role)
-        lines.append(f"    class {members} {role}")
-    return lines
-
-
-def _mermaid_states(graph: Graph) -> str:
-    out = ["stateDiagram-v2", "    direction TB"]
-    starts = {n.id for n in graph.nodes if n.role == "start"}
-    for node in graph.nodes:
-        if node.id in starts:
-            continue
-        title, *rest = node.lines
-        out.append(f'    state "{mermaid_escape(title.text)}" as {node.id}')
-        out.extend(f"    {node.id} : {mermaid_escape(line.text)}" for line in rest)
-    for edge in graph.edges:
-        tail = "[*]" if edge.tail in starts else edge.tail
-        label = " · ".join(mermaid_escape(line.text) for line in _joined(edge.lines))
-        out.append(f"    {tail} --> {edge.head}" + (f" : {label}" if label else ""))
-    out.extend(f"    {final} --> [*]" for final in graph.finals)
-    out.extend(_class_defs(graph))
-    return "\n".join(out) + "\n"
-
-
-def _joined(lines: tuple[Line, ...]) -> tuple[Line, ...]:
-    """Wrapped lines of one style joined back into one line each (a state diagram's edge
-    label is a single line)."""
-    joined: list[Line] = []
-    for line in lines:
-        if joined and joined[-1].style == line.style and line.style in ("code", "note"):
-            previous = joined.pop()
-            joined.append(Line(f"{previous.text} {line.text}", line.style))
-        else:
-            joined.append(line)
-    return tuple(joined)
-
-
-_SHAPES = {
-    "start": ('(("', '"))'),
-    "window": ('[/"', '"/]'),
-    "window_unsafe": ('[/"', '"/]'),
-    "kept_none": ('(["', '"])'),
-    "kept_impossible": ('(["', '"])'),
-    "note": ('>"', '"]'),
-}
-_ARROWS = {"crash": "-.->", "fail": "-.->", "pair": "-.-", "timer": "-.->", "failure": "-.->"}
-
-
-def _mermaid_node(node: Node) -> str:
-    opening, closing = _SHAPES.get(node.role, ('["', '"]'))
-    label = "start" if node.role == "start" else _mm_lines(node.lines)
-    return f"{node.id}{opening}{label}{closing}"
-
-
-def _mermaid_flow(graph: Graph) -> str:
-    out = ["flowchart TD"]
-    in_cluster = {node_id for cluster in graph.clusters for node_id in cluster.nodes}
-    out.extend(f"    {_mermaid_node(n)}" for n in graph.nodes if n.id not in in_cluster)
-    for cluster in graph.clusters:
-        out.append(f'    subgraph {cluster.id}["{_mm_lines(cluster.lines)}"]')
-        out.append("        direction TB")
-        out.extend(f"        {_mermaid_node(graph.node(node_id))}" for node_id in cluster.nodes)
-        out.append("    end")
-    link_styles = []
-    for i, edge in enumerate(graph.edges):
-        arrow = _ARROWS.get(edge.role, "-->")
-        label = _mm_lines(edge.lines)
-        out.append(
-            f'    {edge.tail} {arrow}|"{label}"| {edge.head}'
-            if label
-            else f"    {edge.tail} {arrow} {edge.head}"
-        )
-        style = EDGE_STYLES[edge.role]
-        link_styles.append(
-            f"    linkStyle {i} stroke:{style['color']},stroke-width:{style.get('penwidth', '1')}px"
-        )
-    out.extend(_class_defs(graph))
-    for cluster in graph.clusters:
-        style = CLUSTER_STYLES[cluster.role]
-        fill = style.get("fillcolor", "#ffffff")
-        out.append(f"    style {cluster.id} fill:{fill},stroke:{style['color']}")
-    out.extend(link_styles)
-    return "\n".join(out) + "\n"
-
-
-def to_mermaid(graph: Graph) -> str:
-    """Mermaid text GitHub renders: ``stateDiagram-v2`` for states, ``flowchart TD`` else."""
-    return _mermaid_states(graph) if graph.kind == "states" else _mermaid_flow(graph)
 
 
 # -- rendering with the dot program -------------------------------------------------------------

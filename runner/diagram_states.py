@@ -24,8 +24,7 @@ KINDS: dict[str, str] = {
 }
 EDGES: dict[str, str] = {
     "effect": "ok: the row's effect is done",
-    "signal": "a signal or decision",
-    "next": "next / ok (no effect)",
+    "move": "a signal, a decision, next, or ok (no effect)",
     "failure": "refused, exhausted, unknown",
     "timer": "expired / due (a timer)",
 }
@@ -34,16 +33,14 @@ EDGE_WIDTH = 34
 GUARD_LIMIT = 72
 
 
-def _edge_role(spec: Spec, row: Row) -> str:
+def _edge_role(row: Row) -> str:
     if row.external_effect is not None:
         return "effect"
     if row.event in ("expired", "due"):
         return "timer"
     if row.event in OUTCOME_EVENTS - {"ok"}:
         return "failure"
-    if row.event in ("next", "ok"):
-        return "next"
-    return "signal"
+    return "move"
 
 
 def _todo_numbers(spec: Spec) -> dict[int, int]:
@@ -56,6 +53,19 @@ def _todo_numbers(spec: Spec) -> dict[int, int]:
             counts[target.name] = counts.get(target.name, 0) + 1
             numbers[row.index] = counts[target.name]
     return numbers
+
+
+def _queue_lines(spec: Spec, state: State, numbers: dict[int, int]) -> list[Line]:
+    """What the person finishing a run in this queue is to do, numbered by the row that led
+    there (the row's edge carries the same number)."""
+    lines = [Line("operator queue: a person finishes it", "muted")]
+    if state.operator_action:
+        lines += wrap(f"to do: {state.operator_action}", NODE_WIDTH, "note")
+    for row in spec.transitions:
+        if row.index in numbers and row.next_state == state.name:
+            text = f"#{numbers[row.index]} ({row.state}, {row.event}): {row.operator_action}"
+            lines += wrap(text, NODE_WIDTH, "note")
+    return lines
 
 
 def _state_lines(spec: Spec, state: State, numbers: dict[int, int]) -> list[Line]:
@@ -85,13 +95,7 @@ def _state_lines(spec: Spec, state: State, numbers: dict[int, int]) -> list[Line
         lines.append(Line("compensate", "muted"))
         lines.append(Line("undoes the done effects, newest first"))
     elif state.kind == "operator_queue":
-        lines.append(Line("operator queue: a person finishes it", "muted"))
-        if state.operator_action:
-            lines += wrap(f"to do: {state.operator_action}", NODE_WIDTH, "note")
-        for row in spec.transitions:
-            if row.index in numbers and row.next_state == state.name:
-                text = f"#{numbers[row.index]} ({row.state}, {row.event}): {row.operator_action}"
-                lines += wrap(text, NODE_WIDTH, "note")
+        lines += _queue_lines(spec, state, numbers)
     else:
         lines.append(Line(f"{state.kind} (end)", "muted"))
     if state.description:
@@ -123,22 +127,15 @@ def states_graph(spec: Spec) -> Graph:
     ids = {s.name: b.node(_kind(s), *_state_lines(spec, s, numbers)) for s in spec.states.values()}
     if spec.start in ids:
         b.edge(start, ids[spec.start], "start")
-    roles = set()
     for row in spec.transitions:
         if row.state in ids and row.next_state in ids:
-            role = _edge_role(spec, row)
-            roles.add(role)
-            b.edge(
-                ids[row.state], ids[row.next_state], role, *_row_lines(row, numbers.get(row.index))
-            )
+            lines = _row_lines(row, numbers.get(row.index))
+            b.edge(ids[row.state], ids[row.next_state], _edge_role(row), *lines)
     b.finals.extend(ids[s.name] for s in spec.states.values() if s.terminal)
-    kinds = {_kind(s) for s in spec.states.values()}
     for kind, text in KINDS.items():
-        if kind in kinds:
-            b.explain("node", kind, text)
+        b.explain("node", kind, text)
     for role, text in EDGES.items():
-        if role in roles:
-            b.explain("edge", role, text)
+        b.explain("edge", role, text)
     return b.graph()
 
 

@@ -1,0 +1,561 @@
+"""Diagrams: the spec drawn as its states, its crash windows and its saga, in DOT and Mermaid.
+
+The DOT and Mermaid texts are compared with golden files in tests/golden/ (text, not SVG bytes:
+an SVG depends on the Graphviz version and the fonts). After an intended change, regenerate them
+with ``RATCHET_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_diagram.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import graphviz
+import pytest
+
+import cli as cli_module
+from runner import diagram
+from runner.diagram_mermaid import mermaid_escape
+from runner.diagram_render import RED
+from runner.spec import Compensation, Effect, Retry, Row, Spec, State
+from runner.validate import validate_path, validate_text
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "specs"
+GOLDEN = ROOT / "tests" / "golden"
+SHIPPED = ("refund", "returns", "booking")
+UPDATE = os.environ.get("RATCHET_UPDATE_GOLDEN") == "1"
+REGENERATE = "RATCHET_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_diagram.py"
+needs_dot = pytest.mark.skipif(
+    shutil.which("dot") is None, reason="Graphviz's dot is not installed"
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        cli_module.main(list(args))
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    else:
+        code = 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def shipped(name: str) -> Spec:
+    report = validate_path(SPECS / f"{name}.yaml", f"specs/{name}.yaml")
+    assert report.spec is not None
+    assert report.ok()
+    return report.spec
+
+
+def refund_variant(tmp_path: Path, old: str, new: str) -> Path:
+    text = (SPECS / "refund.yaml").read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "refund.yaml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return path
+
+
+# -- golden files ----------------------------------------------------------------------------------
+
+
+def check_golden(name: str, actual: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(actual, encoding="utf-8")
+        return
+    if not path.exists():
+        pytest.fail(f"no golden file {path.relative_to(ROOT)}; write it with: {REGENERATE}")
+    expected = path.read_text(encoding="utf-8")
+    if actual != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                actual.splitlines(keepends=True),
+                f"tests/golden/{name} (expected)",
+                f"tests/golden/{name} (drawn now)",
+            )
+        )
+        pytest.fail(
+            f"{name} differs from its golden file:\n{diff}\n"
+            f"If the change is intended, regenerate the golden files with:\n  {REGENERATE}",
+            pytrace=False,
+        )
+
+
+CASES = [(spec, view) for spec in SHIPPED for view in diagram.VIEWS]
+
+
+@pytest.mark.parametrize(("name", "view"), CASES, ids=[f"{s}-{v}" for s, v in CASES])
+def test_the_dot_text_of_each_view_of_each_shipped_spec_matches_its_golden_file(
+    name: str, view: str
+) -> None:
+    check_golden(f"{name}-{view}.dot", diagram.text(diagram.build(shipped(name), view), "dot"))
+
+
+@pytest.mark.parametrize(("name", "view"), CASES, ids=[f"{s}-{v}" for s, v in CASES])
+def test_the_mermaid_text_of_each_view_of_each_shipped_spec_matches_its_golden_file(
+    name: str, view: str
+) -> None:
+    graph = diagram.build(shipped(name), view)
+    check_golden(f"{name}-{view}.mmd", diagram.text(graph, "mermaid"))
+
+
+def test_drawing_a_spec_twice_gives_byte_identical_dot_and_mermaid() -> None:
+    for name, view in CASES:
+        first, second = diagram.build(shipped(name), view), diagram.build(shipped(name), view)
+        assert diagram.text(first, "dot") == diagram.text(second, "dot")
+        assert diagram.text(first, "mermaid") == diagram.text(second, "mermaid")
+
+
+def test_node_ids_are_generated_never_a_users_name() -> None:
+    for name, view in CASES:
+        source = diagram.text(diagram.build(shipped(name), view), "dot")
+        declared = re.findall(r"^\t+(\S+) \[", source, re.M)
+        assert declared
+        assert all(re.fullmatch(r"n\d+|graph|node|edge", d) for d in declared)
+        edges = re.findall(r"^\t+(\S+) -> (\S+)", source, re.M)
+        assert all(re.fullmatch(r"n\d+", end) for edge in edges for end in edge)
+
+
+# -- escaping --------------------------------------------------------------------------------------
+
+HOSTILE = 'a"b<c> & d\\ {e} [f] |g| #quot; %% ;`h` --> end subgraph style:#fff; classDef x'
+
+
+def hostile_spec() -> Spec:
+    """A spec built by hand, past the loader's name rules, with every name and text hostile."""
+    pause, step, queue, undo = (f"{HOSTILE} {i}" for i in ("pause", "step", "queue", "undo"))
+    done, gone = f"{HOSTILE} done", "<b>bold</b>\nnew line"
+    effect = Effect(
+        name=f"{HOSTILE} effect",
+        adapter='pay"ments',
+        operation="<op>",
+        args={'x"y': "input.a", "<z>": "input.b"},
+        reconcile=None,
+        approval=None,
+        retry=Retry(),
+        timeout=10.0,
+        cost=None,
+    )
+    states = {
+        pause: State(
+            pause,
+            "pause",
+            resumes_on=(HOSTILE,),
+            expires_after=60.0,
+            approval=HOSTILE,
+            description=HOSTILE,
+        ),
+        step: State(step, "step"),
+        undo: State(undo, "compensate"),
+        done: State(done, "success"),
+        gone: State(gone, "compensated"),
+        queue: State(queue, "operator_queue", operator_action=HOSTILE),
+    }
+    rows = (
+        Row(0, pause, HOSTILE, step, guard='input.a < 3 && input.b == "x\'y" || input.c > 1'),
+        Row(1, pause, "expired", gone),
+        Row(
+            2,
+            step,
+            "ok",
+            done,
+            external_effect=effect.name,
+            idempotency_key=("args",),
+            receipt='r"id',
+            compensation=Compensation("none", None, HOSTILE),
+        ),
+        Row(3, step, "refused", undo, operator_action=HOSTILE),
+        Row(4, undo, "ok", gone),
+        Row(5, undo, "refused", queue, operator_action=HOSTILE),
+    )
+    return Spec(
+        name=HOSTILE,
+        spec_version=1,
+        policy_version=1,
+        business_key="input.a",
+        start=pause,
+        input_schema={},
+        states=states,
+        transitions=rows,
+        effects={effect.name: effect},
+        title=HOSTILE,
+    )
+
+
+HOSTILE_YAML = r"""
+name: hostile-names
+title: 'Refunds <b>& "friends"</b> \ {x} [y] |z| #quot; %% ; `t` --> end'
+spec_version: 1
+policy_version: 1
+business_key: input.ticket
+start: proposed
+input:
+  type: object
+  properties:
+    ticket: {type: string}
+    note: {type: string}
+    amount: {type: number}
+adapters:
+  payments: {kind: payments}
+effects:
+  request_refund:
+    adapter: payments
+    operation: refund
+    args: {ticket: input.ticket, amount: input.amount}
+    reconcile: lookup_refund
+    retry: {max_attempts: 3}
+states:
+  proposed: {kind: pause, resumes_on: [approve], expires_after: 1h,
+             description: 'waits for "someone" <with> & without ; # % `care`'}
+  refunding: {kind: step}
+  refunded: {kind: success}
+  lapsed: {kind: cancelled}
+  needs_person: {kind: operator_queue}
+transitions:
+  - {state: proposed, event: approve, next_state: refunding,
+     guard: "input.note == \"<a href='x'>&amp;</a>\" && input.amount < 10.0 || input.note != '\"'"}
+  - {state: proposed, event: expired, next_state: lapsed}
+  - {state: refunding, event: ok, next_state: refunded, durable_write: [pending, receipt],
+     external_effect: request_refund, idempotency_key: [business_key, effect, args],
+     receipt: refund_id, retry_owner: runner,
+     compensation: 'impossible: money "gone" <forever> & ever; # `sigh`'}
+  - {state: refunding, event: refused, next_state: needs_person,
+     operator_action: 'Call "them" <now> & then `ratchet ops retry`; #1 priority'}
+  - {state: refunding, event: exhausted, next_state: needs_person,
+     operator_action: "Wait\\ and <retry>"}
+"""
+
+
+def hostile_graphs() -> list[diagram.Graph]:
+    by_hand = hostile_spec()
+    report = validate_text(HOSTILE_YAML, "hostile.yaml")
+    assert report.ok(), [d.format() for d in report.diagnostics]
+    assert report.spec is not None
+    return [
+        *(diagram.build(by_hand, view, diagnostics=[]) for view in diagram.VIEWS),
+        *(diagram.build(report.spec, view) for view in diagram.VIEWS),
+    ]
+
+
+@needs_dot
+def test_hostile_names_guards_and_texts_yield_dot_that_the_real_dot_accepts() -> None:
+    drawn = b""
+    for graph in hostile_graphs():
+        done = subprocess.run(
+            ["dot", "-Tsvg"], input=diagram.text(graph, "dot").encode(), capture_output=True
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        assert done.stderr == b"", done.stderr.decode()  # not even a warning
+        drawn += done.stdout
+    # The text is drawn as it was written, not taken for markup.
+    for shown in (
+        b"a&quot;b&lt;c&gt; &amp; d\\",
+        b"&lt;a",
+        b"&lt;forever&gt;",
+        b"&lt;now&gt;",
+    ):
+        assert shown in drawn, shown
+
+
+def test_hostile_text_never_reaches_the_dot_unescaped() -> None:
+    sources = "".join(diagram.text(graph, "dot") for graph in hostile_graphs())
+    for raw in ("<c>", "<op>", "<a ", "<forever>", "<now>", "<b>bold"):
+        assert raw not in sources
+    for escaped in ("&lt;c&gt;", "&lt;op&gt;", "&amp;&amp;", "&quot;", "&#x27;"):
+        assert escaped in sources
+
+
+def _mermaid_labels(text: str) -> list[str]:
+    """Every label of a Mermaid text, checking that each line that quotes has one of the forms
+    the renderer writes, with no quote inside the label."""
+    forms = [
+        r'\s*state "([^"]*)" as n\d+',
+        r'\s*subgraph c\d+\["([^"]*)"\]',
+        r'\s*n\d+(?:\(\("|\[/"|\(\["|>"|\[")([^"]*)(?:"\)\)|"/\]|"\]\)|"\])',
+        r'\s*n\d+ (?:-->|-\.->|-\.-) *\|"([^"]*)"\| n\d+',
+    ]
+    labels = []
+    for line in text.splitlines():
+        if '"' in line:
+            match = next((m for f in forms if (m := re.fullmatch(f, line))), None)
+            assert match is not None, f"a quote breaks this line: {line}"
+            labels.append(match.group(1))
+        elif re.match(r"\s*(n\d+|\[\*\]) --> n\d+ : |\s*n\d+ : ", line):
+            labels.append(line.split(" : ", 1)[1])
+    return labels
+
+
+def test_mermaid_labels_contain_no_unescaped_quotes_or_markup() -> None:
+    texts = [diagram.text(g, "mermaid") for g in hostile_graphs()]
+    texts += [diagram.text(diagram.build(shipped(n), v), "mermaid") for n, v in CASES]
+    for text in texts:
+        for label in _mermaid_labels(text):
+            bare = re.sub(r"</?(b|i)>|<br/>|#\w+;", "", label)
+            assert not set(bare) & set('"<>;#%`[]{}|\\'), label
+
+
+def test_mermaid_escaping_uses_entity_codes() -> None:
+    assert mermaid_escape('say "hi" <b> & #1; 50%') == (
+        "say #quot;hi#quot; #lt;b#gt; #amp; #35;1#59; 50#37;"
+    )
+    assert "style" not in mermaid_escape("lifestyle: #fff;")
+
+
+def test_mermaid_uses_state_diagrams_for_states_and_flowcharts_for_the_rest() -> None:
+    spec = shipped("booking")
+    assert diagram.text(diagram.build(spec, "states"), "mermaid").startswith("stateDiagram-v2\n")
+    for view in ("crash-windows", "saga"):
+        assert diagram.text(diagram.build(spec, view), "mermaid").startswith("flowchart TD\n")
+
+
+# -- what each view shows --------------------------------------------------------------------------
+
+
+def test_the_states_view_shows_what_resumes_a_pause_its_expiry_and_the_operator_actions() -> None:
+    source = diagram.text(diagram.build(shipped("refund"), "states"), "dot")
+    assert "resumes on approve / reject" in source
+    assert "expires after 72h → expired" in source
+    assert "asks for refund_approval" in source
+    assert "for the operation ID, then `ratchet ops" in source
+    assert "to do #3" in source
+    assert "input.amount &lt;= 100.0 ||" in source  # the guard, escaped
+    assert "does request_refund" in source
+
+
+def test_the_states_view_shapes_terminal_kinds_apart_from_the_others() -> None:
+    graph = diagram.build(shipped("booking"), "states")
+    roles = {node.lines[0].text: node.role for node in graph.nodes if node.lines}
+    assert roles == {
+        "holding_flight": "step",
+        "holding_hotel": "step",
+        "approving": "pause",
+        "confirming": "step",
+        "releasing": "compensate",
+        "confirmed": "success",
+        "no_flight": "cancelled",
+        "released": "compensated",
+        "needs_operator": "operator_queue",
+    }
+    assert {e.text for e in graph.legend if e.what == "node"} >= {"success (end)"}
+
+
+def test_the_crash_windows_show_the_four_steps_and_the_four_windows_with_their_recoveries() -> None:
+    source = diagram.text(diagram.build(shipped("refund"), "crash-windows"), "dot")
+    for text in (
+        "1 · write ahead",
+        "2 · call sent",
+        "3 · provider commits",
+        "4 · receipt + move committed",
+        "W1 · crash before the request",
+        "W2 · request in flight",
+        "W3 · provider committed, reply lost",
+        "W4 · receipt stored, checkpoint missing",
+        "not found → same-ID retry",
+        "found → done, no new call",
+        "skip, continue",
+        "approval refund_approval consumed",
+    ):
+        assert text in source, text
+    assert RED not in source
+
+
+def test_crash_windows_draw_one_cluster_per_effect_row_or_only_the_effect_asked_for() -> None:
+    spec = shipped("booking")
+    every = diagram.build(spec, "crash-windows")
+    assert [c.lines[0].text for c in every.clusters] == [
+        "hold_flight",
+        "hold_hotel",
+        "confirm_itinerary",
+    ]
+    one = diagram.build(spec, "crash-windows", effect="hold_hotel")
+    assert [c.lines[0].text for c in one.clusters] == ["hold_hotel"]
+    assert len(one.nodes) == len(every.nodes) // 3
+
+
+def test_the_saga_view_lists_the_forward_effects_then_undoes_them_newest_first() -> None:
+    graph = diagram.build(shipped("booking"), "saga")
+    titles = [node.lines[0].text for node in graph.nodes if node.lines]
+    forward = [t for t in titles if re.match(r"\d · ", t) and not t.endswith(" is kept")]
+    undo = [t for t in titles if t.startswith("undo ") or t.endswith(" is kept")]
+    assert forward == ["1 · hold_flight", "2 · hold_hotel", "3 · confirm_itinerary"]
+    assert undo == [
+        "3 · confirm_itinerary is kept",
+        "undo 2 · release_hotel",
+        "undo 1 · release_flight",
+    ]
+    assert {"released", "needs_operator"} <= set(titles)
+    kept = next(n for n in graph.nodes if n.lines and n.lines[0].text.endswith(" is kept"))
+    assert kept.role == "kept_none"
+    assert "the last step; nothing after it can fail" in [line.text for line in kept.lines]
+
+
+def test_the_saga_view_marks_an_effect_that_cannot_be_undone() -> None:
+    source = diagram.text(diagram.build(shipped("returns"), "saga"), "dot")
+    assert "CANNOT BE UNDONE (impossible)" in source
+    assert "a parcel that has left cannot be called back" in source
+    assert "no compensate state: nothing is undone" in source
+
+
+# -- unsafe rows -----------------------------------------------------------------------------------
+
+
+def test_a_refund_without_a_reconcile_lookup_is_drawn_unsafe_with_E504(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = refund_variant(tmp_path, "reconcile: lookup_refund", "reconcile: none")
+    out = tmp_path / "crash.dot"
+    code, _, err = run(capsys, "diagram", str(path), "--view", "crash-windows", "-o", str(out))
+    assert code == 1
+    assert " E504 " in err
+    source = out.read_text(encoding="utf-8")
+    assert RED in source
+    assert "E504 no reconcile lookup" in source
+    assert "recovery: retry and hope: may duplicate" in source
+    assert "found → done" not in source
+
+
+def test_a_refund_without_an_idempotency_key_is_drawn_unsafe_with_E501(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = refund_variant(tmp_path, " idempotency_key: [business_key, effect, args],", "")
+    code, out, err = run(capsys, "diagram", str(path), "--view", "crash-windows")
+    assert code == 1
+    assert " E501 " in err
+    assert RED in out
+    assert "E501 no idempotency key: every attempt is a new change" in out
+    assert "retry and hope" in out
+
+
+def test_a_warning_on_an_effect_row_is_drawn_unsafe_but_the_command_succeeds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = refund_variant(
+        tmp_path, "idempotency_key: [business_key, effect, args]", "idempotency_key: [effect, args]"
+    )
+    code, out, err = run(capsys, "diagram", str(path), "--view", "crash-windows")
+    assert code == 0
+    assert " W517 " in err
+    assert "W517 the key does not name the business key" in out
+
+
+def test_only_the_crash_windows_view_draws_an_unsafe_spec(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = refund_variant(tmp_path, "reconcile: lookup_refund", "reconcile: none")
+    for view in ("states", "saga"):
+        code, out, err = run(capsys, "diagram", str(path), "--view", view)
+        assert (code, out) == (1, "")
+        assert " E504 " in err
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def test_an_invalid_spec_prints_its_diagnostics_and_exits_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = refund_variant(tmp_path, "next_state: refunded,", "next_state: refundd,")
+    for view in diagram.VIEWS:
+        code, out, err = run(capsys, "diagram", str(path), "--view", view)
+        assert (code, out) == (1, "")
+        assert re.search(r"refund\.yaml:\d+:\d+: E301 unknown state 'refundd'", err)
+        assert "Traceback" not in err
+
+
+def test_an_unknown_effect_is_a_usage_error_that_lists_the_effects(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    booking = str(SPECS / "booking.yaml")
+    code, out, err = run(capsys, "diagram", booking, "--view", "crash-windows", "--effect", "nope")
+    assert (code, out) == (2, "")
+    assert "hold_flight, hold_hotel, confirm_itinerary" in err
+
+
+def test_effect_with_another_view_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "diagram", str(SPECS / "booking.yaml"), "--effect", "hold_hotel")
+    assert code == 2
+    assert "--view crash-windows" in err
+
+
+def test_dot_and_mermaid_print_text_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    refund = str(SPECS / "refund.yaml")
+    code, out, _ = run(capsys, "diagram", refund, "--format", "dot")
+    assert code == 0
+    assert out.startswith("digraph ratchet {")
+    code, out, _ = run(capsys, "diagram", refund, "--view", "saga", "--format", "mermaid")
+    assert code == 0
+    assert out.startswith("flowchart TD")
+
+
+def test_an_image_format_needs_an_output_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "diagram", str(SPECS / "refund.yaml"), "--format", "png")
+    assert (code, out) == (2, "")
+    assert "-o FILE" in err
+
+
+def test_the_format_follows_the_output_files_suffix_when_not_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "refund.mmd"
+    code, _, err = run(capsys, "diagram", str(SPECS / "refund.yaml"), "-o", str(out))
+    assert code == 0
+    assert f"wrote {out}" in err
+    assert out.read_text(encoding="utf-8").startswith("stateDiagram-v2")
+
+
+@needs_dot
+def test_svg_png_and_pdf_are_drawn_by_the_real_dot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    magic = {"svg": b"<?xml", "png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF"}
+    for fmt, head in magic.items():
+        out = tmp_path / f"booking.{fmt}"
+        args = ["diagram", str(SPECS / "booking.yaml"), "--view", "saga", "--format", fmt]
+        code, _, _ = run(capsys, *args, "-o", str(out))
+        assert code == 0
+        data = out.read_bytes()
+        assert len(data) > 1000
+        assert data.startswith(head)
+    assert b"</svg>" in (tmp_path / "booking.svg").read_bytes()
+
+
+MISSING_DOT = (
+    "Graphviz's `dot` program was not found",
+    "apt-get install graphviz",
+    "brew install graphviz",
+)
+
+
+def test_without_dot_an_image_says_how_to_install_graphviz_and_exits_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out = tmp_path / "refund.svg"
+    code, stdout, err = run(capsys, "diagram", str(SPECS / "refund.yaml"), "-o", str(out))
+    assert (code, stdout) == (1, "")
+    assert all(text in err for text in MISSING_DOT)
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_without_dot_the_dot_and_mermaid_formats_still_work(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_dot(cmd: list[str], **_: object) -> None:
+        raise graphviz.ExecutableNotFound(cmd)
+
+    monkeypatch.setattr("graphviz.backend.execute.run_check", no_dot)
+    refund = str(SPECS / "refund.yaml")
+    for fmt in ("dot", "mermaid"):
+        code, out, _ = run(capsys, "diagram", refund, "--view", "crash-windows", "--format", fmt)
+        assert code == 0
+        assert out
+    with pytest.raises(diagram.GraphvizNotFound, match="apt-get install graphviz"):
+        diagram.image(diagram.build(shipped("refund"), "states"), "png")
