@@ -110,3 +110,17 @@ def make_runner(store: Store, world: PracticeWorld, clock: FakeClock) -> MakeRun
 def spec_and_text(name: str) -> tuple[Spec, str]:
     path = SPECS / f"{name}.yaml"
     return load_spec(path), path.read_text(encoding="utf-8")
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``ratchet ARGS...`` in-process: its exit status, stdout and stderr."""
+    import cli
+
+    try:
+        cli.main(list(args))
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    else:
+        code = 0
+    out, err = capsys.readouterr()
+    return code, out, err

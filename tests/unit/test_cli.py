@@ -10,21 +10,11 @@ import pytest
 
 import cli as cli_module
 from runner.schema import spec_schema_text
+from tests.conftest import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUND = str(ROOT / "specs" / "refund.yaml")
 BOOKING = str(ROOT / "specs" / "booking.yaml")
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        cli_module.main(list(args))
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    else:
-        code = 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def broken_spec(tmp_path: Path) -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import cli as cli_module
 from tests.conftest import ROOT
+from tests.conftest import run_cli as run
 
 REFUND = str(ROOT / "specs" / "refund.yaml")
 RETURNS = str(ROOT / "specs" / "returns.yaml")
@@ -19,17 +19,6 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("RATCHET_DB", raising=False)
     return tmp_path / "home"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        cli_module.main(list(args))
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    else:
-        code = 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_run_waits_for_approval_and_shows_the_exact_action(

@@ -17,12 +17,12 @@ from pathlib import Path
 import graphviz
 import pytest
 
-import cli as cli_module
 from runner import diagram
 from runner.diagram_mermaid import mermaid_escape
 from runner.diagram_render import RED
 from runner.spec import Compensation, Effect, Retry, Row, Spec, State
 from runner.validate import validate_path, validate_text
+from tests.conftest import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "specs"
@@ -33,17 +33,6 @@ REGENERATE = "RATCHET_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_diagram.p
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz's dot is not installed"
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        cli_module.main(list(args))
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    else:
-        code = 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def shipped(name: str) -> Spec:
