@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -702,41 +701,75 @@ def signal_command(
 
 @cli.command()
 @click.option("--once", is_flag=True, help="One pass, then exit (for cron).")
-@click.option("--poll", default=1.0, show_default=True, help="Seconds between passes.")
-@click.option("--passes", type=int, help="Stop after this many passes.")
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    help="Worker threads in this process (several processes on several machines "
+    "may share one PostgreSQL store).",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    default=30.0,
+    show_default=True,
+    help="Seconds a claimed run stays leased without a heartbeat.",
+)
+@click.option("--poll", default=1.0, show_default=True, help="Seconds to wait when idle.")
 @DB_OPTION
 @JSON_OPTION
-def worker(once: bool, poll: float, passes: int | None, db: str | None, as_json: bool) -> None:
-    """Fire due timers and advance runnable runs until stopped (Ctrl-C), or --once.
+def worker(
+    once: bool, concurrency: int, lease_seconds: float, poll: float, db: str | None, as_json: bool
+) -> None:
+    """Fire due timers and advance runnable runs under leases until stopped, or --once.
 
-    Each timer fires once and never early; a run another worker is moving is left to it.
+    Runs are claimed with leases (FOR UPDATE SKIP LOCKED on PostgreSQL) that a heartbeat keeps
+    alive and that expire by the database's clock; every commit is fenced by the lease, so a
+    worker paused past its lease changes nothing when it wakes. Each timer fires once and never
+    early. SIGTERM or Ctrl-C: finish the current step, release the leases, exit.
     """
-    from runner.lifecycle import worker_pass
+    if once:
+        from runner.lifecycle import worker_pass
 
-    _, _, runner = _session(db)
-    done = 0
-    while True:
-        report = worker_pass(runner)
-        done += 1
+        _, _, runner = _session(db)
+        report = worker_pass(runner, lease_seconds=lease_seconds)
         if as_json:
             click.echo(json.dumps(report.to_json(), ensure_ascii=False))
-        else:
-            for fired in report.fired:
-                click.echo(
-                    f"timer  {fired.timer.event:<8} run {fired.timer.run_id} ({fired.outcome})"
-                )
-            for moved in report.advanced:
-                click.echo(f"run    {moved.id} -> {moved.state} ({moved.status})")
-            for run_id_, error in report.failed:
-                click.echo(f"failed {run_id_}: {error}", err=True)
-            if once:
-                click.echo(
-                    f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced",
-                    err=True,
-                )
-        if once or (passes is not None and done >= passes):
             return
-        time.sleep(poll)  # real pacing between passes, whatever clock the runs read
+        for fired in report.fired:
+            click.echo(f"timer  {fired.timer.event:<8} run {fired.timer.run_id} ({fired.outcome})")
+        for moved in report.advanced:
+            click.echo(f"run    {moved.id} -> {moved.state} ({moved.status})")
+        for run_id_, error in report.failed:
+            click.echo(f"failed {run_id_}: {error}", err=True)
+        click.echo(
+            f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced", err=True
+        )
+        return
+    from runner.pool import Pool
+
+    pool = Pool(
+        lambda: _session(db)[2], concurrency=concurrency, lease_seconds=lease_seconds, poll=poll
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: pool.stop.set())
+    click.echo(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops", err=True)
+    report = pool.run()
+    summary = {
+        "owner": pool.owner,
+        "runs_advanced": report.advanced,
+        "fenced": report.fenced,
+        "timers_fired": report.timers,
+        "failed": [{"run": r, "error": e} for r, e in report.failed],
+    }
+    if as_json:
+        _emit_json(summary)
+    else:
+        click.echo(
+            f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
+            f"fired, {report.fenced} fenced",
+            err=True,
+        )
 
 
 @cli.command("ops")

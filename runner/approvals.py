@@ -17,7 +17,7 @@ from .execute import Runner
 from .identity import approval_digest, describe_action, evaluate_args
 from .machine import machine_for
 from .spec import Approval, Effect, Spec
-from .store import Change, RunRecord
+from .store import RunRecord
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def decide(
     if row is None:
         why = "; ".join(errors) if errors else "no row's guard holds"
         raise ApprovalError(f"{decision} does not apply here ({why}); nothing changed")
-    change = Change(run.id, run.version, now, run)
+    change = runner.change(run, at=now)
     change.new_approvals.append(
         {
             "name": approval.name,

@@ -85,9 +85,7 @@ class EffectStep:
         return self.row.receipt if self.row is not None else self.effect.receipt
 
     def _change(self) -> Change:
-        return self.log.flush_into(
-            Change(self.run.id, self.run.version, self.runner.clock.now(), self.run)
-        )
+        return self.log.flush_into(self.runner.change(self.run))
 
     # -- the protocol -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ The class docstring is the default message::
     ├── UsageError           the caller asked for something that cannot be done
     ├── StoreError           the store could not do what was asked
     │   ├── VersionConflict  another worker moved the run first (compare-and-set lost)
+    │   │   └── LeaseLost    another worker holds (or took over) the run's lease
     │   ├── RunNotFound      no run has that ID
     │   └── DuplicateOperation  an operation ID is already recorded (idempotency is data)
     └── RunError             a run cannot take that step
@@ -98,6 +99,12 @@ class VersionConflict(StoreError):
     """The run has moved on: another worker changed it first. Reload; never overwrite."""
 
     code = "R301"
+
+
+class LeaseLost(VersionConflict):
+    """Another worker holds the run's lease (or took it over): commit nothing more to it."""
+
+    code = "R304"
 
 
 class RunNotFound(StoreError):

@@ -89,6 +89,7 @@ class Runner:
         self._rng = rng or random.Random()
         self._specs: dict[str, Spec] = {}
         self.inline_wait = inline_wait
+        self.leases: dict[str, str] = {}  # run ID -> the lease token this runner holds
         self.timers = Timers(self)
 
     # -- specs and context ------------------------------------------------------------------
@@ -219,7 +220,7 @@ class Runner:
             return None
         effect = spec.effect_of(state.name)
         if effect is None:
-            return self.move(run, spec, "next", Change(run.id, run.version, self.clock.now(), run))
+            return self.move(run, spec, "next", self.change(run))
         return EffectStep(self, run, spec, effect).perform()
 
     def _compensate(self, run: RunRecord, spec: Spec) -> RunRecord:
@@ -233,7 +234,7 @@ class Runner:
                 if forward_id in noted:
                     continue
                 forward = next(op for op in operations if op.operation_id == forward_id)
-                change = Change(run.id, run.version, self.clock.now(), run)
+                change = self.change(run)
                 change.context = {**run.context, "skipped_undo": [*noted, forward_id]}
                 change.event(
                     "compensation_skipped",
@@ -245,7 +246,7 @@ class Runner:
             if registered.status == "done":
                 continue
             return CompensationStep(self, run, spec, registered).perform()
-        change = Change(run.id, run.version, self.clock.now(), run)
+        change = self.change(run)
         change.event("compensated", undone=len(run.context.get("undone", [])))
         return self.move(run, spec, "ok", change)
 
@@ -256,6 +257,16 @@ class Runner:
                 comp = row.compensation
                 return f"{comp.kind}: {comp.reason}" if comp.reason else comp.kind
         return "no compensation declared"
+
+    def change(self, run: RunRecord, at: float | None = None) -> Change:
+        """A new change to ``run``, made under this runner's lease on it, if it holds one."""
+        return Change(
+            run.id,
+            run.version,
+            self.clock.now() if at is None else at,
+            run,
+            lease_token=self.leases.get(run.id),
+        )
 
     # -- moving -----------------------------------------------------------------------------
 

@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,7 +87,7 @@ def send_signal(
         raise SignalRefused(
             f"{event!r} does not apply to run {run.id} now ({why}); nothing changed"
         )
-    change = Change(run.id, run.version, runner.clock.now(), run)
+    change = runner.change(run)
     change.new_signals.append(
         {"signal_id": signal_id, "event": event, "data": payload, "received_at": change.at}
     )
@@ -117,7 +120,7 @@ def migrate(runner: Runner, run: RunRecord) -> RunRecord:
     policy = newer.on_version_change
     if policy == "pin":
         return run
-    change = Change(run.id, run.version, runner.clock.now(), run)
+    change = runner.change(run)
     if policy == "cancel":
         change.status = "cancelled"
         change.event("version_cancelled", old=current.spec_version, new=newer.spec_version)
@@ -172,10 +175,20 @@ class PassReport:
         }
 
 
-def worker_pass(runner: Runner, limit: int = 500) -> PassReport:
-    """Fire every due timer, then take every runnable run as far as it goes."""
+def worker_pass(
+    runner: Runner, limit: int = 500, owner: str | None = None, lease_seconds: float = 30.0
+) -> PassReport:
+    """Fire every due timer, then claim each runnable run under a lease and take it as far as
+    it goes, one at a time, until none is left (or ``limit`` runs)."""
+    owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     report = PassReport(fired=runner.timers.fire_due(limit))
-    for run in runner.store.runnable(runner.clock.now(), limit):
+    for _ in range(limit):
+        claimed = runner.store.claim(owner, lease_seconds, runner.clock.now())
+        if not claimed:
+            break
+        run = claimed[0]
+        token = str(run.lease_token)
+        runner.leases[run.id] = token
         try:
             moved = runner.advance(migrate(runner, run).id)
         except VersionConflict:
@@ -184,8 +197,10 @@ def worker_pass(runner: Runner, limit: int = 500) -> PassReport:
         except (RunError, ApprovalError) as exc:
             report.failed.append((run.id, str(exc)))
             continue
-        if moved.version != run.version:
-            report.advanced.append(moved)
+        finally:
+            runner.leases.pop(run.id, None)
+            runner.store.release(run.id, token)
+        report.advanced.append(moved)
     return report
 
 
@@ -204,7 +219,7 @@ def _authorise(spec: Spec, run: RunRecord, action: str, role: str) -> None:
 def _audit(
     runner: Runner, run: RunRecord, action: str, actor: str, role: str, note: str | None
 ) -> Change:
-    change = Change(run.id, run.version, runner.clock.now(), run)
+    change = runner.change(run)
     change.event("operator", action=action, actor=actor, role=role, note=note)
     return change
 

@@ -43,12 +43,13 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    or_,
     select,
     update,
 )
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, SQLAlchemyError
 
-from .errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
+from .errors import DuplicateOperation, LeaseLost, RunNotFound, StoreError, VersionConflict
 from .settings import ENV_DB, home
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
@@ -82,6 +83,9 @@ runs = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("wake_at", Float),
+    Column("lease_owner", String(200)),
+    Column("lease_token", String(64)),
+    Column("lease_expires_at", Float),
     UniqueConstraint("workflow", "business_key", name="uq_runs_business_key"),
 )
 Index("ix_runs_status", runs.c.status, runs.c.wake_at)
@@ -165,19 +169,26 @@ signals = Table(
 
 # -- statements, built once (building a statement costs more than running it) ----------------
 
-_CAS_RUN = (
-    update(runs)
-    .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"))
-    .values(
-        version=bindparam("n_version"),
-        state=bindparam("n_state"),
-        status=bindparam("n_status"),
-        context=bindparam("n_context", type_=_JSON),
-        updated_at=bindparam("n_updated_at"),
-        wake_at=bindparam("n_wake_at"),
-        spec_digest=bindparam("n_spec_digest"),
+_CAS_VALUES: dict[str, Any] = {
+    "version": bindparam("n_version"),
+    "state": bindparam("n_state"),
+    "status": bindparam("n_status"),
+    "context": bindparam("n_context", type_=_JSON),
+    "updated_at": bindparam("n_updated_at"),
+    "wake_at": bindparam("n_wake_at"),
+    "spec_digest": bindparam("n_spec_digest"),
+}
+
+
+def _cas_run(*fence: Any) -> Any:
+    """``UPDATE runs SET … WHERE id = :id AND version = :v`` and the lease condition ``fence``."""
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"), *fence)
+        .values(**_CAS_VALUES)
     )
-)
+
+
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
 _RUN_BY_KEY = select(runs).where(
     runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
@@ -231,6 +242,9 @@ class RunRecord:
     created_at: float
     updated_at: float
     wake_at: float | None = None
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_expires_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -309,6 +323,7 @@ class Change:
     base: RunRecord | None = None
     state: str | None = None
     spec_digest: str | None = None
+    lease_token: str | None = None  # the lease this commit is made under (fencing)
     status: str | None = None
     context: dict[str, Any] | None = None
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -340,6 +355,14 @@ class _Dialect:
     def lock_schema(self, conn: Connection) -> None:
         """Serialise schema creation between processes (SQLite's BEGIN IMMEDIATE already does)."""
 
+    def now(self) -> Any:
+        """The database's own clock, in epoch seconds: leases expire by it, not by a worker's."""
+        return func.extract("epoch", func.now())
+
+    def claim_query(self, query: Any) -> Any:
+        """How a claim locks the rows it takes."""
+        return query
+
 
 class _SQLite(_Dialect):
     name = "sqlite"
@@ -366,6 +389,9 @@ class _SQLite(_Dialect):
 
         return engine
 
+    def now(self) -> Any:
+        return (func.julianday("now") - 2440587.5) * 86400.0
+
 
 class _PostgreSQL(_Dialect):
     name = "postgresql"
@@ -377,6 +403,14 @@ class _PostgreSQL(_Dialect):
         # Workers opening a fresh database at once would race to CREATE TABLE (duplicate key
         # in pg_type); this lock, held until the transaction ends, makes them take turns.
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7523094288207667809)")
+
+    def now(self) -> Any:
+        return func.extract("epoch", func.clock_timestamp())
+
+    def claim_query(self, query: Any) -> Any:
+        # Each worker takes rows no other worker holds locked, without waiting for them: short
+        # transactions, no session advisory lock, so it works behind a transaction-pooling proxy.
+        return query.with_for_update(skip_locked=True)
 
 
 def _dialect_for(url: str) -> _Dialect:
@@ -419,6 +453,13 @@ class Store:
         try:
             self.engine = self.dialect.engine(self.url)
             self._writer = self.engine.execution_options(ratchet_write=True)
+            self._db_now = self.dialect.now()
+            # A commit under a lease must hold it (fencing); any other commit needs the run
+            # free: no lease, or one the database's clock says has expired.
+            self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"))
+            self._cas_free = _cas_run(
+                or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now)
+            )
             if create:
                 with self._writer.begin() as conn:
                     self.dialect.lock_schema(conn)
@@ -689,9 +730,11 @@ class Store:
         after = replace(after, wake_at=after.context.get("wake_at"))
         try:
             with self._write() as conn:
+                fenced = change.lease_token is not None
                 result = conn.execute(
-                    _CAS_RUN,
+                    self._cas_leased if fenced else self._cas_free,
                     {
+                        "b_token": change.lease_token,
                         "b_id": change.run_id,
                         "b_version": change.expected_version,
                         "n_version": after.version,
@@ -704,12 +747,18 @@ class Store:
                     },
                 )
                 if result.rowcount != 1:
-                    found = conn.execute(_RUN_VERSION, {"b_id": change.run_id}).first()
+                    found = conn.execute(_RUN_BY_ID, {"b_id": change.run_id}).first()
                     if found is None:
                         raise RunNotFound(f"no run {change.run_id!r}")
-                    raise VersionConflict(
-                        f"run {change.run_id} has moved on (version {found[0]}, "
-                        f"expected {change.expected_version})"
+                    if found.version != change.expected_version:
+                        raise VersionConflict(
+                            f"run {change.run_id} has moved on (version {found.version}, "
+                            f"expected {change.expected_version})"
+                        )
+                    raise LeaseLost(
+                        f"run {change.run_id} is leased by {found.lease_owner}"
+                        if not fenced
+                        else f"the lease on run {change.run_id} was lost to {found.lease_owner}"
                     )
                 self._apply(conn, change, after.version)
         except IntegrityError as exc:
@@ -779,6 +828,104 @@ class Store:
             conn.execute(insert(timers).values(run_id=change.run_id, created_at=change.at, **timer))
         for signal in change.new_signals:
             conn.execute(insert(signals).values(run_id=change.run_id, **signal))
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def claim(
+        self, owner: str, lease_seconds: float, now: float, limit: int = 1
+    ) -> list[RunRecord]:
+        """Lease up to ``limit`` runnable runs to ``owner`` (running, not waiting for a back-off,
+        not leased, or whose lease expired by the database's clock). Each claim bumps the run's
+        version and sets a new lease token, so a worker that lost its lease can commit nothing
+        more; a run taken over from an expired lease gets a ``rescued`` event."""
+        import uuid
+
+        query = self.dialect.claim_query(
+            select(runs)
+            .where(runs.c.status == "running")
+            .where(or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now))
+            .where(or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now))
+            .order_by(runs.c.updated_at, runs.c.id)
+            .limit(limit)
+        )
+        claimed: list[RunRecord] = []
+        with self._write() as conn:
+            for row in conn.execute(query).fetchall():
+                record = RunRecord(**row._mapping)
+                token = uuid.uuid4().hex
+                expires = conn.execute(select(self._db_now + lease_seconds)).scalar_one()
+                done = conn.execute(
+                    update(runs)
+                    .where(runs.c.id == record.id, runs.c.version == record.version)
+                    .values(
+                        version=record.version + 1,
+                        lease_owner=owner,
+                        lease_token=token,
+                        lease_expires_at=expires,
+                    )
+                )
+                if done.rowcount != 1:
+                    continue
+                kind = "rescued" if record.lease_token is not None else "leased"
+                conn.execute(
+                    _INSERT_EVENTS,
+                    [
+                        {
+                            "run_id": record.id,
+                            "version": record.version + 1,
+                            "kind": kind,
+                            "data": {"owner": owner, "previous": record.lease_owner},
+                            "at": now,
+                        }
+                    ],
+                )
+                claimed.append(
+                    replace(
+                        record,
+                        version=record.version + 1,
+                        lease_owner=owner,
+                        lease_token=token,
+                        lease_expires_at=float(expires),
+                    )
+                )
+        return claimed
+
+    def renew(self, run_id: str, token: str, lease_seconds: float) -> bool:
+        """Extend a lease still held; False when it was lost."""
+        with self._write() as conn:
+            done = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.lease_token == token)
+                .values(lease_expires_at=self._db_now + lease_seconds)
+            )
+        return done.rowcount == 1
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give a lease back (no version bump: releasing changes nothing about the run)."""
+        with self._write() as conn:
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.lease_token == token)
+                .values(lease_owner=None, lease_token=None, lease_expires_at=None)
+            )
+
+    def leases(self) -> list[dict[str, Any]]:
+        """Every lease on record, with how long until (or since) it expires by the DB clock."""
+        query = (
+            select(
+                runs.c.id,
+                runs.c.workflow,
+                runs.c.business_key,
+                runs.c.state,
+                runs.c.lease_owner,
+                runs.c.lease_expires_at,
+                (runs.c.lease_expires_at - self._db_now).label("left"),
+            )
+            .where(runs.c.lease_token.is_not(None))
+            .order_by(runs.c.lease_expires_at)
+        )
+        with self._read() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
 
     def counts(self) -> dict[str, int]:
         """Rows per table (for status and tests)."""

@@ -107,7 +107,7 @@ class Timers:
                 fired.append(Fired(timer, run, "stale"))
                 continue
             spec = self.runner.spec_of(run)
-            change = Change(run.id, run.version, self.runner.clock.now(), run)
+            change = self.runner.change(run)
             change.fire_timer = timer.id
             change.event("timer", event=timer.event, due_at=timer.due_at)
             try:

@@ -1,0 +1,117 @@
+"""A pool of workers: claim runnable runs under leases, advance them, keep the leases alive.
+
+Each worker thread claims one run at a time (``Store.claim``: ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), advances it with every commit fenced by the lease
+token, and releases it. A heartbeat renews the leases while work goes on; leases expire by the
+database's clock. A worker that was paused past its lease (SIGSTOP, a long GC, a frozen VM)
+finds on waking that its next commit affects no row (``LeaseLost``) and drops the run: the worker
+that took it over reconciles any pending operation before calling, and an in-flight call of the
+paused one carries the same operation ID.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import RatchetError, VersionConflict
+from .execute import Runner
+from .lifecycle import migrate
+
+
+def worker_identity() -> str:
+    """``host:pid:nonce``: unique across machines, processes and restarts of one process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class PoolReport:
+    advanced: int = 0
+    fenced: int = 0
+    timers: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Pool:
+    """``concurrency`` worker threads in this process, each with its own runner."""
+
+    def __init__(
+        self,
+        make_runner: Callable[[], Runner],
+        *,
+        concurrency: int = 1,
+        lease_seconds: float = 30.0,
+        poll: float = 0.5,
+        owner: str | None = None,
+    ) -> None:
+        self.make_runner = make_runner
+        self.concurrency = max(1, concurrency)
+        self.lease_seconds = lease_seconds
+        self.poll = poll
+        self.owner = owner or worker_identity()
+        self.stop = threading.Event()
+        self.report = PoolReport()
+        self._held: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def run(self, *, until_idle: bool = False) -> PoolReport:
+        """Work until :attr:`stop` is set (or, with ``until_idle``, until nothing is left)."""
+        threads = [
+            threading.Thread(target=self._work, args=(i, until_idle), name=f"ratchet-{i}")
+            for i in range(self.concurrency)
+        ]
+        beat = threading.Thread(target=self._heartbeat, name="ratchet-heartbeat", daemon=True)
+        beat.start()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.stop.set()
+        return self.report
+
+    def _work(self, index: int, until_idle: bool) -> None:
+        runner = self.make_runner()
+        while not self.stop.is_set():
+            if index == 0:
+                fired = runner.timers.fire_due()
+                with self._lock:
+                    self.report.timers += sum(1 for f in fired if f.outcome == "fired")
+            claimed = runner.store.claim(self.owner, self.lease_seconds, runner.clock.now())
+            if not claimed:
+                if until_idle:
+                    return
+                self.stop.wait(self.poll)
+                continue
+            self._advance(runner, claimed[0].id, str(claimed[0].lease_token))
+
+    def _advance(self, runner: Runner, run_id: str, token: str) -> None:
+        runner.leases[run_id] = token
+        with self._lock:
+            self._held[run_id] = token
+        try:
+            runner.advance(migrate(runner, runner.store.get_run(run_id)).id)
+            with self._lock:
+                self.report.advanced += 1
+        except VersionConflict:  # fenced: the lease was lost, or another process moved the run
+            with self._lock:
+                self.report.fenced += 1
+        except RatchetError as exc:
+            with self._lock:
+                self.report.failed.append((run_id, str(exc)))
+        finally:
+            runner.leases.pop(run_id, None)
+            with self._lock:
+                self._held.pop(run_id, None)
+            runner.store.release(run_id, token)
+
+    def _heartbeat(self) -> None:
+        runner = self.make_runner()
+        while not self.stop.wait(self.lease_seconds / 3):
+            with self._lock:
+                held = dict(self._held)
+            for run_id, token in held.items():
+                runner.store.renew(run_id, token, self.lease_seconds)

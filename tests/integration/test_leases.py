@@ -1,0 +1,148 @@
+"""Leases and fencing, on SQLite and PostgreSQL: a claimed run is one worker's; a worker paused
+past its lease commits nothing when it wakes; a pool finishes every run once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters.practice import PracticeWorld
+from runner.errors import LeaseLost, VersionConflict
+from runner.execute import Runner
+from runner.pool import Pool
+from runner.store import RunRecord, Store
+from tests.conftest import ROOT, MakeRunner, spec_and_text
+
+
+def labels(runner: Runner, world: PracticeWorld, count: int) -> list[RunRecord]:
+    """``count`` return-label runs, started but not advanced (runnable)."""
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    runs = []
+    for i in range(count):
+        run, _ = runner.start(spec, text, {**example.input, "ticket": f"T-{1000 + i}"})
+        runs.append(run)
+    return runs
+
+
+def test_a_leased_run_cannot_be_moved_by_anyone_else_while_the_lease_lives(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    (run,) = labels(runner, world, 1)
+    (claimed,) = store.claim("worker-a", 30.0, runner.clock.now())
+    assert (claimed.id, claimed.lease_owner, claimed.version) == (run.id, "worker-a", 2)
+    assert store.claim("worker-b", 30.0, runner.clock.now()) == []
+    with pytest.raises(LeaseLost, match="leased by worker-a"):
+        make_runner().advance(run.id)
+    assert store.get_run(run.id).version == 2
+    assert world.changes() == []
+
+
+def test_claims_never_give_one_run_to_two_workers(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    runs = labels(runner, world, 24)
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def claim(owner: str) -> None:
+        mine = Store(store.url)
+        while True:
+            got = mine.claim(owner, 30.0, runner.clock.now())
+            if not got:
+                break
+            with lock:
+                taken.extend(r.id for r in got)
+        mine.close()
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == sorted(r.id for r in runs)
+
+
+def test_a_worker_paused_past_its_lease_commits_nothing_when_it_wakes(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    paused, resume = threading.Event(), threading.Event()
+
+    def freeze(point: str, effect: str) -> None:
+        if point == "after-write":  # the provider made the label; the worker freezes (SIGSTOP)
+            paused.set()
+            resume.wait(30)
+
+    slow = make_runner(interrupt=freeze)
+    (run,) = labels(slow, world, 1)
+    (claimed,) = store.claim("worker-a", 0.5, slow.clock.now())
+    slow.leases[run.id] = str(claimed.lease_token)
+    outcome: list[BaseException | RunRecord] = []
+
+    def work() -> None:
+        try:
+            outcome.append(slow.advance(run.id))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    frozen = threading.Thread(target=work)
+    frozen.start()
+    assert paused.wait(30)
+    time.sleep(0.8)  # the lease expires by the database's clock
+    (rescued,) = store.claim("worker-b", 30.0, slow.clock.now())
+    other = make_runner()
+    other.leases[run.id] = str(rescued.lease_token)
+    done = other.advance(run.id)
+    assert done.state == "labelled"
+    resume.set()
+    frozen.join(30)
+    assert isinstance(outcome[0], VersionConflict)  # fenced: its commit affected no row
+    assert [c.operation for c in world.changes()] == ["create_label"]
+    kinds = [e.kind for e in store.history(run.id)]
+    assert "rescued" in kinds
+    assert kinds.index("rescued") < kinds.index("reconcile_found")
+    assert store.get_run(run.id).version == done.version
+
+
+def test_a_pool_of_workers_finishes_every_run_once(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runs = labels(make_runner(), world, 30)
+    pool = Pool(make_runner, concurrency=4, lease_seconds=10.0, poll=0.05)
+    report = pool.run(until_idle=True)
+    assert report.failed == []
+    assert {store.get_run(r.id).state for r in runs} == {"labelled"}
+    orders = [c for c in world.changes() if c.operation == "create_label"]
+    assert len(orders) == 30
+    assert len({c.operation_id for c in orders}) == 30
+    assert all(r.lease_token is None for r in store.list_runs())
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
+    env = {**os.environ, "RATCHET_HOME": str(tmp_path / "home")}
+    env.pop("RATCHET_DB", None)
+    ratchet = str(Path(sys.executable).with_name("ratchet"))
+    worker = subprocess.Popen(
+        [ratchet, "worker", "--concurrency", "2", "--poll", "0.1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    time.sleep(2.0)
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert '"runs_advanced": 0' in out
