@@ -300,14 +300,25 @@ INTERRUPT_OPTION = click.option(
 )
 
 
+_OPEN_STORES: list[Store] = []
+
+
+def _open_store(db: str | None) -> Store:
+    """A store for this command; :func:`main` closes it (and its connections) at the end."""
+    from runner.store import Store
+
+    store = Store(db)
+    _OPEN_STORES.append(store)
+    return store
+
+
 def _session(
     db: str | None, interrupt: str | None = None, naive: bool = False
 ) -> tuple[Store, PracticeWorld, Runner]:
     from runner.clock import clock_from_env
     from runner.execute import Runner
-    from runner.store import Store
 
-    store = Store(db)
+    store = _open_store(db)
     world = PracticeWorld(home() / "practice.db")
 
     def adapter_for(adapter: AdapterSpec) -> PracticeAdapter:
@@ -554,13 +565,43 @@ def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) ->
     type=click.Choice(["running", "waiting", "done", "needs_person", "paused", "cancelled"]),
 )
 @click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--stuck",
+    is_flag=True,
+    help="Only runs nobody is moving: a worker's lease "
+    "expired, or runnable and untouched for --older-than seconds.",
+)
+@click.option(
+    "--older-than",
+    default=300.0,
+    show_default=True,
+    help="With --stuck: seconds without progress that count as stuck.",
+)
 @DB_OPTION
 @JSON_OPTION
-def runs_command(status: str | None, limit: int, db: str | None, as_json: bool) -> None:
-    """List runs, newest first."""
-    from runner.store import Store
+def runs_command(
+    status: str | None, limit: int, stuck: bool, older_than: float, db: str | None, as_json: bool
+) -> None:
+    """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
+    from runner.clock import clock_from_env
 
-    store = Store(db)
+    store = _open_store(db)
+    if stuck:
+        now = clock_from_env(os.environ.get("RATCHET_NOW")).now()
+        stalled = store.stuck(now, older_than)
+        if as_json:
+            _emit_json(
+                [{**_run_json(r), "why": why, "lease_owner": r.lease_owner} for r, why in stalled]
+            )
+            return
+        if not stalled:
+            click.echo("no stuck runs", err=True)
+        for r, why in stalled:
+            owner = f" (owner {r.lease_owner})" if r.lease_owner else ""
+            click.echo(
+                f"{r.id:<22} {r.workflow:<10} {r.business_key:<14} {r.state:<16} {why}{owner}"
+            )
+        return
     found = store.list_runs(status, limit)
     if as_json:
         _emit_json([_run_json(r) for r in found])
@@ -589,6 +630,47 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
     }
 
 
+@cli.command("status")
+@DB_OPTION
+@JSON_OPTION
+def status_command(db: str | None, as_json: bool) -> None:
+    """Runs by status, the leases workers hold (owner, time left by the database's clock), and
+    the runs whose lease expired."""
+
+    store = _open_store(db)
+    counts = store.status_counts()
+    leases = store.leases()
+    if as_json:
+        _emit_json(
+            {
+                "runs": counts,
+                "leases": [
+                    {
+                        "run": lease["id"],
+                        "workflow": lease["workflow"],
+                        "business_key": lease["business_key"],
+                        "state": lease["state"],
+                        "owner": lease["lease_owner"],
+                        "seconds_left": round(float(lease["left"]), 1),
+                        "expired": float(lease["left"]) < 0,
+                    }
+                    for lease in leases
+                ],
+            }
+        )
+        return
+    click.echo("runs: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"))
+    if not leases:
+        click.echo("leases: none")
+    for lease in leases:
+        left = float(lease["left"])
+        when = f"expired {-left:.0f} s ago" if left < 0 else f"{left:.0f} s left"
+        click.echo(
+            f"lease  {lease['id']:<22} {lease['business_key']:<14} {lease['state']:<16} "
+            f"{lease['lease_owner']} · {when}"
+        )
+
+
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @DB_OPTION
@@ -597,9 +679,8 @@ def trace(run_id: str, db: str | None, as_json: bool) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
     from runner import trace as traces
-    from runner.store import Store
 
-    store = Store(db)
+    store = _open_store(db)
     found = store.resolve(run_id)
     history = store.history(found.id)
     if as_json:
@@ -652,11 +733,10 @@ def effects(as_json: bool) -> None:
 @JSON_OPTION
 def reset(everything: bool, db: str | None, as_json: bool) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too."""
-    from runner.store import Store
 
     PracticeWorld(home() / "practice.db").reset()
     if everything:
-        Store(db).reset()
+        _open_store(db).reset()
     if as_json:
         _emit_json({"practice_world": "reset", "store": "emptied" if everything else "kept"})
     else:
@@ -1005,6 +1085,14 @@ def _check_table(results: list[Any], compare: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: no traceback ever reaches the user."""
+    try:
+        _main(argv)
+    finally:
+        while _OPEN_STORES:
+            _OPEN_STORES.pop().close()
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="ratchet", standalone_mode=False)
     except click.exceptions.Abort:

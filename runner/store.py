@@ -927,6 +927,31 @@ class Store:
         with self._read() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
 
+    def status_counts(self) -> dict[str, int]:
+        """How many runs have each status."""
+        query = select(runs.c.status, func.count()).group_by(runs.c.status)
+        with self._read() as conn:
+            return {str(status): int(n) for status, n in conn.execute(query)}
+
+    def stuck(self, now: float, older_than: float) -> list[tuple[RunRecord, str]]:
+        """Runs nobody is moving: leased by a worker whose lease expired (it died or froze), or
+        runnable, unleased and untouched for ``older_than`` seconds (no worker is running)."""
+        expired = select(runs).where(
+            runs.c.lease_token.is_not(None), runs.c.lease_expires_at < self._db_now
+        )
+        idle = select(runs).where(
+            runs.c.status == "running",
+            runs.c.lease_token.is_(None),
+            runs.c.updated_at < now - older_than,
+            or_(runs.c.wake_at.is_(None), runs.c.wake_at < now - older_than),
+        )
+        with self._read() as conn:
+            found = [(RunRecord(**r._mapping), "lease expired") for r in conn.execute(expired)]
+            found += [
+                (RunRecord(**r._mapping), "no worker has moved it") for r in conn.execute(idle)
+            ]
+        return found
+
     def counts(self) -> dict[str, int]:
         """Rows per table (for status and tests)."""
         with self._read() as conn:

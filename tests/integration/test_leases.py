@@ -146,3 +146,37 @@ def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
     out, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
     assert '"runs_advanced": 0' in out
+
+
+def test_status_and_runs_stuck_show_a_lease_whose_worker_died(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.conftest import run_cli
+
+    runner = make_runner()
+    (run,) = labels(runner, world, 1)
+    store.claim("host:4242:dead", 0.2, runner.clock.now())
+    time.sleep(0.5)
+    (stalled,) = store.stuck(runner.clock.now(), 300.0)
+    assert (stalled[0].id, stalled[1]) == (run.id, "lease expired")
+    monkeypatch.setenv("RATCHET_DB", store.url)
+    code, out, _ = run_cli(capsys, "status", "--json")
+    (lease,) = __import__("json").loads(out)["leases"]
+    assert (code, lease["owner"], lease["expired"]) == (0, "host:4242:dead", True)
+    code, out, _ = run_cli(capsys, "runs", "--stuck")
+    assert code == 0
+    assert "lease expired (owner host:4242:dead)" in out
+    # a worker rescues it, reconciling before calling
+    rescued = worker_pass_once(runner)
+    assert rescued == [run.id]
+    assert "rescued" in [e.kind for e in store.history(run.id)]
+
+
+def worker_pass_once(runner: Runner) -> list[str]:
+    from runner.lifecycle import worker_pass
+
+    return [r.id for r in worker_pass(runner).advanced]
