@@ -1,0 +1,130 @@
+"""Several worker processes share one store; workers are killed with SIGKILL at random moments
+and replaced; every run ends, and the practice world holds each change exactly once."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from adapters.practice import PracticeWorld
+from runner.clock import SystemClock
+from runner.execute import Runner
+from runner.store import Store
+from tests.conftest import ROOT, spec_and_text
+
+RATCHET = str(Path(sys.executable).with_name("ratchet"))
+RUNS = 60
+KILLS = 6
+
+
+def spawn(home: Path, store_url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
+    env.pop("RATCHET_NOW", None)
+    return subprocess.Popen(
+        [RATCHET, "worker", "--concurrency", "2", "--lease", "2", "--poll", "0.05"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_workers_killed_at_random_moments_leave_every_change_made_exactly_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    world = PracticeWorld(home / "practice.db")
+    store = Store(store_url)
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("create_label", "unavailable", times=3)  # a few transient failures
+    runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
+    runs = [
+        runner.start(spec, text, {**example.input, "ticket": f"T-{5000 + i}"})[0]
+        for i in range(RUNS)
+    ]
+    rng = random.Random(7)
+    workers = [spawn(home, store_url) for _ in range(3)]
+    kills = 0
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            done = sum(1 for r in runs if store.get_run(r.id).status != "running")
+            if done == RUNS:
+                break
+            time.sleep(rng.uniform(0.2, 0.6))
+            if kills < KILLS:
+                victim = workers.pop(rng.randrange(len(workers)))
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                kills += 1
+                workers.append(spawn(home, store_url))
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait(timeout=60)
+    states = Counter(store.get_run(r.id).state for r in runs)
+    assert states == {"labelled": RUNS}
+    labels = [c for c in world.changes() if c.operation == "create_label"]
+    assert len(labels) == RUNS
+    per_order_ticket = Counter(c.operation_id for c in labels)
+    assert set(per_order_ticket.values()) == {1}
+    assert kills == KILLS
+    for run in runs:
+        kinds = [e.kind for e in store.history(run.id)]
+        if "rescued" in kinds:
+            after = kinds[kinds.index("rescued") :]
+            calls = [k for k in after if k == "call"]
+            if calls and "resumed" in after:
+                assert after.index("resumed") < after.index("call")
+    assert all(r.lease_token is None for r in store.list_runs(limit=RUNS))
+    store.close()
+
+
+@pytest.mark.slow
+def test_a_timer_due_while_every_worker_was_down_fires_exactly_once_when_they_return(
+    store_url: str, tmp_path: Path
+) -> None:
+    from runner.lifecycle import send_signal
+    from runner.validate import load_spec
+
+    home = tmp_path / "home"
+    world = PracticeWorld(home / "practice.db")
+    store = Store(store_url)
+    path = ROOT / "tests" / "fixtures" / "parcel.yaml"
+    spec, text = load_spec(path), path.read_text(encoding="utf-8")
+    world.seed(spec.examples["P-1"].world)
+    runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
+    run, _ = runner.start(spec, text, spec.examples["P-1"].input)
+    runner.advance(run.id)
+    send_signal(runner, run.id, "parcel_received", "evt-1", {"weight_kg": 2.0})
+    assert store.get_run(run.id).state == "inspecting"
+    later = str(time.time() + 2 * 3600)  # the workers come back two hours later
+    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url, "RATCHET_NOW": later}
+    workers = [
+        subprocess.Popen(
+            [RATCHET, "worker", "--once", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [w.communicate(timeout=60) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0], outputs
+    assert store.get_run(run.id).state == "returned"
+    assert [e.kind for e in store.history(run.id)].count("timer") == 1
+    store.close()
