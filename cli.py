@@ -421,7 +421,7 @@ def _parse_fault(spec_effects: dict[str, Any], text: str) -> tuple[str, str]:
     multiple=True,
     metavar="EFFECT:KIND",
     help="Inject a fault into EFFECT's next call: timeout_before_write, "
-    "timeout_after_write, unavailable, refuse, malformed, lookup_fails. Repeatable.",
+    "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply. Repeatable.",
 )
 @INTERRUPT_OPTION
 @click.option(

@@ -10,7 +10,8 @@ Every call received is logged, so tests can count calls.
 
 Faults are injected per effect and per call: ``timeout_before_write`` (the request is lost),
 ``timeout_after_write`` (the change is made, the answer lost), ``unavailable`` (503), ``refuse``,
-``malformed`` (the change is made, the reply is garbage) and ``lookup_fails``.
+``malformed`` (the change is made, the reply is garbage), ``lookup_fails`` and ``slow_reply``
+(the change is made; the answer comes a few seconds later).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,7 +55,11 @@ FAULT_KINDS = (
     "refuse",
     "malformed",
     "lookup_fails",
+    "slow_reply",
 )
+
+#: How long a ``slow_reply`` keeps the caller waiting after the change is made.
+SLOW_REPLY_SECONDS = 3.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -241,6 +247,8 @@ class PracticeWorld:
             self._log(db, request, fault or outcome.kind)
         if fault == "timeout_after_write":
             return Ambiguous("timeout: the reply was lost")
+        if fault == "slow_reply":  # made, then a long wait before the answer (outside the lock)
+            time.sleep(SLOW_REPLY_SECONDS)
         if fault == "malformed" and isinstance(outcome, Done):
             return Ambiguous("malformed reply: '<html>502 Bad Gateway</html>'")
         return outcome

@@ -128,3 +128,61 @@ def test_a_timer_due_while_every_worker_was_down_fires_exactly_once_when_they_re
     assert store.get_run(run.id).state == "returned"
     assert [e.kind for e in store.history(run.id)].count("timer") == 1
     store.close()
+
+
+@pytest.mark.slow
+def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_after_sigcont(
+    store_url: str, tmp_path: Path
+) -> None:
+    import json
+
+    home = tmp_path / "home"
+    world = PracticeWorld(home / "practice.db")
+    store = Store(store_url)
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("create_label", "slow_reply", times=1)
+    runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
+    run, _ = runner.start(spec, text, example.input)
+    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
+    env.pop("RATCHET_NOW", None)
+    frozen = subprocess.Popen(
+        [RATCHET, "worker", "--lease", "1", "--poll", "0.05", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not any(c["outcome"] == "slow_reply" for c in world.calls("create_label")):
+            assert time.monotonic() < deadline, "the worker never reached the call"
+            time.sleep(0.05)
+        frozen.send_signal(signal.SIGSTOP)  # inside the call window: the label is made
+        time.sleep(1.5)  # its lease expires by the database's clock
+        rescuer = subprocess.run(
+            [RATCHET, "worker", "--once", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert rescuer.returncode == 0, rescuer.stderr
+        assert store.get_run(run.id).state == "labelled"
+        version = store.get_run(run.id).version
+        frozen.send_signal(signal.SIGCONT)
+        time.sleep(4.0)  # the slow reply arrives; the woken worker tries to commit
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+        frozen.send_signal(signal.SIGTERM)
+        out, err = frozen.communicate(timeout=60)
+    summary = json.loads(out)
+    assert (summary["runs_advanced"], summary["fenced"]) == (0, 1), err
+    assert store.get_run(run.id).version == version  # none of its commits took
+    assert [c.operation for c in world.changes()] == ["create_label"]
+    kinds = [e.kind for e in store.history(run.id)]
+    assert kinds.index("rescued") < kinds.index("reconcile_found")
+    store.close()
