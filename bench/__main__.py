@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_check, bench_hostile, bench_steps, bench_validate
+from bench import bench_check, bench_hostile, bench_pool, bench_steps, bench_validate
 from bench.harness import ROOT
 
 BENCHMARKS = {
@@ -16,6 +16,7 @@ BENCHMARKS = {
     "hostile": bench_hostile.run,
     "steps": bench_steps.run,
     "check": bench_check.run,
+    "pool": bench_pool.run,
 }
 
 

@@ -1,0 +1,53 @@
+"""DBOS Transact's equivalent of the benchmark workflow: three steps, each checkpointed.
+
+Run by ``bench/bench_pool.py`` inside the benchmark's own virtual environment (DBOS is never a
+project dependency): ``python three_steps.py SYSTEM_DATABASE_URL N`` prints steps per second.
+"""
+
+import sys
+import time
+import uuid
+
+from dbos import DBOS, DBOSConfig, SetWorkflowID
+
+url, n = sys.argv[1], int(sys.argv[2])
+config: DBOSConfig = {
+    "name": "ratchet-bench",
+    "system_database_url": url,
+    "log_level": "ERROR",
+    "console_log_level": "ERROR",
+}
+DBOS(config=config)
+
+
+@DBOS.step()
+def step_one(key: str) -> str:
+    return key
+
+
+@DBOS.step()
+def step_two(key: str) -> str:
+    return key
+
+
+@DBOS.step()
+def step_three(key: str) -> str:
+    return key
+
+
+@DBOS.workflow()
+def three(key: str) -> str:
+    step_one(key)
+    step_two(key)
+    return step_three(key)
+
+
+DBOS.launch()
+three("warm")
+start = time.perf_counter()
+for i in range(n):
+    with SetWorkflowID(f"b-{uuid.uuid4().hex}"):
+        three(f"k{i}")
+elapsed = time.perf_counter() - start
+print(3 * n / elapsed)
+DBOS.destroy()
