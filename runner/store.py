@@ -194,7 +194,6 @@ _RUN_BY_KEY = select(runs).where(
     runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
 )
 _INSERT_RUN = insert(runs)
-_RUN_VERSION = select(runs.c.version).where(runs.c.id == bindparam("b_id"))
 _OPERATION_BY_ID = select(operations).where(operations.c.operation_id == bindparam("b_id"))
 _INSERT_EVENTS = insert(events)
 _INSERT_OPERATION = insert(operations)
@@ -698,18 +697,6 @@ class Store:
                 select(signals).where(signals.c.signal_id == signal_id, signals.c.run_id == run_id)
             ).first()
         return SignalRecord(**row._mapping) if row is not None else None
-
-    def runnable(self, now: float, limit: int = 500) -> list[RunRecord]:
-        """Runs the runner can take a step in now: running, and not waiting for a back-off."""
-        query = (
-            select(runs)
-            .where(runs.c.status == "running")
-            .where((runs.c.wake_at.is_(None)) | (runs.c.wake_at <= now))
-            .order_by(runs.c.updated_at)
-            .limit(limit)
-        )
-        with self._read() as conn:
-            return [RunRecord(**row._mapping) for row in conn.execute(query)]
 
     # -- the one way to change a run --------------------------------------------------------
 

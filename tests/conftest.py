@@ -9,6 +9,8 @@ skipped silently where they must run.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -124,3 +126,21 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
         code = 0
     out, err = capsys.readouterr()
     return code, out, err
+
+
+RATCHET = str(Path(sys.executable).with_name("ratchet"))
+
+
+def ratchet_process(
+    home: Path, store_url: str, *args: str, now: str | None = None, capture: bool = False
+) -> subprocess.Popen[str]:
+    """Start ``ratchet ARGS...`` as a real process on this home and store (``now`` sets
+    ``RATCHET_NOW``; ``capture`` keeps stdout and stderr for ``communicate``)."""
+    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
+    env.pop("RATCHET_NOW", None)
+    if now is not None:
+        env["RATCHET_NOW"] = now
+    sink = subprocess.PIPE if capture else subprocess.DEVNULL
+    return subprocess.Popen(
+        [RATCHET, *args], stdout=sink, stderr=sink, env=env, cwd=ROOT, text=True
+    )

@@ -126,3 +126,15 @@ def test_the_check_command_prints_json(capsys: pytest.CaptureFixture[str]) -> No
     assert document["violations"] == 0
     strategies = {r["strategy"]: (r["changes"], r["amount"]) for r in document["results"]}
     assert strategies == {"ratchet": (1, 9.95), "naive": (2, 19.9)}
+
+
+def test_check_shows_progress_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(["check", str(REFUND), "--case", "T-90104:request_refund:none:none"])
+    assert exited.value.code == 0
+    assert "checking" in capsys.readouterr().err

@@ -31,6 +31,17 @@ def approve(runner: Runner, run: RunRecord, role: str = "agent") -> RunRecord:
     return runner.advance(run.id)
 
 
+def refund_with_fault(runner: Runner, world: PracticeWorld, kind: str, times: int) -> RunRecord:
+    """Refund T-90104, approved, with ``kind`` injected into its next ``times`` calls (and not
+    the example's own fault)."""
+    spec, text = spec_and_text("refund")
+    example = spec.examples["T-90104"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("request_refund", kind, times=times)
+    run, _ = runner.start(spec, text, example.input)
+    return approve(runner, runner.advance(run.id))
+
+
 def kinds(store: Store, run: RunRecord) -> list[str]:
     return [event.kind for event in store.history(run.id)]
 
@@ -115,12 +126,7 @@ def test_a_service_unavailable_once_is_retried_with_the_same_id(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
-    spec, text = spec_and_text("refund")
-    example = spec.examples["T-90104"]
-    world.seed({"orders": example.world["orders"]})
-    world.add_fault("request_refund", "unavailable", times=1)
-    run, _ = runner.start(spec, text, example.input)
-    run = approve(runner, runner.advance(run.id))
+    run = refund_with_fault(runner, world, "unavailable", 1)
     assert run.state == "refunded"
     made = calls(world, "request_refund")
     assert [c["outcome"] for c in made] == ["unavailable", "done"]
@@ -132,12 +138,7 @@ def test_unavailable_three_times_exhausts_the_budget_and_goes_to_a_person(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
-    spec, text = spec_and_text("refund")
-    example = spec.examples["T-90104"]
-    world.seed({"orders": example.world["orders"]})
-    world.add_fault("request_refund", "unavailable", times=3)
-    run, _ = runner.start(spec, text, example.input)
-    run = approve(runner, runner.advance(run.id))
+    run = refund_with_fault(runner, world, "unavailable", 3)
     assert (run.state, run.status) == ("needs_person", "needs_person")
     assert world.changes() == []
     (op,) = store.operations(run.id)
@@ -151,12 +152,7 @@ def test_a_malformed_reply_is_never_taken_for_success(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
-    spec, text = spec_and_text("refund")
-    example = spec.examples["T-90104"]
-    world.seed({"orders": example.world["orders"]})
-    world.add_fault("request_refund", "malformed", times=1)
-    run, _ = runner.start(spec, text, example.input)
-    run = approve(runner, runner.advance(run.id))
+    run = refund_with_fault(runner, world, "malformed", 1)
     history = store.history(run.id)
     timeout = next(e for e in history if e.kind == "timeout")
     assert "malformed" in str(timeout.data["reason"])

@@ -188,16 +188,17 @@ class Crash(Exception):
     pass
 
 
-def test_case_3_a_crash_before_the_call_is_resumed_with_one_change(
+def approved_then_crashed(
     make_runner: MakeRunner,
     world: PracticeWorld,
-    store: Store,
-    case: tuple,  # type: ignore[type-arg]
-) -> None:
-    _, _, who, final, effect, operation = case
+    case: tuple,
+    point: str,  # type: ignore[type-arg]
+) -> RunRecord:
+    """Approve the case's run, then let its process die at ``point`` of the case's effect."""
+    _, _, who, _, effect, _ = case
 
-    def crash(point: str, reached: str) -> None:
-        if point == "before-write" and reached == effect:
+    def crash(reached: str, reached_effect: str) -> None:
+        if reached == point and reached_effect == effect:
             raise Crash(point)
 
     runner = make_runner(interrupt=crash)
@@ -205,6 +206,17 @@ def test_case_3_a_crash_before_the_call_is_resumed_with_one_change(
     decide(runner, run.id, "approve", *who)
     with pytest.raises(Crash):
         runner.advance(run.id)
+    return run
+
+
+def test_case_3_a_crash_before_the_call_is_resumed_with_one_change(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    case: tuple,  # type: ignore[type-arg]
+) -> None:
+    _, _, _, final, _, operation = case
+    run = approved_then_crashed(make_runner, world, case, "before-write")
     resumed = make_runner().advance(run.id)
     assert resumed.state == final
     assert len(made(world, operation)) == 1
@@ -233,17 +245,8 @@ def test_case_5_a_duplicate_resume_changes_nothing_more(
     store: Store,
     case: tuple,  # type: ignore[type-arg]
 ) -> None:
-    _, _, who, final, effect, operation = case
-
-    def crash(point: str, reached: str) -> None:
-        if point == "after-write" and reached == effect:
-            raise Crash(point)
-
-    runner = make_runner(interrupt=crash)
-    run = waiting(runner, world, case)
-    decide(runner, run.id, "approve", *who)
-    with pytest.raises(Crash):
-        runner.advance(run.id)
+    _, _, _, final, _, operation = case
+    run = approved_then_crashed(make_runner, world, case, "after-write")
     stale = store.get_run(run.id)
     first = make_runner().advance(run.id)
     second = make_runner().advance(run.id)

@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,22 +17,15 @@ from adapters.practice import PracticeWorld
 from runner.clock import SystemClock
 from runner.execute import Runner
 from runner.store import Store
-from tests.conftest import ROOT, spec_and_text
+from tests.conftest import RATCHET, ROOT, ratchet_process, spec_and_text
 
-RATCHET = str(Path(sys.executable).with_name("ratchet"))
 RUNS = 60
 KILLS = 6
 
 
-def spawn(home: Path, store_url: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
-    env.pop("RATCHET_NOW", None)
-    return subprocess.Popen(
-        [RATCHET, "worker", "--concurrency", "2", "--lease", "2", "--poll", "0.05"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
+def spawn(home: Path, store_url: str) -> subprocess.Popen[str]:
+    return ratchet_process(
+        home, store_url, "worker", "--concurrency", "2", "--lease", "2", "--poll", "0.05"
     )
 
 
@@ -111,16 +103,8 @@ def test_a_timer_due_while_every_worker_was_down_fires_exactly_once_when_they_re
     send_signal(runner, run.id, "parcel_received", "evt-1", {"weight_kg": 2.0})
     assert store.get_run(run.id).state == "inspecting"
     later = str(time.time() + 2 * 3600)  # the workers come back two hours later
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url, "RATCHET_NOW": later}
     workers = [
-        subprocess.Popen(
-            [RATCHET, "worker", "--once", "--json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=ROOT,
-            text=True,
-        )
+        ratchet_process(home, store_url, "worker", "--once", "--json", now=later, capture=True)
         for _ in range(3)
     ]
     outputs = [w.communicate(timeout=60) for w in workers]
@@ -147,13 +131,8 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
     run, _ = runner.start(spec, text, example.input)
     env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
     env.pop("RATCHET_NOW", None)
-    frozen = subprocess.Popen(
-        [RATCHET, "worker", "--lease", "1", "--poll", "0.05", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-        text=True,
+    frozen = ratchet_process(
+        home, store_url, "worker", "--lease", "1", "--poll", "0.05", "--json", capture=True
     )
     try:
         deadline = time.monotonic() + 30

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,24 +28,16 @@ from runner.clock import SystemClock
 from runner.errors import RatchetError
 from runner.execute import Runner
 from runner.store import Store
-from tests.conftest import ROOT, spec_and_text
-
-RATCHET = str(Path(sys.executable).with_name("ratchet"))
+from tests.conftest import ratchet_process, spec_and_text
 
 
 def _size(name: str, postgres: bool, pg_default: int, sqlite_default: int) -> int:
     return int(os.environ.get(name, pg_default if postgres else sqlite_default))
 
 
-def _spawn(home: Path, url: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": url}
-    env.pop("RATCHET_NOW", None)
-    return subprocess.Popen(
-        [RATCHET, "worker", "--concurrency", "2", "--lease", "3", "--poll", "0.05"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
+def _spawn(home: Path, url: str) -> subprocess.Popen[str]:
+    return ratchet_process(
+        home, url, "worker", "--concurrency", "2", "--lease", "3", "--poll", "0.05"
     )
 
 
