@@ -482,7 +482,7 @@ def run(
         click.echo("note: the run already existed; --fault applies to its next calls", err=True)
         for effect, kind in parsed:
             world.add_fault(effect, kind)
-    moved = runner.advance(started.id)
+    moved = runner.advance(started)
     headline = "" if created else f"run {started.id} already existed for this business key"
     _show(_summary(runner, moved), as_json, headline)
 
@@ -555,7 +555,7 @@ def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) ->
     from runner.lifecycle import migrate
 
     _, _, runner = _session(db, interrupt)
-    moved = runner.advance(migrate(runner, runner.store.resolve(run_id)).id)
+    moved = runner.advance(migrate(runner, runner.store.resolve(run_id)))
     _show(_summary(runner, moved), as_json)
 
 

@@ -73,14 +73,31 @@ def _pool_rate(url: str, workers: int, runs: int) -> float:
         runner.start(spec, spec_text, {"key": f"{prefix}-{i}"})
     store.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    start = time.perf_counter()
     children = [
-        subprocess.Popen([sys.executable, "-m", "bench.pool_child", url], cwd=ROOT, env=env)
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.pool_child", url],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(workers)
     ]
+    for child in children:  # every worker started, imported and connected: then the clock
+        said = child.stdout.readline().strip() if child.stdout is not None else ""
+        if said != "ready":
+            raise RuntimeError(f"a benchmark worker did not start: {said!r}")
+    start = time.time()
     for child in children:
-        child.wait(timeout=900)
-    elapsed = time.perf_counter() - start
+        if child.stdin is not None:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+    finished = []
+    for child in children:
+        out, _ = child.communicate(timeout=900)
+        finished.append(float(out.split()[-1]))
+    elapsed = max(finished) - start
     check = Store(url)
     left = check.status_counts().get("running", 0)
     check.close()

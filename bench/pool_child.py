@@ -4,6 +4,7 @@ runs of the three-effect workflow under leases, with the in-process no-op adapte
 from __future__ import annotations
 
 import sys
+import time
 
 from adapters.noop import NoopAdapter
 from runner.execute import Runner
@@ -12,11 +13,17 @@ from runner.store import Store
 
 
 def main(url: str) -> None:
+    """Get ready (imports, the store's connection), say so, wait for ``go`` on stdin, drain the
+    queue, and print the wall-clock time it finished: the parent times the draining only, not
+    each interpreter's start."""
     store = Store(url)
+    store.status_counts()  # connect now, not on the clock
     adapter = NoopAdapter()
-    Pool(lambda: Runner(store, lambda _: adapter), concurrency=1, lease_seconds=30).run(
-        until_idle=True
-    )
+    pool = Pool(lambda: Runner(store, lambda _: adapter), concurrency=1, lease_seconds=30)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    pool.run(until_idle=True)
+    print(f"done {time.time()!r}", flush=True)
     store.close()
 
 

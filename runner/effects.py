@@ -94,6 +94,9 @@ class EffectStep:
         # transaction as each record: an ID it does not list has no record to read.
         if self.naive:
             return self._perform_naive()
+        ahead = self.runner.written_ahead(self.run)
+        if ahead is not None and ahead.operation_id == self.operation_id:
+            return self._call(ahead)  # written with the move into this state, not yet called
         known = self.operation_id in self.run.context.get("operations", ())
         op = self.runner.store.operation(self.operation_id) if known else None
         if op is None or op.status == "registered":
@@ -200,6 +203,18 @@ class EffectStep:
         self._register_compensation(change)
         self.run = self.runner.store.commit(change)
         return self._call(op)
+
+    def write_ahead_into(self, change: Change) -> OperationRecord | None:
+        """Add this effect's write-ahead to ``change``, the commit that moves the run into its
+        state (``self.run`` is the run as that commit leaves it); None when it must be begun on
+        its own: an operation already on record, or the run's budget spent."""
+        if self.naive or self.operation_id in self.run.context.get("operations", ()):
+            return None
+        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+            return None
+        op = self._write_ahead(change, None)
+        self._register_compensation(change)
+        return op
 
     def _register_compensation(self, change: Change) -> None:
         """A done effect whose undo is unknown must never exist: register the undo with it."""
@@ -378,7 +393,7 @@ class EffectStep:
             "wake_at": None,
         }
         ctx = self.runner.context(self.run, self.spec, receipts=receipts)
-        moved = self.runner.move(self.run, self.spec, "ok", change, ctx)
+        moved = self.runner.move(self.run, self.spec, "ok", change, ctx, write_ahead_next=True)
         self.runner.interrupt("after-receipt", self.effect.name)
         return moved
 

@@ -90,6 +90,9 @@ class Runner:
         self._specs: dict[str, Spec] = {}
         self.inline_wait = inline_wait
         self.leases: dict[str, str] = {}  # run ID -> the lease token this runner holds
+        # run ID -> (version, operation): a pending record this runner wrote ahead, with the
+        # move into its state, and has not called yet (see ``move(..., write_ahead_next=True)``)
+        self._written_ahead: dict[str, tuple[int, OperationRecord]] = {}
         self.timers = Timers(self)
 
     # -- specs and context ------------------------------------------------------------------
@@ -191,9 +194,13 @@ class Runner:
             first_events=first_events,
         )
 
-    def advance(self, run_id: str, max_steps: int = 10_000) -> RunRecord:
-        """Drive the run until it waits, ends, or needs a person."""
-        run = self.store.get_run(run_id)
+    def advance(self, run: str | RunRecord, max_steps: int = 10_000) -> RunRecord:
+        """Drive the run (by ID, or as just committed) until it waits, ends, or needs a
+        person. A record handed in saves reading it again; if it is stale, the first commit
+        finds out (:class:`~runner.errors.VersionConflict`)."""
+        if isinstance(run, str):
+            run = self.store.get_run(run)
+        run_id = run.id
         for _ in range(max_steps):
             moved = self.step(run)
             if moved is None:
@@ -277,9 +284,15 @@ class Runner:
         event: str,
         change: Change,
         ctx: Mapping[str, Any] | None = None,
+        *,
+        write_ahead_next: bool = False,
     ) -> RunRecord:
         """Fire ``event`` and commit ``change`` with the move it selects. With no row for it
-        (``unknown`` falls back to ``exhausted``), the run is handed to a person, unmoved."""
+        (``unknown`` falls back to ``exhausted``), the run is handed to a person, unmoved.
+
+        With ``write_ahead_next``, when the move leads straight into another effect, that
+        effect's pending record is written in this same commit (see :meth:`_write_ahead_next`).
+        """
         machine = machine_for(spec)
         ctx = ctx or self.context(run, spec)
         row, errors = machine.fire(run.state, event, ctx)
@@ -301,7 +314,40 @@ class Runner:
             action = row.operator_action or target.operator_action
             change.event("queued", queue=target.name, operator_action=action)
         self.timers.on_move(run, spec, target, change)
-        return self.store.commit(change)
+        ahead = self._write_ahead_next(run, spec, target, change) if write_ahead_next else None
+        moved = self.store.commit(change)
+        if ahead is not None:
+            self._written_ahead[run.id] = (moved.version, ahead)
+        return moved
+
+    def _write_ahead_next(
+        self, run: RunRecord, spec: Spec, target: State, change: Change
+    ) -> OperationRecord | None:
+        """Add the next effect's write-ahead (pending record, first attempt counted) to the
+        commit that moves the run into its state: one commit per effect step instead of two, and
+        the pending record still precedes the call. Only for a fresh operation, with no approval
+        to consume and budget left; any other effect is begun by its own step, as before. A
+        crash before the call leaves the pending record, which the next runner reconciles."""
+        if (
+            target.kind != "step"
+            or self.strategy != "ratchet"
+            or run.version != change.expected_version
+        ):
+            return None
+        effect = spec.effect_of(target.name)
+        if effect is None or effect.approval is not None:
+            return None
+        try:
+            step = EffectStep(self, change.preview(run), spec, effect)
+        except Exception:  # arguments that do not evaluate: the step itself will say so
+            return None
+        return step.write_ahead_into(change)
+
+    def written_ahead(self, run: RunRecord) -> OperationRecord | None:
+        """The operation this runner wrote ahead with the commit that made ``run``, if any:
+        recorded, not yet called, so the call needs no reconcile first."""
+        entry = self._written_ahead.pop(run.id, None)
+        return entry[1] if entry is not None and entry[0] == run.version else None
 
     def ask_again(
         self, run: RunRecord, spec: Spec, effect: Effect, change: Change, why: Exception

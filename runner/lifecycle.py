@@ -100,7 +100,7 @@ def send_signal(
             False,
             f"signal {signal_id} was already received; nothing changed",
         )
-    return Outcome(runner.advance(moved.id), True, f"{event} moved the run to {row.next_state}")
+    return Outcome(runner.advance(moved), True, f"{event} moved the run to {row.next_state}")
 
 
 # -- spec versions --------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def worker_pass(
         token = str(run.lease_token)
         runner.leases[run.id] = token
         try:
-            moved = runner.advance(migrate(runner, run).id)
+            moved = runner.advance(migrate(runner, run))
         except VersionConflict:
             report.raced.append(run.id)
             continue
@@ -277,7 +277,7 @@ def _resume(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outco
         raise OperatorRefused(f"run {run.id} is {run.status}, not paused; nothing changed")
     change.status = str(run.context.get("paused_from") or status_of(spec.states[run.state]))
     moved = runner.store.commit(change)
-    return Outcome(runner.advance(moved.id), True, f"run {run.id} resumed")
+    return Outcome(runner.advance(moved), True, f"run {run.id} resumed")
 
 
 def _cancel(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
@@ -318,7 +318,7 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcom
     change.operation_updates.append((op.operation_id, {"status": "pending"}))
     moved = runner.store.commit(change)
     return Outcome(
-        runner.advance(moved.id),
+        runner.advance(moved),
         True,
         f"{op.effect} retried with {effect.retry.max_attempts} more attempt(s), same operation ID",
     )
@@ -348,7 +348,7 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Ou
     change.event("reconcile_found", operation_id=op.operation_id)
     moved = runner.store.commit(change)
     return Outcome(
-        runner.advance(moved.id), True, f"{op.effect} is on the provider's record; the run goes on"
+        runner.advance(moved), True, f"{op.effect} is on the provider's record; the run goes on"
     )
 
 
@@ -374,7 +374,7 @@ def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> O
     change.state, change.status = target, "running"
     change.context = {**run.context, "grants": grants, "wake_at": None}
     moved = runner.store.commit(change)
-    return Outcome(runner.advance(moved.id), True, f"compensating run {run.id} from {target}")
+    return Outcome(runner.advance(moved), True, f"compensating run {run.id} from {target}")
 
 
 # -- the queue ------------------------------------------------------------------------------

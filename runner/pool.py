@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import RatchetError, VersionConflict
+from .errors import RatchetError, StoreError, VersionConflict
 from .execute import Runner
 from .lifecycle import migrate
+from .store import RunRecord
 
 
 def worker_identity() -> str:
@@ -75,25 +77,35 @@ class Pool:
 
     def _work(self, index: int, until_idle: bool) -> None:
         runner = self.make_runner()
+        next_timers = 0.0
         while not self.stop.is_set():
-            if index == 0:
-                fired = runner.timers.fire_due()
+            try:
+                if index == 0 and time.monotonic() >= next_timers:
+                    # Due timers are looked for once per poll interval, not before every claim.
+                    next_timers = time.monotonic() + self.poll
+                    fired = runner.timers.fire_due()
+                    with self._lock:
+                        self.report.timers += sum(1 for f in fired if f.outcome == "fired")
+                claimed = runner.store.claim(self.owner, self.lease_seconds, runner.clock.now())
+            except StoreError as exc:  # the database restarted or is unreachable: try again
                 with self._lock:
-                    self.report.timers += sum(1 for f in fired if f.outcome == "fired")
-            claimed = runner.store.claim(self.owner, self.lease_seconds, runner.clock.now())
+                    self.report.failed.append(("", str(exc)))
+                self.stop.wait(self.poll)
+                continue
             if not claimed:
                 if until_idle:
                     return
                 self.stop.wait(self.poll)
                 continue
-            self._advance(runner, claimed[0].id, str(claimed[0].lease_token))
+            self._advance(runner, claimed[0])
 
-    def _advance(self, runner: Runner, run_id: str, token: str) -> None:
+    def _advance(self, runner: Runner, claimed: RunRecord) -> None:
+        run_id, token = claimed.id, str(claimed.lease_token)
         runner.leases[run_id] = token
         with self._lock:
             self._held[run_id] = token
         try:
-            runner.advance(migrate(runner, runner.store.get_run(run_id)).id)
+            runner.advance(migrate(runner, claimed))
             with self._lock:
                 self.report.advanced += 1
         except VersionConflict:  # fenced: the lease was lost, or another process moved the run

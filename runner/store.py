@@ -19,6 +19,7 @@ two are in :class:`_Dialect` and its subclasses.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -47,10 +48,17 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DataError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DataError,
+    DisconnectionError,
+    IntegrityError,
+    OperationalError,
+    SQLAlchemyError,
+)
 
 from .errors import DuplicateOperation, LeaseLost, RunNotFound, StoreError, VersionConflict
 from .settings import ENV_DB, home
+from .store_pg import Statements, Tables
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
 # ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
@@ -339,6 +347,20 @@ class Change:
         self.events.append((kind, data))
         return self
 
+    def preview(self, base: RunRecord) -> RunRecord:
+        """The run as this change will leave it, if ``base`` is the run it applies to."""
+        context = self.context if self.context is not None else base.context
+        return replace(
+            base,
+            version=self.expected_version + 1,
+            updated_at=self.at,
+            state=self.state if self.state is not None else base.state,
+            status=self.status if self.status is not None else base.status,
+            context=context,
+            spec_digest=self.spec_digest or base.spec_digest,
+            wake_at=context.get("wake_at"),
+        )
+
 
 # -- dialects -------------------------------------------------------------------------------
 
@@ -392,11 +414,33 @@ class _SQLite(_Dialect):
         return (func.julianday("now") - 2440587.5) * 86400.0
 
 
+#: A pooled PostgreSQL connection idle for longer than this is pinged before it is used again
+#: (one that is in steady use is not: a ping per checkout would double a commit's round trips).
+IDLE_PING_SECONDS = 10.0
+
+
 class _PostgreSQL(_Dialect):
     name = "postgresql"
 
     def engine(self, url: str) -> Engine:
-        return create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url)
+
+        @event.listens_for(engine, "checkin")
+        def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+            record.info["idle_since"] = time.monotonic()
+
+        @event.listens_for(engine, "checkout")
+        def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            idle_since = record.info.get("idle_since")
+            if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+                return
+            try:  # a server restart or a dropped connection: the pool retries with a new one
+                dbapi_connection.execute("SELECT 1")
+                dbapi_connection.rollback()
+            except Exception as exc:
+                raise DisconnectionError(str(exc)) from exc
+
+        return engine
 
     def lock_schema(self, conn: Connection) -> None:
         # Workers opening a fresh database at once would race to CREATE TABLE (duplicate key
@@ -452,6 +496,16 @@ class Store:
         try:
             self.engine = self.dialect.engine(self.url)
             self._writer = self.engine.execution_options(ratchet_write=True)
+            # PostgreSQL: reads and one-statement writes run in autocommit (no BEGIN, no
+            # ROLLBACK: one round trip each); a change to a run is one statement (store_pg).
+            self._pg: Statements | None = None
+            self._single = self._writer
+            self._reader = self.engine
+            if self.dialect.name == "postgresql":
+                self._single = self._reader = self.engine.execution_options(
+                    isolation_level="AUTOCOMMIT"
+                )
+                self._pg = Statements(Tables(runs, events, operations, approvals, timers, signals))
             self._db_now = self.dialect.now()
             # A commit under a lease must hold it (fencing); any other commit needs the run
             # free: no lease, or one the database's clock says has expired.
@@ -474,8 +528,20 @@ class Store:
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
-            with self.engine.connect() as conn:
+            with self._reader.connect() as conn:
                 yield conn
+        except (OperationalError, DataError) as exc:
+            raise StoreError(f"the store failed: {_why(exc)}") from None
+
+    @contextmanager
+    def _write_one(self) -> Iterator[Connection]:
+        """For a write that is a single statement: in autocommit on PostgreSQL (the statement
+        is its own transaction), in a write transaction on SQLite."""
+        try:
+            with self._single.begin() as conn:
+                yield conn
+        except IntegrityError:
+            raise
         except (OperationalError, DataError) as exc:
             raise StoreError(f"the store failed: {_why(exc)}") from None
 
@@ -577,6 +643,13 @@ class Store:
         )
         created = [("created", {"state": state, "business_key": business_key})]
         try:
+            if self._pg is not None:
+                sql, params = self._pg.create(
+                    record.__dict__, created + list(first_events or []), list(new_timers or [])
+                )
+                with self._write_one() as conn:
+                    conn.exec_driver_sql(sql, params)
+                return record, True
             with self._write() as conn:
                 conn.execute(_INSERT_RUN, record.__dict__)
                 conn.execute(
@@ -676,7 +749,7 @@ class Store:
 
     def discard_timer(self, timer_id: int, at: float) -> None:
         """Mark a timer whose run has left its state as stale (it will never fire)."""
-        with self._write() as conn:
+        with self._write_one() as conn:
             conn.execute(
                 update(timers)
                 .where(timers.c.id == timer_id, timers.c.fired_at.is_(None))
@@ -705,19 +778,16 @@ class Store:
         base = change.base
         if base is None or base.version != change.expected_version:
             base = self.get_run(change.run_id)
-        after = replace(
-            base,
-            version=change.expected_version + 1,
-            updated_at=change.at,
-            state=change.state if change.state is not None else base.state,
-            status=change.status if change.status is not None else base.status,
-            context=change.context if change.context is not None else base.context,
-            spec_digest=change.spec_digest or base.spec_digest,
-        )
-        after = replace(after, wake_at=after.context.get("wake_at"))
+        after = change.preview(base)
+        fenced = change.lease_token is not None
+        one = self._pg.commit(change, after) if self._pg is not None else None
         try:
+            if one is not None:
+                with self._write_one() as conn:
+                    if conn.exec_driver_sql(*one).first() is None:
+                        self._refused(conn, change, fenced)
+                return after
             with self._write() as conn:
-                fenced = change.lease_token is not None
                 result = conn.execute(
                     self._cas_leased if fenced else self._cas_free,
                     {
@@ -734,23 +804,28 @@ class Store:
                     },
                 )
                 if result.rowcount != 1:
-                    found = conn.execute(_RUN_BY_ID, {"b_id": change.run_id}).first()
-                    if found is None:
-                        raise RunNotFound(f"no run {change.run_id!r}")
-                    if found.version != change.expected_version:
-                        raise VersionConflict(
-                            f"run {change.run_id} has moved on (version {found.version}, "
-                            f"expected {change.expected_version})"
-                        )
-                    raise LeaseLost(
-                        f"run {change.run_id} is leased by {found.lease_owner}"
-                        if not fenced
-                        else f"the lease on run {change.run_id} was lost to {found.lease_owner}"
-                    )
+                    self._refused(conn, change, fenced)
                 self._apply(conn, change, after.version)
         except IntegrityError as exc:
             raise DuplicateOperation(f"already recorded: {_why(exc)}") from None
         return after
+
+    @staticmethod
+    def _refused(conn: Connection, change: Change, fenced: bool) -> None:
+        """Raise why the compare-and-set of ``change`` matched no row."""
+        found = conn.execute(_RUN_BY_ID, {"b_id": change.run_id}).first()
+        if found is None:
+            raise RunNotFound(f"no run {change.run_id!r}")
+        if found.version != change.expected_version:
+            raise VersionConflict(
+                f"run {change.run_id} has moved on (version {found.version}, "
+                f"expected {change.expected_version})"
+            )
+        raise LeaseLost(
+            f"run {change.run_id} is leased by {found.lease_owner}"
+            if not fenced
+            else f"the lease on run {change.run_id} was lost to {found.lease_owner}"
+        )
 
     def _apply(self, conn: Connection, change: Change, version: int) -> None:
         """The writes that ride on a successful compare-and-set."""
@@ -827,6 +902,11 @@ class Store:
         more; a run taken over from an expired lease gets a ``rescued`` event."""
         import uuid
 
+        if self._pg is not None:
+            params = {"now": now, "limit": limit, "owner": owner, "seconds": lease_seconds}
+            with self._write_one() as conn:
+                rows = conn.exec_driver_sql(self._pg.claim_sql, params).fetchall()
+            return [RunRecord(**row._mapping) for row in rows]
         query = self.dialect.claim_query(
             select(runs)
             .where(runs.c.status == "running")
@@ -879,7 +959,7 @@ class Store:
 
     def renew(self, run_id: str, token: str, lease_seconds: float) -> bool:
         """Extend a lease still held; False when it was lost."""
-        with self._write() as conn:
+        with self._write_one() as conn:
             done = conn.execute(
                 update(runs)
                 .where(runs.c.id == run_id, runs.c.lease_token == token)
@@ -889,7 +969,7 @@ class Store:
 
     def release(self, run_id: str, token: str) -> None:
         """Give a lease back (no version bump: releasing changes nothing about the run)."""
-        with self._write() as conn:
+        with self._write_one() as conn:
             conn.execute(
                 update(runs)
                 .where(runs.c.id == run_id, runs.c.lease_token == token)

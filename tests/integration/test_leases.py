@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from adapters.practice import PracticeWorld
-from runner.errors import LeaseLost, VersionConflict
+from runner.errors import LeaseLost, StoreError, VersionConflict
 from runner.execute import Runner
 from runner.pool import Pool
 from runner.store import RunRecord, Store
@@ -126,6 +126,29 @@ def test_a_pool_of_workers_finishes_every_run_once(
     assert len(orders) == 30
     assert len({c.operation_id for c in orders}) == 30
     assert all(r.lease_token is None for r in store.list_runs())
+
+
+def test_a_pool_rides_out_a_database_that_fails_for_a_while(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims that fail (the server restarting, a network cut) are reported and retried after
+    the poll interval; the worker does not die, and finishes the work once the store answers."""
+    runs = labels(make_runner(), world, 3)
+    claim = store.claim
+    failures = iter([True, True])
+
+    def flaky(*args: object, **kwargs: object) -> list[RunRecord]:
+        if next(failures, False):
+            raise StoreError("the store failed: server closed the connection unexpectedly")
+        return claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "claim", flaky)
+    report = Pool(make_runner, concurrency=1, lease_seconds=10.0, poll=0.01).run(until_idle=True)
+
+    assert [why for _, why in report.failed] == [
+        "the store failed: server closed the connection unexpectedly"
+    ] * 2
+    assert {store.get_run(r.id).state for r in runs} == {"labelled"}
 
 
 @pytest.mark.slow

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 
+from runner import store as store_module
 from runner.errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
 from runner.store import Change, RunRecord, Store
-from tests.conftest import ROOT, MakeRunner
+from tests.conftest import PG_URL, ROOT, MakeRunner, postgres_url
 
 DIGEST = "d" * 64
 T0 = 1_800_000_000.0
@@ -570,3 +571,51 @@ def _together(*actions: Callable[[], object]) -> None:
         thread.join(timeout=120)
     if failures:
         raise failures[0]
+
+
+@pytest.mark.postgres
+def test_a_postgresql_connection_the_server_dropped_while_idle_is_replaced_unseen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pooled connections are not pinged on every use (that would double a commit's round
+    trips); one idle for longer than ``IDLE_PING_SECONDS`` is, and a dead one is replaced."""
+    monkeypatch.setattr(store_module, "IDLE_PING_SECONDS", 0.0)
+    store = Store(postgres_url())
+    try:
+        run = new_run(store)
+        with store.engine.connect() as conn:
+            backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        killer = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+        with killer.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(backend)})")
+        killer.dispose()
+
+        assert store.get_run(run.id) == run  # no StoreError: the ping found it dead first
+    finally:
+        store.close()
+
+
+def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() -> None:
+    """The one-statement form writes every part of a change only when its compare-and-set
+    matches; the forms it cannot express exactly go through a transaction."""
+    from runner.store import approvals, events, operations, runs, signals, timers
+    from runner.store_pg import Statements, Tables
+
+    statements = Statements(Tables(runs, events, operations, approvals, timers, signals))
+    change = Change("run_1", 3, T0, lease_token="t" * 32)
+    change.event("pending", operation_id="op-1").event("call", attempt=1)
+    change.new_operations.append(operation("op-1"))
+    change.operation_updates.append(("op-0", {"status": "done", "receipt": {"id": 1}}))
+    base = RunRecord("run_1", "refund", DIGEST, "T-1", "a", "running", 3, {}, {}, T0, T0)
+    sql, params = statements.commit(change, change.preview(base)) or ("", {})
+
+    assert sql.startswith("WITH cas AS (UPDATE runs SET")
+    assert "lease_token = %(b_token)s" in sql
+    for part in ("ev AS (INSERT INTO events", "op AS (INSERT INTO operations", "up0 AS (UPDATE"):
+        line = next(line for line in sql.splitlines() if part in line)
+        assert "FROM cas" in line  # writes nothing unless the compare-and-set matched
+    assert params["o0_args"] == json.dumps({"order": "LK-1", "amount": 9.95})
+    assert statements.commit(change, change.preview(base)) is not None
+
+    change.consume_approvals.append(7)
+    assert statements.commit(change, change.preview(base)) is None

@@ -1,0 +1,120 @@
+"""The next effect's write-ahead rides with the previous effect's receipt: one commit per effect
+step, the pending record still committed before the call, and a crash between the two handled
+like any crash before a request (reconcile, then the same operation ID)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from adapters.noop import NoopAdapter
+from adapters.practice import PracticeWorld
+from runner.execute import Runner
+from runner.store import Change, RunRecord, Store
+from runner.validate import load_spec
+from tests.conftest import ROOT, MakeRunner, spec_and_text
+
+THREE = ROOT / "bench" / "specs" / "three_effects.yaml"
+
+
+class Crash(BaseException):
+    pass
+
+
+def counting_commits(store: Store) -> list[Change]:
+    """Record every change the store commits."""
+    committed: list[Change] = []
+    commit = store.commit
+
+    def record(change: Change) -> RunRecord:
+        moved = commit(change)
+        committed.append(change)
+        return moved
+
+    store.commit = record  # type: ignore[method-assign]
+    return committed
+
+
+def test_three_effects_in_a_row_take_four_commits_and_each_pending_precedes_its_call(
+    store: Store,
+) -> None:
+    spec, text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+    adapter = NoopAdapter()
+    runner = Runner(store, lambda _: adapter)
+    run, _ = runner.start(spec, text, {"key": "K-1"})
+    committed = counting_commits(store)
+
+    final = runner.advance(run)
+
+    assert final.state == "done"
+    assert adapter.calls == 3
+    assert len(committed) == 4  # first write-ahead; then receipt + next write-ahead, twice; receipt
+    history = store.history(run.id)
+    kinds = [(e.version, e.kind) for e in history if e.kind in ("pending", "call", "done")]
+    assert kinds == [
+        (2, "pending"),
+        (2, "call"),
+        (3, "done"),
+        (3, "pending"),
+        (3, "call"),
+        (4, "done"),
+        (4, "pending"),
+        (4, "call"),
+        (5, "done"),
+    ]
+    # The runner that wrote a pending record ahead calls it without asking the provider first.
+    assert not [e for e in history if e.kind.startswith("reconcile") or e.kind == "resumed"]
+    assert {op.attempts for op in store.operations(run.id)} == {1}
+
+
+def test_a_crash_after_a_receipt_leaves_the_next_hold_written_ahead_and_the_resume_reconciles(
+    make_runner: MakeRunner, world: PracticeWorld
+) -> None:
+    spec, text = spec_and_text("booking")
+
+    def crash(point: str, effect: str) -> None:
+        if (point, effect) == ("after-receipt", "hold_flight"):
+            raise Crash
+
+    first = Runner(
+        make_runner().store,
+        lambda adapter: world.adapter(adapter.kind),
+        make_runner().clock,
+        interrupt=crash,
+    )
+    run, _ = first.start(spec, text, spec.examples["happy"].input)
+    with pytest.raises(Crash):
+        first.advance(run)
+
+    crashed = first.store.get_run(run.id)
+    assert crashed.state == "holding_hotel"
+    hotel = [op for op in first.store.operations(run.id) if op.effect == "hold_hotel"]
+    assert [(op.status, op.attempts) for op in hotel] == [("pending", 1)]
+    assert world.calls("hold_hotel") == []  # written ahead, never sent
+
+    resumed = make_runner().advance(run.id)  # a new runner: it knows nothing of the crash
+
+    assert resumed.state == "approving"
+    after = [e.kind for e in first.store.history(run.id) if e.version > crashed.version]
+    assert after[:3] == ["resumed", "reconcile_not_found", "call"]
+    assert Counter(c.operation for c in world.changes()) == {"hold_flight": 1, "hold_hotel": 1}
+    asked = [(c["operation_id"], c["outcome"]) for c in world.calls("hold_hotel")]
+    assert asked[0] == (hotel[0].operation_id, "lookup")  # asked before calling
+    assert [i for i, outcome in asked[1:] if outcome != "lookup"] == [hotel[0].operation_id]
+
+
+def test_an_effect_that_needs_an_approval_is_not_written_ahead(
+    make_runner: MakeRunner,
+) -> None:
+    """The itinerary's confirmation consumes an approval, which only its own step may do: the
+    hotel's receipt moves the run to the pause that asks, and writes nothing ahead."""
+    spec, text = spec_and_text("booking")
+    runner = make_runner()
+    run, _ = runner.start(spec, text, spec.examples["happy"].input)
+
+    waiting = runner.advance(run)
+
+    assert (waiting.state, waiting.status) == ("approving", "waiting")
+    effects = {op.effect for op in runner.store.operations(run.id) if op.role == "forward"}
+    assert effects == {"hold_flight", "hold_hotel"}
