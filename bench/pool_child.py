@@ -1,24 +1,42 @@
-"""One benchmark worker process: ``python -m bench.pool_child STORE_URL`` drains the runnable
-runs of the three-effect workflow under leases, with the in-process no-op adapter."""
+"""One benchmark worker process: ``python -m bench.pool_child STORE_URL [DELAY_MS]`` drains the
+runnable runs of the three-effect workflow under leases, with the in-process no-op adapter, which
+answers at once or, given ``DELAY_MS``, after that many milliseconds (a provider's round trip)."""
 
 from __future__ import annotations
 
 import sys
 import time
 
+from adapters.base import Call, LookupResult, Outcome
 from adapters.noop import NoopAdapter
 from runner.execute import Runner
 from runner.pool import Pool
 from runner.store import Store
 
 
-def main(url: str) -> None:
+class SlowNoop(NoopAdapter):
+    """The no-op adapter behind a network: every call and lookup waits ``delay`` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def call(self, request: Call) -> Outcome:
+        time.sleep(self.delay)
+        return super().call(request)
+
+    def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
+        time.sleep(self.delay)
+        return super().lookup(operation, operation_id, effect)
+
+
+def main(url: str, delay_ms: float = 0.0) -> None:
     """Get ready (imports, the store's connection), say so, wait for ``go`` on stdin, drain the
     queue, and print the wall-clock time it finished: the parent times the draining only, not
     each interpreter's start."""
     store = Store(url)
     store.status_counts()  # connect now, not on the clock
-    adapter = NoopAdapter()
+    adapter = SlowNoop(delay_ms / 1000) if delay_ms else NoopAdapter()
     pool = Pool(lambda: Runner(store, lambda _: adapter), concurrency=1, lease_seconds=30)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -28,4 +46,4 @@ def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)

@@ -10,7 +10,9 @@ For every state that performs an effect:
 4. call the adapter with that ID, and classify the outcome: done · transient (retry, same ID,
    capped exponential backoff with full jitter) · ambiguous (reconcile; retry with the same ID
    only if the provider has no record) · refused (no retry; the row's ``refused`` event);
-5. store the receipt and move the state in one transaction.
+5. store the receipt and move the state in one transaction; when the next state performs an
+   effect straight away, that effect's step 3 rides in the same transaction (one commit per
+   effect step), and this runner calls it without a reconcile, having written it itself.
 
 Attempts persist in the operation row: a resume never refills the budget. Every commit is a
 compare-and-set on the run's version; losing it raises :class:`~runner.errors.VersionConflict`.

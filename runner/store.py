@@ -12,8 +12,10 @@ race raises :class:`~runner.errors.VersionConflict`; nothing is overwritten.
 
 SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, a busy timeout, and
 ``BEGIN IMMEDIATE`` for writes, so concurrent writers queue instead of failing with "database is
-locked". PostgreSQL (``postgresql+psycopg://``) is the same code; the differences between the
-two are in :class:`_Dialect` and its subclasses.
+locked". PostgreSQL (``postgresql+psycopg://``) runs the same code, except that a change, a new
+run and a claim are each one statement in autocommit (:mod:`runner.store_pg`: one round trip,
+the same atomicity), and reads are autocommit too; the rest of what differs is in
+:class:`_Dialect` and its subclasses.
 """
 
 from __future__ import annotations
