@@ -753,16 +753,29 @@ def reset(everything: bool, db: str | None, as_json: bool) -> None:
     help="The signal's own ID: the same ID twice is delivered once.",
 )
 @click.option("--data", default="{}", help="A JSON object the row's guard sees as `signal`.")
+@click.option(
+    "--spec-version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The spec version the sender means: a run pinned to another version refuses it.",
+)
 @DB_OPTION
 @JSON_OPTION
 def signal_command(
-    run_id: str, event: str, signal_id: str, data: str, db: str | None, as_json: bool
+    run_id: str,
+    event: str,
+    signal_id: str,
+    data: str,
+    spec_version: int | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
     """Send EVENT to a paused RUN, once per --id.
 
-    A signal the run's state does not take (or whose guard does not hold) is refused with
-    nothing changed, never queued. Two signals racing: exactly one moves the run; the other
-    is told the run moved on (exit status 4).
+    A signal the run's state does not take (or whose guard does not hold, or sent with
+    --spec-version for another version than the run's) is refused with nothing changed, never
+    queued. Two signals racing: exactly one moves the run; the other is told the run moved on
+    (exit status 4).
     """
     from runner.lifecycle import send_signal
 
@@ -773,7 +786,7 @@ def signal_command(
     if not isinstance(payload, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--data")
     _, _, runner = _session(db)
-    result = send_signal(runner, run_id, event, signal_id, payload)
+    result = send_signal(runner, run_id, event, signal_id, payload, spec_version)
     summary = _summary(runner, result.run)
     summary["signal"] = {"changed": result.changed, "message": result.message}
     _show(summary, as_json, result.message)

@@ -186,34 +186,42 @@ def _dotted(node: Any) -> list[str] | None:
     return None
 
 
-def _walk(root: Any, bound: set[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """Yield ``("path", parts)`` for every name path and ``("call", (name,))`` for calls, in
-    source order, without recursion."""
-    stack = [root]
+def _walk(root: Any) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """Yield ``("path", parts)`` for every free name path and ``("call", (name,))`` for calls,
+    in source order, without recursion. A macro's loop variable (``x`` in
+    ``list.all(x, x > 0)``) is bound only inside that macro's arguments: the same name anywhere
+    else in the expression is a free name, checked like any other."""
+    stack: list[tuple[Any, frozenset[str]]] = [(root, frozenset())]
     while stack:
-        node = stack.pop()
+        node, bound = stack.pop()
         if not isinstance(node, Tree):
             continue
         if node.data == "member_dot":
             path = _dotted(node)
             if path is not None:
-                yield "path", tuple(path)
+                if path[0] not in bound:
+                    yield "path", tuple(path)
                 continue
         elif node.data == "ident" and node.children:
-            yield "path", (str(node.children[0]),)
+            if str(node.children[0]) not in bound:
+                yield "path", (str(node.children[0]),)
             continue
         elif node.data == "ident_arg" and node.children:
             yield "call", (str(node.children[0]),)
         elif node.data == "member_dot_arg" and len(node.children) >= 2:
             method = str(node.children[1])
             yield "call", (method,)
-            if method in MACROS and len(node.children) > 2:
-                args = node.children[2].children if isinstance(node.children[2], Tree) else []
-                if args:
-                    loop = _dotted(args[0])
-                    if loop is not None and len(loop) == 1:
-                        bound.add(loop[0])
-        stack.extend(child for child in reversed(node.children) if not isinstance(child, Token))
+            if method in MACROS and len(node.children) > 2 and isinstance(node.children[2], Tree):
+                args = node.children[2].children
+                loop = _dotted(args[0]) if args else None
+                if loop is not None and len(loop) == 1:
+                    inner = bound | {loop[0]}
+                    stack.extend((arg, inner) for arg in reversed(args[1:]))
+                    stack.append((node.children[0], bound))
+                    continue
+        stack.extend(
+            (child, bound) for child in reversed(node.children) if not isinstance(child, Token)
+        )
 
 
 #: Deepest parse tree accepted (about ten levels per parenthesis): evaluation recurses per level.
@@ -256,9 +264,8 @@ def compile_expression(source: str) -> Expression:
             f"{source[:60]!r}... nests too deeply to evaluate safely (more than about "
             f"{MAX_TREE_DEPTH // 10} levels of parentheses); simplify it",
         )
-    bound: set[str] = set()
-    found = list(_walk(tree, bound))
-    paths = tuple(parts for kind, parts in found if kind == "path" and parts[0] not in bound)
+    found = list(_walk(tree))
+    paths = tuple(parts for kind, parts in found if kind == "path")
     calls = tuple(parts[0] for kind, parts in found if kind == "call")
     whole = _dotted(tree)
     return Expression(source, tree, paths, calls, tuple(whole) if whole else None)

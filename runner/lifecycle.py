@@ -49,12 +49,18 @@ class Outcome:
 
 
 def send_signal(
-    runner: Runner, run_id: str, event: str, signal_id: str, data: dict[str, Any] | None = None
+    runner: Runner,
+    run_id: str,
+    event: str,
+    signal_id: str,
+    data: dict[str, Any] | None = None,
+    spec_version: int | None = None,
 ) -> Outcome:
     """Deliver signal ``event`` to the run, once per ``signal_id``.
 
     A signal ID seen before changes nothing and says so. A signal the run's state does not take,
-    or whose row's guard does not hold, is refused with nothing changed — never queued.
+    or whose row's guard does not hold, or sent for a ``spec_version`` other than the one the
+    run is pinned to, is refused with nothing changed — never queued.
     """
     store = runner.store
     run = store.resolve(run_id)
@@ -66,6 +72,11 @@ def send_signal(
     if run.status in ("paused", "cancelled"):
         raise SignalRefused(f"run {run.id} is {run.status} by an operator; nothing changed")
     spec = runner.spec_of(run)
+    if spec_version is not None and spec_version != spec.spec_version:
+        raise SignalRefused(
+            f"run {run.id} runs version {spec.spec_version} of {spec.name}; this signal was "
+            f"sent for version {spec_version}; nothing changed"
+        )
     state = spec.states[run.state]
     if state.approval is not None and event in ("approve", "reject"):
         raise SignalRefused(

@@ -78,7 +78,7 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                 spec,
                 pointer,
                 "E301",
-                f"unknown state {name!r} (declare it under states:)",
+                f"unknown state {name!r} (declare it under states:){_suggest(name, states)}",
             )
 
     def effect_ref(name: str, pointer: str, what: str = "effect") -> Iterator[Diagnostic]:

@@ -8,6 +8,7 @@ already use. :mod:`runner.lint` registers these checks in :data:`runner.lint.CHE
 
 from __future__ import annotations
 
+import difflib
 import keyword
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -42,11 +43,21 @@ RESERVED_EVENT_PREFIXES = ("to_", "may_", "is_")
 _TERMINALS = ", ".join(sorted(TERMINAL_KINDS))
 
 
+def _meant(spec: Spec, name: str) -> str:
+    """The declared state a misspelt ``next_state`` most likely meant (E301 reports the typo; the
+    state it meant is not then also reported as unreachable), else ``name`` itself."""
+    if name in spec.states:
+        return name
+    close = difflib.get_close_matches(name, list(spec.states), n=1)
+    return close[0] if close else name
+
+
 def _reachable(spec: Spec, sources: Iterable[str], *, forward: bool) -> set[str]:
     """States reachable from ``sources`` along rows (or against them, if not ``forward``)."""
     edges: dict[str, set[str]] = {}
     for row in spec.transitions:
-        a, b = (row.state, row.next_state) if forward else (row.next_state, row.state)
+        target = _meant(spec, row.next_state)
+        a, b = (row.state, target) if forward else (target, row.state)
         edges.setdefault(a, set()).add(b)
     seen = set(sources)
     queue = deque(seen)

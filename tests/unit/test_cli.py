@@ -47,7 +47,8 @@ def test_an_invalid_spec_prints_file_line_col_code_and_exits_one(
     assert code == 1
     errors = [text for text in out.splitlines() if " E301 " in text]
     assert errors == [
-        f"{path}:{line}:{column}: E301 unknown state 'refundd' (declare it under states:)"
+        f"{path}:{line}:{column}: E301 unknown state 'refundd' (declare it under states:); "
+        "did you mean 'refunded'?"
     ]
 
 

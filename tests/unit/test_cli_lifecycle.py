@@ -95,6 +95,22 @@ def test_a_signal_that_does_not_fit_is_refused_and_changes_nothing(
     assert json.loads(run(capsys, "trace", "P-1", "--json")[1])["version"] == before
 
 
+def test_a_signal_sent_for_another_spec_version_is_refused_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run(capsys, "run", PARCEL, "--example", "P-1")
+    before = json.loads(run(capsys, "trace", "P-1", "--json")[1])["version"]
+    signal = ["signal", "P-1", "parcel_received", "--data", '{"weight_kg": 4.2}']
+
+    code, _, err = run(capsys, *signal, "--id", "evt-1", "--spec-version", "2")
+
+    assert code == 1
+    assert "runs version 1 of parcel; this signal was sent for version 2" in err
+    assert json.loads(run(capsys, "trace", "P-1", "--json")[1])["version"] == before
+    code, out, _ = run(capsys, *signal, "--id", "evt-2", "--spec-version", "1", "--json")
+    assert (code, json.loads(out)["state"]) == (0, "inspecting")
+
+
 def test_approve_through_signal_is_refused_with_the_right_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

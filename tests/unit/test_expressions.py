@@ -68,7 +68,25 @@ def test_text_that_is_not_cel_does_not_compile(source: str) -> None:
 
 
 def test_macro_loop_variables_are_not_mistaken_for_free_names() -> None:
-    check("input.lines.all(l, l.qty > 0) && input.lines.exists(x, x.sku == 'A')", SCOPE)
+    expr = check("input.lines.all(l, l.qty > 0) && input.lines.exists(x, x.sku == 'A')", SCOPE)
+    assert expr.paths == (("input", "lines"), ("input", "lines"))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "input.lines.all(x, x.qty > 0) && x.qty > 1",
+        "x > 0 || input.lines.exists(x, x.qty > 0)",
+        "input.lines.all(x, input.lines.exists(y, y == x)) && y == 1",
+    ],
+)
+def test_a_macro_loop_variable_outside_its_macro_is_an_unknown_name(source: str) -> None:
+    assert code(source) == "E306"
+
+
+def test_a_loop_variable_is_bound_inside_nested_macros() -> None:
+    expr = check("input.lines.all(x, input.lines.exists(y, y == x))", SCOPE)
+    assert expr.paths == (("input", "lines"), ("input", "lines"))
 
 
 def test_fields_of_free_form_variables_are_not_checked() -> None:

@@ -412,3 +412,16 @@ def test_a_runner_event_used_as_a_signal_collides() -> None:
         REFUND, ("resumes_on: [approve, reject]}", "resumes_on: [approve, reject, expired]}")
     )
     assert ("E407", 32) in found
+
+
+def test_a_misspelt_next_state_is_one_e301_with_a_suggestion_not_also_a_w401() -> None:
+    """The state the row meant stays reachable: only the typo is reported."""
+    text = (ROOT / "specs" / "refund.yaml").read_text(encoding="utf-8")
+    assert text.count("next_state: refunded,") == 1
+    found = validate_text(text.replace("next_state: refunded,", "next_state: refundd,"), "x.yaml")
+    assert [(d.code, d.message) for d in found.diagnostics] == [
+        (
+            "E301",
+            "unknown state 'refundd' (declare it under states:); did you mean 'refunded'?",
+        )
+    ]
