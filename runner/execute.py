@@ -95,6 +95,9 @@ class Runner:
         # run ID -> (version, operation): a pending record this runner wrote ahead, with the
         # move into its state, and has not called yet (see ``move(..., write_ahead_next=True)``)
         self._written_ahead: dict[str, tuple[int, OperationRecord]] = {}
+        # Asked between steps: when it says stop, ``advance`` returns after the current step
+        # (a worker pool sets it on SIGTERM).
+        self.stopping: Callable[[], bool] = lambda: False
         self.timers = Timers(self)
 
     # -- specs and context ------------------------------------------------------------------
@@ -204,6 +207,8 @@ class Runner:
             run = self.store.get_run(run)
         run_id = run.id
         for _ in range(max_steps):
+            if self.stopping() and run_id not in self._written_ahead:
+                return run  # a pending record written ahead is called first: it is promised
             moved = self.step(run)
             if moved is None:
                 return run
@@ -329,11 +334,13 @@ class Runner:
         commit that moves the run into its state: one commit per effect step instead of two, and
         the pending record still precedes the call. Only for a fresh operation, with no approval
         to consume and budget left; any other effect is begun by its own step, as before. A
-        crash before the call leaves the pending record, which the next runner reconciles."""
+        crash before the call leaves the pending record, which the next runner reconciles. Not
+        when the runner is stopping: it would promise a call it is not going to make."""
         if (
             target.kind != "step"
             or self.strategy != "ratchet"
             or run.version != change.expected_version
+            or self.stopping()
         ):
             return None
         effect = spec.effect_of(target.name)

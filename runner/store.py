@@ -46,6 +46,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    make_url,
     or_,
     select,
     update,
@@ -425,7 +426,23 @@ class _PostgreSQL(_Dialect):
     name = "postgresql"
 
     def engine(self, url: str) -> Engine:
-        engine = create_engine(url)
+        # psycopg prepares a statement on the server once it has run it 5 times (a commit runs
+        # a third faster). Behind a transaction-pooling proxy that cannot keep prepared
+        # statements (PgBouncer before 1.21), add ``?prepare_threshold=none`` to the URL.
+        parsed = make_url(url)
+        connect_args: dict[str, Any] = {}
+        if "prepare_threshold" in parsed.query:
+            given = str(parsed.query["prepare_threshold"]).strip().lower()
+            try:
+                connect_args["prepare_threshold"] = (
+                    None if given in ("none", "off", "never", "") else int(given)
+                )
+            except ValueError:
+                raise StoreError(
+                    f"prepare_threshold must be a number or 'none', not {given!r}"
+                ) from None
+            parsed = parsed.difference_update_query(["prepare_threshold"])
+        engine = create_engine(parsed, connect_args=connect_args)
 
         @event.listens_for(engine, "checkin")
         def _on_checkin(_dbapi_connection: Any, record: Any) -> None:

@@ -11,6 +11,7 @@ import pytest
 from adapters.noop import NoopAdapter
 from adapters.practice import PracticeWorld
 from runner.execute import Runner
+from runner.pool import Pool
 from runner.store import Change, RunRecord, Store
 from runner.validate import load_spec
 from tests.conftest import ROOT, MakeRunner, spec_and_text
@@ -118,3 +119,37 @@ def test_an_effect_that_needs_an_approval_is_not_written_ahead(
     assert (waiting.state, waiting.status) == ("approving", "waiting")
     effects = {op.effect for op in runner.store.operations(run.id) if op.role == "forward"}
     assert effects == {"hold_flight", "hold_hotel"}
+
+
+def test_a_stopping_pool_finishes_the_step_it_wrote_ahead_then_releases_the_run(
+    store: Store,
+) -> None:
+    """SIGTERM between steps: the effect already written ahead is called (it was promised),
+    nothing more is written ahead, the lease is released, and another pool finishes the run
+    with each effect made once and no reconcile needed."""
+    spec, text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+    adapter = NoopAdapter()
+    run, _ = Runner(store, lambda _: adapter).start(spec, text, {"key": "K-2"})
+    pools: list[Pool] = []
+
+    def stop_after_first(point: str, effect: str) -> None:
+        if (point, effect) == ("after-receipt", "first"):
+            pools[0].stop.set()
+
+    pools.append(
+        Pool(lambda: Runner(store, lambda _: adapter, interrupt=stop_after_first), poll=0.01)
+    )
+    pools[0].run()
+
+    stopped = store.get_run(run.id)
+    assert (stopped.state, stopped.lease_token) == ("three", None)
+    assert adapter.calls == 2
+    assert [op.effect for op in store.operations(run.id)] == ["first", "second"]
+
+    Pool(lambda: Runner(store, lambda _: adapter), poll=0.01).run(until_idle=True)
+
+    assert store.get_run(run.id).state == "done"
+    assert adapter.calls == 3
+    kinds = [e.kind for e in store.history(run.id)]
+    assert "resumed" not in kinds
+    assert not [k for k in kinds if k.startswith("reconcile")]

@@ -619,3 +619,30 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
 
     change.consume_approvals.append(7)
     assert statements.commit(change, change.preview(base)) is None
+
+
+def _prepared_on_the_store_connection(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar_one())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("option", "prepares"), [("", True), ("&prepare_threshold=none", False)])
+def test_prepared_statements_can_be_turned_off_for_a_transaction_pooling_proxy(
+    option: str, prepares: bool
+) -> None:
+    """A commit runs prepared on the server after a few uses, unless the URL says
+    ``prepare_threshold=none`` (PgBouncer before 1.21, in transaction mode, cannot keep them)."""
+    store = Store(postgres_url() + option)
+    try:
+        run = new_run(store)
+        for _ in range(8):
+            run = store.commit(Change(run.id, run.version, T0, run).event("noted"))
+        assert (_prepared_on_the_store_connection(store) > 0) is prepares
+    finally:
+        store.close()
+
+
+def test_a_prepare_threshold_that_is_not_a_number_is_a_clear_store_error() -> None:
+    with pytest.raises(StoreError, match="prepare_threshold must be a number or 'none'"):
+        Store(f"{PG_URL}?prepare_threshold=sometimes")
