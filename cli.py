@@ -634,12 +634,20 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
 @DB_OPTION
 @JSON_OPTION
 def status_command(db: str | None, as_json: bool) -> None:
-    """Runs by status, the leases workers hold (owner, time left by the database's clock), and
-    the runs whose lease expired."""
+    """Runs by status, the leases workers hold (owner, how long held, time left by the
+    database's clock), and the runs whose lease expired."""
+
+    from runner.clock import clock_from_env
 
     store = _open_store(db)
     counts = store.status_counts()
     leases = store.leases()
+    now = clock_from_env(os.environ.get("RATCHET_NOW")).now()
+
+    def held(lease: dict[str, Any]) -> float | None:
+        taken = lease["taken_at"]
+        return None if taken is None else round(max(0.0, now - float(taken)), 1)
+
     if as_json:
         _emit_json(
             {
@@ -651,6 +659,7 @@ def status_command(db: str | None, as_json: bool) -> None:
                         "business_key": lease["business_key"],
                         "state": lease["state"],
                         "owner": lease["lease_owner"],
+                        "held_seconds": held(lease),
                         "seconds_left": round(float(lease["left"]), 1),
                         "expired": float(lease["left"]) < 0,
                     }
@@ -665,9 +674,11 @@ def status_command(db: str | None, as_json: bool) -> None:
     for lease in leases:
         left = float(lease["left"])
         when = f"expired {-left:.0f} s ago" if left < 0 else f"{left:.0f} s left"
+        age = held(lease)
+        since = "" if age is None else f"held {age:.0f} s · "
         click.echo(
             f"lease  {lease['id']:<22} {lease['business_key']:<14} {lease['state']:<16} "
-            f"{lease['lease_owner']} · {when}"
+            f"{lease['lease_owner']} · {since}{when}"
         )
 
 

@@ -996,7 +996,14 @@ class Store:
             )
 
     def leases(self) -> list[dict[str, Any]]:
-        """Every lease on record, with how long until (or since) it expires by the DB clock."""
+        """Every lease on record, with how long until (or since) it expires by the DB clock, and
+        when it was taken (``taken_at``: the time of the run's last ``leased`` or ``rescued``
+        event, by the claiming worker's clock)."""
+        taken = (
+            select(func.max(events.c.at))
+            .where(events.c.run_id == runs.c.id, events.c.kind.in_(("leased", "rescued")))
+            .scalar_subquery()
+        )
         query = (
             select(
                 runs.c.id,
@@ -1006,6 +1013,7 @@ class Store:
                 runs.c.lease_owner,
                 runs.c.lease_expires_at,
                 (runs.c.lease_expires_at - self._db_now).label("left"),
+                taken.label("taken_at"),
             )
             .where(runs.c.lease_token.is_not(None))
             .order_by(runs.c.lease_expires_at)

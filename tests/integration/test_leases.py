@@ -190,6 +190,9 @@ def test_status_and_runs_stuck_show_a_lease_whose_worker_died(
     code, out, _ = run_cli(capsys, "status", "--json")
     (lease,) = __import__("json").loads(out)["leases"]
     assert (code, lease["owner"], lease["expired"]) == (0, "host:4242:dead", True)
+    monkeypatch.setenv("RATCHET_NOW", str(runner.clock.now() + 90))
+    code, out, _ = run_cli(capsys, "status")
+    assert "host:4242:dead · held 90 s · expired" in out
     code, out, _ = run_cli(capsys, "runs", "--stuck")
     assert code == 0
     assert "lease expired (owner host:4242:dead)" in out
