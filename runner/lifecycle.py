@@ -200,6 +200,7 @@ def worker_pass(
         run = claimed[0]
         token = str(run.lease_token)
         runner.leases[run.id] = token
+        moved = None
         try:
             moved = runner.advance(migrate(runner, run))
         except VersionConflict:
@@ -210,7 +211,8 @@ def worker_pass(
             continue
         finally:
             runner.leases.pop(run.id, None)
-            runner.store.release(run.id, token)
+            if moved is None or moved.lease_token is not None:  # not given back with the move
+                runner.store.release(run.id, token)
         report.advanced.append(moved)
     return report
 

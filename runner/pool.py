@@ -105,8 +105,10 @@ class Pool:
         runner.leases[run_id] = token
         with self._lock:
             self._held[run_id] = token
+        held = True
         try:
-            runner.advance(migrate(runner, claimed))
+            moved = runner.advance(migrate(runner, claimed))
+            held = moved.lease_token is not None  # a run that left ``running`` gave it back
             with self._lock:
                 self.report.advanced += 1
         except VersionConflict:  # fenced: the lease was lost, or another process moved the run
@@ -119,7 +121,8 @@ class Pool:
             runner.leases.pop(run_id, None)
             with self._lock:
                 self._held.pop(run_id, None)
-            runner.store.release(run_id, token)
+            if held:
+                runner.store.release(run_id, token)
 
     def _heartbeat(self) -> None:
         runner = self.make_runner()

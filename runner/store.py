@@ -42,6 +42,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     bindparam,
+    case,
     create_engine,
     event,
     func,
@@ -191,12 +192,21 @@ _CAS_VALUES: dict[str, Any] = {
 }
 
 
-def _cas_run(*fence: Any) -> Any:
+#: A leased commit that takes the run out of ``running`` gives the lease back with it: a run
+#: nobody can claim needs no lease, and the worker saves a round trip.
+_RELEASE_UNLESS_RUNNING: dict[str, Any] = {
+    column: case((bindparam("n_status") == "running", runs.c[column]), else_=None)
+    for column in ("lease_owner", "lease_token", "lease_expires_at")
+}
+
+
+def _cas_run(*fence: Any, release: bool = False) -> Any:
     """``UPDATE runs SET … WHERE id = :id AND version = :v`` and the lease condition ``fence``."""
+    values = {**_CAS_VALUES, **(_RELEASE_UNLESS_RUNNING if release else {})}
     return (
         update(runs)
         .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"), *fence)
-        .values(**_CAS_VALUES)
+        .values(**values)
     )
 
 
@@ -351,14 +361,18 @@ class Change:
         return self
 
     def preview(self, base: RunRecord) -> RunRecord:
-        """The run as this change will leave it, if ``base`` is the run it applies to."""
+        """The run as this change will leave it, if ``base`` is the run it applies to (a leased
+        commit that takes the run out of ``running`` releases the lease with it)."""
         context = self.context if self.context is not None else base.context
+        status = self.status if self.status is not None else base.status
+        if self.lease_token is not None and status != "running":
+            base = replace(base, lease_owner=None, lease_token=None, lease_expires_at=None)
         return replace(
             base,
             version=self.expected_version + 1,
             updated_at=self.at,
             state=self.state if self.state is not None else base.state,
-            status=self.status if self.status is not None else base.status,
+            status=status,
             context=context,
             spec_digest=self.spec_digest or base.spec_digest,
             wake_at=context.get("wake_at"),
@@ -528,7 +542,7 @@ class Store:
             self._db_now = self.dialect.now()
             # A commit under a lease must hold it (fencing); any other commit needs the run
             # free: no lease, or one the database's clock says has expired.
-            self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"))
+            self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"), release=True)
             self._cas_free = _cas_run(
                 or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now)
             )

@@ -290,11 +290,20 @@ class Statements:
             if fenced
             else f"(lease_token IS NULL OR lease_expires_at < {DB_NOW})"
         )
+        # A leased commit that takes the run out of ``running`` gives the lease back with it.
+        release = (
+            "".join(
+                f", {column} = CASE WHEN %(n_status)s::text = 'running' THEN {column} END"
+                for column in ("lease_owner", "lease_token", "lease_expires_at")
+            )
+            if fenced
+            else ""
+        )
         cas = (
             "cas AS (UPDATE runs SET version = %(n_version)s::int8, state = %(n_state)s::text, "
             "status = %(n_status)s::text, context = %(n_context)s::json, "
             "updated_at = %(at)s::float8, wake_at = %(n_wake_at)s::float8, "
-            "spec_digest = %(n_spec_digest)s::text "
+            f"spec_digest = %(n_spec_digest)s::text{release} "
             f"WHERE id = %(b_id)s::text AND version = %(b_version)s::int8 AND {fence} "
             "RETURNING id)"
         )

@@ -128,6 +128,28 @@ def test_a_pool_of_workers_finishes_every_run_once(
     assert all(r.lease_token is None for r in store.list_runs())
 
 
+def test_a_run_that_leaves_running_gives_its_lease_back_in_the_same_commit(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = labels(make_runner(), world, 3)
+    released: list[str] = []
+    release = store.release
+
+    def counted(run_id: str, token: str) -> None:
+        released.append(run_id)
+        release(run_id, token)
+
+    monkeypatch.setattr(store, "release", counted)
+    Pool(make_runner, concurrency=1, lease_seconds=10.0, poll=0.01).run(until_idle=True)
+
+    finished = [store.get_run(r.id) for r in runs]
+    assert {(r.state, r.lease_owner, r.lease_token) for r in finished} == {
+        ("labelled", None, None)
+    }
+    assert released == []  # nothing left to give back after the last commit
+    assert store.leases() == []
+
+
 def test_a_pool_rides_out_a_database_that_fails_for_a_while(
     make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
