@@ -21,6 +21,7 @@ compare-and-set on the run's version; losing it raises :class:`~runner.errors.Ve
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -98,6 +99,10 @@ class Runner:
         # Asked between steps: when it says stop, ``advance`` returns after the current step
         # (a worker pool sets it on SIGTERM).
         self.stopping: Callable[[], bool] = lambda: False
+        # How long the newest stored version of a workflow is taken as known (a worker pool
+        # claiming hundreds of runs a second asks once per poll interval, not once per run).
+        self.spec_check_interval = 0.0
+        self._latest: dict[str, tuple[float, tuple[str, int] | None]] = {}
         self.timers = Timers(self)
 
     # -- specs and context ------------------------------------------------------------------
@@ -112,6 +117,17 @@ class Runner:
             text = self.store.spec_text(digest)
             spec = self._specs[digest] = load_spec_text(text, f"spec {digest[:12]} (stored)")
         return spec
+
+    def latest_spec(self, workflow: str) -> tuple[str, int] | None:
+        """The digest and version of the newest stored version of ``workflow``, read again
+        once ``spec_check_interval`` seconds have passed (or this runner saved a new one)."""
+        now = time.monotonic()
+        known = self._latest.get(workflow)
+        if known is not None and now - known[0] < self.spec_check_interval:
+            return known[1]
+        latest = self.store.latest_spec(workflow)
+        self._latest[workflow] = (now, latest)
+        return latest
 
     def adapter(self, spec: Spec, name: str) -> Adapter:
         if name not in self._adapters:
@@ -161,6 +177,7 @@ class Runner:
                 spec.digest, spec.name, spec.spec_version, str(spec.policy_version), text, now
             )
             self._specs[spec.digest] = spec
+            self._latest.pop(spec.name, None)
         run_id = f"run_{uuid.uuid4().hex[:16]}"
         first = spec.states[spec.start]
         draft = RunRecord(

@@ -123,7 +123,7 @@ def migrate(runner: Runner, run: RunRecord) -> RunRecord:
     approvals, bound to the old policy, then no longer count); ``cancel`` cancels it."""
     if run.status in ("done", "cancelled"):
         return run
-    latest = runner.store.latest_spec(run.workflow)
+    latest = runner.latest_spec(run.workflow)
     current = runner.spec_of(run)
     if latest is None or latest[0] == run.spec_digest or latest[1] <= current.spec_version:
         return run

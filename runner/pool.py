@@ -78,6 +78,7 @@ class Pool:
     def _work(self, index: int, until_idle: bool) -> None:
         runner = self.make_runner()
         runner.stopping = self.stop.is_set  # SIGTERM: finish the current step, then release
+        runner.spec_check_interval = self.poll  # a new spec version is seen within a poll
         next_timers = 0.0
         while not self.stop.is_set():
             try:

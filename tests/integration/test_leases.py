@@ -228,3 +228,18 @@ def worker_pass_once(runner: Runner) -> list[str]:
     from runner.lifecycle import worker_pass
 
     return [r.id for r in worker_pass(runner).advanced]
+
+
+def test_a_pool_runner_asks_for_the_newest_spec_version_once_per_interval(
+    make_runner: MakeRunner, store: Store
+) -> None:
+    runner = make_runner()
+    spec, text = spec_and_text("returns")
+    runner.start(spec, text, {**spec.examples["T-90604"].input, "ticket": "T-1"})
+    runner.spec_check_interval = 3600.0
+    assert runner.latest_spec("returns") == (spec.digest, spec.spec_version)
+
+    store.save_spec("e" * 64, "returns", spec.spec_version + 1, "1", text, 0.0)  # elsewhere
+    assert runner.latest_spec("returns") == (spec.digest, spec.spec_version)  # known
+    runner.spec_check_interval = 0.0
+    assert runner.latest_spec("returns") == ("e" * 64, spec.spec_version + 1)  # asked again
