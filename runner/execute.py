@@ -223,13 +223,17 @@ class Runner:
         if isinstance(run, str):
             run = self.store.get_run(run)
         run_id = run.id
-        for _ in range(max_steps):
-            if self.stopping() and run_id not in self._written_ahead:
-                return run  # a pending record written ahead is called first: it is promised
-            moved = self.step(run)
-            if moved is None:
-                return run
-            run = moved
+        try:
+            for _ in range(max_steps):
+                if self.stopping() and run_id not in self._written_ahead:
+                    return run  # a pending record written ahead is called first: it is promised
+                moved = self.step(run)
+                if moved is None:
+                    return run
+                run = moved
+        finally:
+            # Not called by now (an error): whoever takes the run next reconciles it first.
+            self._written_ahead.pop(run_id, None)
         raise RunError(f"run {run_id} took more than {max_steps} steps without stopping")
 
     def step(self, run: RunRecord) -> RunRecord | None:

@@ -143,9 +143,7 @@ def test_a_run_that_leaves_running_gives_its_lease_back_in_the_same_commit(
     Pool(make_runner, concurrency=1, lease_seconds=10.0, poll=0.01).run(until_idle=True)
 
     finished = [store.get_run(r.id) for r in runs]
-    assert {(r.state, r.lease_owner, r.lease_token) for r in finished} == {
-        ("labelled", None, None)
-    }
+    assert {(r.state, r.lease_owner, r.lease_token) for r in finished} == {("labelled", None, None)}
     assert released == []  # nothing left to give back after the last commit
     assert store.leases() == []
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from runner import store as store_module
@@ -646,3 +646,48 @@ def test_prepared_statements_can_be_turned_off_for_a_transaction_pooling_proxy(
 def test_a_prepare_threshold_that_is_not_a_number_is_a_clear_store_error() -> None:
     with pytest.raises(StoreError, match="prepare_threshold must be a number or 'none'"):
         Store(f"{PG_URL}?prepare_threshold=sometimes")
+
+
+def test_opening_a_store_made_before_an_index_existed_adds_the_index(store_url: str) -> None:
+    store = Store(store_url)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP INDEX ix_runs_claim")
+    store.close()
+
+    reopened = Store(store_url)
+    try:
+        names = {index["name"] for index in inspect(reopened.engine).get_indexes("runs")}
+        assert "ix_runs_claim" in names
+    finally:
+        reopened.close()
+
+
+@pytest.mark.postgres
+def test_a_claim_reads_the_backlog_in_index_order_not_all_of_it() -> None:
+    """With 20,000 runnable runs a claim walks ``ix_runs_claim`` to the first free run instead
+    of sorting every runnable run (the claim then costs the same for any backlog)."""
+    store = Store(postgres_url())
+    try:
+        _claim_from_a_backlog(store)
+    finally:
+        store.close()
+
+
+def _claim_from_a_backlog(store: Store) -> None:
+    store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, workflow, spec_digest, business_key, state, status, version, "
+            "input, context, created_at, updated_at) SELECT 'run_' || g, 'refund', "
+            f"'{DIGEST}', 'T-' || g, 'proposed', 'running', 1, '{{}}', '{{}}', g, g "
+            "FROM generate_series(1, 20000) AS g"
+        )
+        conn.exec_driver_sql("ANALYZE runs")
+    assert store._pg is not None
+    sql = store._pg.claim_sql % {"now": "1e12", "limit": "1", "owner": "'me'", "seconds": "30"}
+    with store.engine.begin() as conn:
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
+        conn.rollback()
+    assert "Index Scan using ix_runs_claim on runs" in plan
+    (claimed,) = store.claim("me", 30.0, 1e12)
+    assert claimed.id == "run_1"  # the least recently moved
