@@ -296,6 +296,7 @@ class EffectStep:
             attempt=op.attempts,
         )
         self.runner.interrupt("before-write", self.effect.name)
+        self.runner.check_lease(self.run.id)
         try:
             outcome: Outcome = self.adapter.call(request)
         except Exception as exc:  # an adapter bug or a raw network error: outcome unknown

@@ -34,7 +34,7 @@ from adapters.base import (
 
 from .clock import Clock, SystemClock
 from .effects import CompensationStep, EffectStep
-from .errors import ApprovalError, ApprovalExpired, ApprovalStale, RunError
+from .errors import ApprovalError, ApprovalExpired, ApprovalStale, LeaseLost, RunError
 from .expressions import compile_expression
 from .identity import (
     approval_digest,
@@ -51,6 +51,10 @@ from .validate import load_spec_text
 AdapterFactory = Callable[[AdapterSpec], Adapter]
 Interrupt = Callable[[str, str], None]
 Strategy = Literal["ratchet", "naive"]
+
+#: The share of a lease a worker counts on by its own clock: the rest covers the time between
+#: checking and sending, and clocks that run at slightly different rates.
+LEASE_SAFETY = 0.9
 
 
 _STATUS = {
@@ -93,6 +97,9 @@ class Runner:
         self._specs: dict[str, Spec] = {}
         self.inline_wait = inline_wait
         self.leases: dict[str, str] = {}  # run ID -> the lease token this runner holds
+        # run ID -> until when (time.monotonic) this process may still count on its lease: set
+        # at the claim and at each renewal, short of the lease by LEASE_SAFETY
+        self.lease_deadlines: dict[str, float] = {}
         # run ID -> (version, operation): a pending record this runner wrote ahead, with the
         # move into its state, and has not called yet (see ``move(..., write_ahead_next=True)``)
         self._written_ahead: dict[str, tuple[int, OperationRecord]] = {}
@@ -397,6 +404,19 @@ class Runner:
         change.event("decision_needed", reason=str(why), to=asking.name, effect=effect.name)
         self.timers.on_move(run, spec, asking, change)
         return self.store.commit(change)
+
+    def check_lease(self, run_id: str) -> None:
+        """Refuse to call out under a lease this process can no longer count on by its own
+        clock: a worker paused past its lease (SIGSTOP, a long GC, a frozen VM) must not send a
+        request the run's next holder cannot know about. The database would refuse its next
+        commit anyway; this stops the call itself, which a provider that does not deduplicate
+        by key would otherwise make a second time."""
+        deadline = self.lease_deadlines.get(run_id)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise LeaseLost(
+                f"the lease on run {run_id} ran out on this worker's own clock before the call "
+                "(was the process paused?): no request sent; the run's next holder reconciles"
+            )
 
     def interrupt(self, point: str, effect: str) -> None:
         if self._interrupt is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from .errors import (
     SignalRefused,
     VersionConflict,
 )
-from .execute import Runner, status_of
+from .execute import LEASE_SAFETY, Runner, status_of
 from .machine import machine_for
 from .settings import OPERATOR_ACTIONS
 from .spec import RUNNER_EVENTS, Spec
@@ -194,12 +195,14 @@ def worker_pass(
     owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     report = PassReport(fired=runner.timers.fire_due(limit))
     for _ in range(limit):
+        asked = time.monotonic()  # no heartbeat here: the lease is counted on from the claim
         claimed = runner.store.claim(owner, lease_seconds, runner.clock.now())
         if not claimed:
             break
         run = claimed[0]
         token = str(run.lease_token)
         runner.leases[run.id] = token
+        runner.lease_deadlines[run.id] = asked + lease_seconds * LEASE_SAFETY
         moved = None
         try:
             moved = runner.advance(migrate(runner, run))
@@ -211,6 +214,7 @@ def worker_pass(
             continue
         finally:
             runner.leases.pop(run.id, None)
+            runner.lease_deadlines.pop(run.id, None)
             if moved is None or moved.lease_token is not None:  # not given back with the move
                 runner.store.release(run.id, token)
         report.advanced.append(moved)

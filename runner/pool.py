@@ -4,9 +4,10 @@ Each worker thread claims one run at a time (``Store.claim``: ``FOR UPDATE SKIP 
 PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), advances it with every commit fenced by the lease
 token, and releases it. A heartbeat renews the leases while work goes on; leases expire by the
 database's clock. A worker that was paused past its lease (SIGSTOP, a long GC, a frozen VM)
-finds on waking that its next commit affects no row (``LeaseLost``) and drops the run: the worker
-that took it over reconciles any pending operation before calling, and an in-flight call of the
-paused one carries the same operation ID.
+sends no request on waking (it checks, by its own monotonic clock, that it can still count on
+its lease before each call: :meth:`Runner.check_lease`) and its next commit affects no row
+(``LeaseLost``), so it drops the run: the worker that took it over reconciles any pending
+operation before calling, and an in-flight call of the paused one carries the same operation ID.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import RatchetError, StoreError, VersionConflict
-from .execute import Runner
+from .execute import LEASE_SAFETY, Runner
 from .lifecycle import migrate
 from .store import RunRecord
 
@@ -58,6 +59,7 @@ class Pool:
         self.stop = threading.Event()
         self.report = PoolReport()
         self._held: dict[str, str] = {}
+        self._deadlines: dict[str, float] = {}  # shared by this pool's runners (see Runner)
         self._lock = threading.Lock()
 
     def run(self, *, until_idle: bool = False) -> PoolReport:
@@ -78,6 +80,7 @@ class Pool:
     def _work(self, index: int, until_idle: bool) -> None:
         runner = self.make_runner()
         runner.stopping = self.stop.is_set  # SIGTERM: finish the current step, then release
+        runner.lease_deadlines = self._deadlines  # the heartbeat extends them
         runner.spec_check_interval = self.poll  # a new spec version is seen within a poll
         next_timers = 0.0
         while not self.stop.is_set():
@@ -88,6 +91,7 @@ class Pool:
                     fired = runner.timers.fire_due()
                     with self._lock:
                         self.report.timers += sum(1 for f in fired if f.outcome == "fired")
+                asked = time.monotonic()  # the lease starts no earlier than the claim is sent
                 claimed = runner.store.claim(self.owner, self.lease_seconds, runner.clock.now())
             except StoreError as exc:  # the database restarted or is unreachable: try again
                 with self._lock:
@@ -99,6 +103,8 @@ class Pool:
                     return
                 self.stop.wait(self.poll)
                 continue
+            with self._lock:
+                self._deadlines[claimed[0].id] = asked + self.lease_seconds * LEASE_SAFETY
             self._advance(runner, claimed[0])
 
     def _advance(self, runner: Runner, claimed: RunRecord) -> None:
@@ -122,6 +128,7 @@ class Pool:
             runner.leases.pop(run_id, None)
             with self._lock:
                 self._held.pop(run_id, None)
+                self._deadlines.pop(run_id, None)
             if held:
                 runner.store.release(run_id, token)
 
@@ -131,4 +138,12 @@ class Pool:
             with self._lock:
                 held = dict(self._held)
             for run_id, token in held.items():
-                runner.store.renew(run_id, token, self.lease_seconds)
+                asked = time.monotonic()
+                try:
+                    renewed = runner.store.renew(run_id, token, self.lease_seconds)
+                except StoreError:  # the database is away: the lease runs out; no call is made
+                    continue
+                if renewed:
+                    with self._lock:
+                        if self._held.get(run_id) == token:
+                            self._deadlines[run_id] = asked + self.lease_seconds * LEASE_SAFETY

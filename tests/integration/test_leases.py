@@ -114,6 +114,41 @@ def test_a_worker_paused_past_its_lease_commits_nothing_when_it_wakes(
     assert store.get_run(run.id).version == done.version
 
 
+def test_a_worker_frozen_before_its_request_past_its_lease_never_sends_it(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    """Frozen after its pending record and before the request left, past its lease: another
+    worker rescues the run, reconciles (nothing found) and makes the label. The warehouse does
+    not deduplicate by key, so had the frozen worker sent its request on waking, there would be
+    two labels; it checks its lease by its own clock first, and sends nothing."""
+    from runner.lifecycle import PassReport, worker_pass
+
+    paused, resume = threading.Event(), threading.Event()
+
+    def freeze(point: str, effect: str) -> None:
+        if point == "before-write":
+            paused.set()
+            resume.wait(30)
+
+    slow = make_runner(interrupt=freeze)
+    (run,) = labels(slow, world, 1)
+    reports: list[PassReport] = []
+    frozen = threading.Thread(target=lambda: reports.append(worker_pass(slow, lease_seconds=0.5)))
+    frozen.start()
+    assert paused.wait(30)
+    time.sleep(0.8)  # the lease expires by the database's clock
+    rescuer = worker_pass(make_runner())
+    assert [r.state for r in rescuer.advanced] == ["labelled"]
+    resume.set()
+    frozen.join(30)
+
+    assert reports[0].raced == [run.id]  # LeaseLost: dropped the run, sent nothing
+    assert [c.operation for c in world.changes()] == ["create_label"]
+    sent = [c for c in world.calls("create_label") if c["outcome"] != "lookup"]
+    assert len(sent) == 1
+    assert store.get_run(run.id).state == "labelled"
+
+
 def test_a_pool_of_workers_finishes_every_run_once(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
