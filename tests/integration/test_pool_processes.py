@@ -41,10 +41,10 @@ def test_workers_killed_at_random_moments_leave_every_change_made_exactly_once(
     world.seed({"orders": example.world["orders"]})
     world.add_fault("create_label", "unavailable", times=3)  # a few transient failures
     runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
-    runs = [
-        runner.start(spec, text, {**example.input, "ticket": f"T-{5000 + i}"})[0]
-        for i in range(RUNS)
-    ]
+    tickets = [{**example.input, "ticket": f"T-{5000 + i}"} for i in range(RUNS)]
+    per_kill = -(-RUNS // KILLS)  # new work before each kill: every kill falls mid-work
+    runs = [runner.start(spec, text, ticket)[0] for ticket in tickets[:per_kill]]
+    tickets = tickets[per_kill:]
     rng = random.Random(7)
     workers = [spawn(home, store_url) for _ in range(3)]
     kills = 0
@@ -55,6 +55,8 @@ def test_workers_killed_at_random_moments_leave_every_change_made_exactly_once(
             if done == RUNS:
                 break
             time.sleep(rng.uniform(0.2, 0.6))
+            runs += [runner.start(spec, text, ticket)[0] for ticket in tickets[:per_kill]]
+            tickets = tickets[per_kill:]
             if kills < KILLS:
                 victim = workers.pop(rng.randrange(len(workers)))
                 victim.send_signal(signal.SIGKILL)
@@ -139,7 +141,11 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
         while not any(c["outcome"] == "slow_reply" for c in world.calls("create_label")):
             assert time.monotonic() < deadline, "the worker never reached the call"
             time.sleep(0.05)
-        frozen.send_signal(signal.SIGSTOP)  # inside the call window: the label is made
+        # Inside the call window: the label is made and the provider's reply is 3 s away. A
+        # moment's wait first, so the freeze cannot fall while the worker's practice-database
+        # connection closes (SQLite checkpoints then, under a lock the rescuer's lookup needs).
+        time.sleep(0.5)
+        frozen.send_signal(signal.SIGSTOP)
         time.sleep(1.5)  # its lease expires by the database's clock
         rescuer = subprocess.run(
             [RATCHET, "worker", "--once", "--json"],

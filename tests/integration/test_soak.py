@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from runner.approvals import decide, pending_request
 from runner.clock import SystemClock
 from runner.errors import RatchetError
 from runner.execute import Runner
+from runner.spec import Spec
 from runner.store import Store
 from tests.conftest import ratchet_process, spec_and_text
 
@@ -75,34 +77,28 @@ def test_workers_at_scale_with_kills_make_exactly_the_expected_changes(
     for effect in ("request_refund", "hold_flight", "hold_hotel", "confirm_itinerary"):
         world.add_fault(effect, "unavailable", calls=every_hundredth)
     runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
-    started = []
+    todo: list[tuple[Spec, str, dict[str, Any]]] = []
     for i in range(runs_each):
-        started.append(
-            runner.start(
-                refund,
-                refund_text,
-                {
-                    "ticket": f"T-{700000 + i}",
-                    "order": f"LK-{100000 + i}",
-                    "amount": 9.95,
-                    "currency": "CAD",
-                    "reason": "RFD-LATE",
-                },
-            )[0]
-        )
-        started.append(
-            runner.start(
-                booking,
-                booking_text,
-                {
-                    "trip": f"TRIP-{i}",
-                    "traveller": f"PAX-{i}",
-                    "flight": "AC123-2026-12-20",
-                    "hotel": "HARBOUR-INN",
-                    "nights": 2,
-                },
-            )[0]
-        )
+        refund_input = {
+            "ticket": f"T-{700000 + i}",
+            "order": f"LK-{100000 + i}",
+            "amount": 9.95,
+            "currency": "CAD",
+            "reason": "RFD-LATE",
+        }
+        trip = {
+            "trip": f"TRIP-{i}",
+            "traveller": f"PAX-{i}",
+            "flight": "AC123-2026-12-20",
+            "hotel": "HARBOUR-INN",
+            "nights": 2,
+        }
+        todo += [(refund, refund_text, refund_input), (booking, booking_text, trip)]
+    # New work arrives in as many batches as there are kills, one before each: every kill falls
+    # while runs are in progress, however fast the workers drain them.
+    per_kill = -(-len(todo) // kills_target)
+    started = [runner.start(*job)[0] for job in todo[:per_kill]]
+    todo = todo[per_kill:]
     stop = threading.Event()
     approver = threading.Thread(target=_approver, args=(store, world, stop), daemon=True)
     approver.start()
@@ -113,9 +109,11 @@ def test_workers_at_scale_with_kills_make_exactly_the_expected_changes(
     try:
         while time.monotonic() < deadline:
             counts = store.status_counts()
-            if counts.get("done", 0) + counts.get("needs_person", 0) == len(started):
+            if not todo and counts.get("done", 0) + counts.get("needs_person", 0) == len(started):
                 break
             time.sleep(rng.uniform(0.1, 0.5))
+            started += [runner.start(*job)[0] for job in todo[:per_kill]]
+            todo = todo[per_kill:]
             if kills < kills_target:
                 victim = workers.pop(rng.randrange(len(workers)))
                 victim.send_signal(signal.SIGKILL)
