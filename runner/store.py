@@ -401,7 +401,8 @@ class _Dialect:
         return func.extract("epoch", func.now())
 
     def claim_query(self, query: Any) -> Any:
-        """How a claim locks the rows it takes."""
+        """How a claim locks the rows it takes (PostgreSQL claims in one statement with
+        ``FOR UPDATE SKIP LOCKED`` instead: :mod:`runner.store_pg`)."""
         return query
 
 
@@ -485,11 +486,6 @@ class _PostgreSQL(_Dialect):
 
     def now(self) -> Any:
         return func.extract("epoch", func.clock_timestamp())
-
-    def claim_query(self, query: Any) -> Any:
-        # Each worker takes rows no other worker holds locked, without waiting for them: short
-        # transactions, no session advisory lock, so it works behind a transaction-pooling proxy.
-        return query.with_for_update(skip_locked=True)
 
 
 def _dialect_for(url: str) -> _Dialect:
