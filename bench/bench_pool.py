@@ -12,7 +12,8 @@ With a no-op provider a worker never waits on anything but its database, so it k
 core busy (its own process and its PostgreSQL backend, in turn), and the machine's cores cap what
 more workers can add: the report prints that cap, measured. A second scaling run gives each call
 and lookup a 10 ms provider round trip, as a real provider has, where the cap is the workers'
-coordination (claims, leases, commits), not the CPU.
+coordination (claims, leases, commits), not the CPU. Last, one claim's cost with 100,000
+runnable runs waiting against 100: a claim must not grow with the backlog.
 """
 
 from __future__ import annotations
@@ -142,6 +143,33 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0) -> Drai
     return Drain(3 * runs / elapsed, busy)
 
 
+def _claim_seconds(backlog: int, claims: int) -> float:
+    """Median seconds per claim (one worker) with ``backlog`` runnable runs waiting."""
+    store = Store(_fresh_pg_database("ratchet_bench_claims"))
+    try:
+        spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
+        Runner(store, lambda _: None).start(spec, spec_text, {"key": "seed"})  # type: ignore[arg-type,return-value]
+        with store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO runs (id, workflow, spec_digest, business_key, state, status, "
+                    "version, input, context, created_at, updated_at) SELECT 'run_b' || g, "
+                    "workflow, spec_digest, 'b' || g, state, 'running', 1, input, '{}', g, g "
+                    "FROM runs, generate_series(1, :n) AS g WHERE business_key = 'seed'"
+                ),
+                {"n": backlog},
+            )
+            conn.execute(text("ANALYZE runs"))
+        times = []
+        for _ in range(claims):
+            start = time.perf_counter()
+            store.claim("bench", 30.0, time.time())
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        store.close()
+
+
 def _steps(url: str, runs: int) -> float:
     store = Store(url)
     try:
@@ -235,6 +263,17 @@ def run(quick: bool = False) -> Section:
                 "cores",
             )
         )
+    small, large = _claim_seconds(100, 200), _claim_seconds(100_000, 200)
+    section.rows.append(
+        Row(
+            "PostgreSQL: one claim with 100,000 runnable runs waiting vs with 100 (median of 200)",
+            large * 1000,
+            "ms",
+            small * 1000,
+            "<= 2x",
+            large <= 2 * small,
+        )
+    )
     slow_runs = 60 if quick else 200
     slow = {
         workers: _pool_rate(
