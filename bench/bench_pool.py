@@ -95,7 +95,7 @@ class Drain:
     cores_busy: float | None
 
 
-def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0) -> Drain:
+def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads: int = 1) -> Drain:
     store = Store(url)
     spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
     runner = Runner(store, lambda _: None)  # type: ignore[arg-type,return-value]
@@ -106,7 +106,7 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0) -> Drai
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.pool_child", url, str(delay_ms)],
+            [sys.executable, "-m", "bench.pool_child", url, str(delay_ms), str(threads)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -290,6 +290,17 @@ def run(quick: bool = False) -> Section:
             slow[1].rate,
             ">= 2.5x one worker",
             slow[4].rate >= 2.5 * slow[1].rate,
+        )
+    )
+    threaded = _pool_rate(
+        _fresh_pg_database("ratchet_bench_threads"), 1, slow_runs, PROVIDER_MS, threads=4
+    )
+    section.rows.append(
+        Row(
+            f"PostgreSQL, 1 worker process with 4 threads vs 1 thread, {PROVIDER_MS:g} ms provider",
+            threaded.rate,
+            "steps/s",
+            slow[1].rate,
         )
     )
     return section

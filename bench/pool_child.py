@@ -1,6 +1,7 @@
-"""One benchmark worker process: ``python -m bench.pool_child STORE_URL [DELAY_MS]`` drains the
-runnable runs of the three-effect workflow under leases, with the in-process no-op adapter, which
-answers at once or, given ``DELAY_MS``, after that many milliseconds (a provider's round trip)."""
+"""One benchmark worker process: ``python -m bench.pool_child STORE_URL [DELAY_MS [THREADS]]``
+drains the runnable runs of the three-effect workflow under leases, with the in-process no-op
+adapter, which answers at once or, given ``DELAY_MS``, after that many milliseconds (a provider's
+round trip), in ``THREADS`` worker threads (default 1)."""
 
 from __future__ import annotations
 
@@ -30,14 +31,14 @@ class SlowNoop(NoopAdapter):
         return super().lookup(operation, operation_id, effect)
 
 
-def main(url: str, delay_ms: float = 0.0) -> None:
+def main(url: str, delay_ms: float = 0.0, threads: int = 1) -> None:
     """Get ready (imports, the store's connection), say so, wait for ``go`` on stdin, drain the
     queue, and print the wall-clock time it finished: the parent times the draining only, not
     each interpreter's start."""
     store = Store(url)
     store.status_counts()  # connect now, not on the clock
     adapter = SlowNoop(delay_ms / 1000) if delay_ms else NoopAdapter()
-    pool = Pool(lambda: Runner(store, lambda _: adapter), concurrency=1, lease_seconds=30)
+    pool = Pool(lambda: Runner(store, lambda _: adapter), concurrency=threads, lease_seconds=30)
     print("ready", flush=True)
     sys.stdin.readline()
     pool.run(until_idle=True)
@@ -46,4 +47,8 @@ def main(url: str, delay_ms: float = 0.0) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
+    main(
+        sys.argv[1],
+        float(sys.argv[2]) if len(sys.argv) > 2 else 0.0,
+        int(sys.argv[3]) if len(sys.argv) > 3 else 1,
+    )
