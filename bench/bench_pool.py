@@ -234,6 +234,21 @@ def run(quick: bool = False) -> Section:
                 measured_ratio=ratio,
             )
         )
+    default, unprepared, gain = _alternate(
+        lambda: _steps(_fresh_pg_database("ratchet_bench_steps"), n),
+        lambda: _steps(_fresh_pg_database("ratchet_bench_steps") + "?prepare_threshold=none", n),
+        rounds,
+    )
+    section.rows.append(
+        Row(
+            "PostgreSQL: Ratchet steps/s with server-side prepared statements (the default) vs "
+            "with ?prepare_threshold=none (for old transaction-pooling proxies)",
+            default,
+            "steps/s",
+            unprepared,
+            measured_ratio=gain,
+        )
+    )
     runs = 150 if quick else 600
     drains = {
         workers: _pool_rate(_fresh_pg_database(f"ratchet_bench_pool{workers}"), workers, runs)

@@ -187,37 +187,57 @@ class PassReport:
         }
 
 
+def worker_identity() -> str:
+    """``host:pid:nonce``: unique across machines, processes and restarts of one process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def lease_deadline(claimed_at: float, lease_seconds: float) -> float:
+    """Until when (``time.monotonic``) a worker counts on a lease asked for at ``claimed_at``
+    (the claim or renewal was sent then; the database's expiry cannot be earlier)."""
+    return claimed_at + lease_seconds * LEASE_SAFETY
+
+
+def advance_leased(runner: Runner, claimed: RunRecord, deadline: float) -> RunRecord:
+    """Take a run claimed under a lease as far as it goes: every commit fenced by its token, no
+    call once ``deadline`` has passed; then give the lease back, unless the last commit did
+    (a run that left ``running``). Raises what :meth:`Runner.advance` raises."""
+    token = str(claimed.lease_token)
+    runner.leases[claimed.id] = token
+    runner.lease_deadlines[claimed.id] = deadline
+    moved: RunRecord | None = None
+    try:
+        moved = runner.advance(migrate(runner, claimed))
+        return moved
+    finally:
+        runner.leases.pop(claimed.id, None)
+        runner.lease_deadlines.pop(claimed.id, None)
+        if moved is None or moved.lease_token is not None:
+            runner.store.release(claimed.id, token)
+
+
 def worker_pass(
     runner: Runner, limit: int = 500, owner: str | None = None, lease_seconds: float = 30.0
 ) -> PassReport:
     """Fire every due timer, then claim each runnable run under a lease and take it as far as
-    it goes, one at a time, until none is left (or ``limit`` runs)."""
-    owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    it goes, one at a time, until none is left (or ``limit`` runs). No heartbeat: each lease
+    is counted on from its claim."""
+    owner = owner or worker_identity()
     report = PassReport(fired=runner.timers.fire_due(limit))
     for _ in range(limit):
-        asked = time.monotonic()  # no heartbeat here: the lease is counted on from the claim
+        asked = time.monotonic()
         claimed = runner.store.claim(owner, lease_seconds, runner.clock.now())
         if not claimed:
             break
         run = claimed[0]
-        token = str(run.lease_token)
-        runner.leases[run.id] = token
-        runner.lease_deadlines[run.id] = asked + lease_seconds * LEASE_SAFETY
-        moved = None
         try:
-            moved = runner.advance(migrate(runner, run))
+            report.advanced.append(
+                advance_leased(runner, run, lease_deadline(asked, lease_seconds))
+            )
         except VersionConflict:
             report.raced.append(run.id)
-            continue
         except (RunError, ApprovalError) as exc:
             report.failed.append((run.id, str(exc)))
-            continue
-        finally:
-            runner.leases.pop(run.id, None)
-            runner.lease_deadlines.pop(run.id, None)
-            if moved is None or moved.lease_token is not None:  # not given back with the move
-                runner.store.release(run.id, token)
-        report.advanced.append(moved)
     return report
 
 

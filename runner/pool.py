@@ -12,23 +12,15 @@ operation before calling, and an in-flight call of the paused one carries the sa
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import RatchetError, StoreError, VersionConflict
-from .execute import LEASE_SAFETY, Runner
-from .lifecycle import migrate
+from .execute import Runner
+from .lifecycle import advance_leased, lease_deadline, worker_identity
 from .store import RunRecord
-
-
-def worker_identity() -> str:
-    """``host:pid:nonce``: unique across machines, processes and restarts of one process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -103,19 +95,13 @@ class Pool:
                     return
                 self.stop.wait(self.poll)
                 continue
-            with self._lock:
-                self._deadlines[claimed[0].id] = asked + self.lease_seconds * LEASE_SAFETY
-            self._advance(runner, claimed[0])
+            self._advance(runner, claimed[0], lease_deadline(asked, self.lease_seconds))
 
-    def _advance(self, runner: Runner, claimed: RunRecord) -> None:
-        run_id, token = claimed.id, str(claimed.lease_token)
-        runner.leases[run_id] = token
+    def _advance(self, runner: Runner, claimed: RunRecord, deadline: float) -> None:
         with self._lock:
-            self._held[run_id] = token
-        held = True
+            self._held[claimed.id] = str(claimed.lease_token)  # the heartbeat renews it
         try:
-            moved = runner.advance(migrate(runner, claimed))
-            held = moved.lease_token is not None  # a run that left ``running`` gave it back
+            advance_leased(runner, claimed, deadline)
             with self._lock:
                 self.report.advanced += 1
         except VersionConflict:  # fenced: the lease was lost, or another process moved the run
@@ -123,14 +109,11 @@ class Pool:
                 self.report.fenced += 1
         except RatchetError as exc:
             with self._lock:
-                self.report.failed.append((run_id, str(exc)))
+                self.report.failed.append((claimed.id, str(exc)))
         finally:
-            runner.leases.pop(run_id, None)
             with self._lock:
-                self._held.pop(run_id, None)
-                self._deadlines.pop(run_id, None)
-            if held:
-                runner.store.release(run_id, token)
+                self._held.pop(claimed.id, None)
+                self._deadlines.pop(claimed.id, None)  # a renewal may have set it again
 
     def _heartbeat(self) -> None:
         runner = self.make_runner()
@@ -146,4 +129,4 @@ class Pool:
                 if renewed:
                     with self._lock:
                         if self._held.get(run_id) == token:
-                            self._deadlines[run_id] = asked + self.lease_seconds * LEASE_SAFETY
+                            self._deadlines[run_id] = lease_deadline(asked, self.lease_seconds)

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import JSON, Float, Integer, Table
+
+if TYPE_CHECKING:  # runner.store imports this module
+    from .store import Change, RunRecord
 
 #: The database's clock in epoch seconds: leases expire by it, never by a worker's clock.
 DB_NOW = "extract(epoch from clock_timestamp())"
@@ -111,24 +114,24 @@ def _row_params(
     }
 
 
-class Tables:
+class Tables(NamedTuple):
     """The tables the statements write (the store's own :class:`~sqlalchemy.Table` objects)."""
 
-    def __init__(
-        self,
-        runs: Table,
-        events: Table,
-        operations: Table,
-        approvals: Table,
-        timers: Table,
-        signals: Table,
-    ) -> None:
-        self.runs = runs
-        self.events = events
-        self.operations = operations
-        self.approvals = approvals
-        self.timers = timers
-        self.signals = signals
+    runs: Table
+    events: Table
+    operations: Table
+    approvals: Table
+    timers: Table
+    signals: Table
+
+
+def _event_params(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The parameters of the ``ev`` part: each event's kind and its data as JSON text."""
+    params: dict[str, Any] = {}
+    for i, (kind, data) in enumerate(events):
+        params[f"e{i}_kind"] = kind
+        params[f"e{i}_data"] = json.dumps(data)
+    return params
 
 
 #: The shape of a change: everything its SQL text depends on.
@@ -219,7 +222,7 @@ class Statements:
     # -- a change to a run -------------------------------------------------------------------
 
     @staticmethod
-    def shape(change: Any) -> Shape | None:
+    def shape(change: Change) -> Shape | None:
         """The shape of ``change``, or None when one statement cannot apply it exactly."""
         if change.consume_approvals or change.fire_timer is not None:
             return None
@@ -238,7 +241,7 @@ class Statements:
             tuple(tuple(sorted(record)) for record in change.new_approvals),
         )
 
-    def commit(self, change: Any, after: Any) -> tuple[str, dict[str, Any]] | None:
+    def commit(self, change: Change, after: RunRecord) -> tuple[str, dict[str, Any]] | None:
         """The statement and parameters that apply ``change`` (moving the run to ``after``),
         or None when it needs a transaction."""
         shape = self.shape(change)
@@ -257,10 +260,8 @@ class Statements:
             "n_spec_digest": after.spec_digest,
             "at": change.at,
             "cancel_state": change.cancel_timers_of_state,
+            **_event_params(change.events),
         }
-        for i, (kind, data) in enumerate(change.events):
-            params[f"e{i}_kind"] = kind
-            params[f"e{i}_data"] = json.dumps(data)
         if change.new_operations:
             params.update(
                 _row_params(
@@ -327,9 +328,7 @@ class Statements:
             f"r_{column}": bind(t.runs, column, record.get(column)) for column in self.run_columns
         }
         params |= {"n_version": record["version"], "at": record["created_at"]}
-        for i, (kind, data) in enumerate(first_events):
-            params[f"e{i}_kind"] = kind
-            params[f"e{i}_data"] = json.dumps(data)
+        params |= _event_params(first_events)
         for i, (timer, columns) in enumerate(zip(new_timers, timer_shapes, strict=True)):
             params.update(_row_params(t.timers, f"t{i}", columns, [timer]))
         return self._create_sql(len(first_events), timer_shapes), params

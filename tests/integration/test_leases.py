@@ -276,3 +276,55 @@ def test_a_pool_runner_asks_for_the_newest_spec_version_once_per_interval(
     assert runner.latest_spec("returns") == (spec.digest, spec.spec_version)  # known
     runner.spec_check_interval = 0.0
     assert runner.latest_spec("returns") == ("e" * 64, spec.spec_version + 1)  # asked again
+
+
+def test_the_heartbeat_keeps_a_long_step_leased_even_after_a_failed_renewal(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step that outlasts the lease (here 1 s against 0.6 s) may still call out, because the
+    heartbeat renews the lease in the database and this worker's own deadline with it; a
+    renewal that fails (the database away for a moment) does not stop the heartbeat."""
+    (run,) = labels(make_runner(), world, 1)
+    renew = store.renew
+    renewals: list[bool] = []
+
+    def flaky(run_id: str, token: str, lease_seconds: float) -> bool:
+        if not renewals:
+            renewals.append(False)
+            raise StoreError("the store failed: connection refused")
+        renewals.append(renew(run_id, token, lease_seconds))
+        return renewals[-1]
+
+    def slow(point: str, effect: str) -> None:
+        if point == "before-write":
+            time.sleep(1.0)
+
+    monkeypatch.setattr(store, "renew", flaky)
+    report = Pool(
+        lambda: make_runner(interrupt=slow), concurrency=1, lease_seconds=0.6, poll=0.01
+    ).run(until_idle=True)
+
+    assert (report.advanced, report.fenced, report.failed) == (1, 0, [])
+    assert store.get_run(run.id).state == "labelled"
+    assert renewals[0] is False
+    assert renewals[1:3] == [True, True]
+
+
+def test_a_busy_pool_looks_for_due_timers_once_per_poll_interval_not_per_claim(
+    make_runner: MakeRunner, world: PracticeWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    labels(make_runner(), world, 20)
+    looked: list[int] = []
+
+    def make() -> Runner:
+        runner = make_runner()
+        fire_due = runner.timers.fire_due
+        monkeypatch.setattr(
+            runner.timers, "fire_due", lambda *a: looked.append(1) or fire_due(*a)
+        )
+        return runner
+
+    report = Pool(make, concurrency=1, lease_seconds=10.0, poll=60.0).run(until_idle=True)
+
+    assert report.advanced == 20
+    assert len(looked) == 1  # 20 claims within one poll interval: one look

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,37 @@ import pytest
 from adapters.practice import PracticeWorld
 from runner.clock import SystemClock
 from runner.execute import Runner
+from runner.spec import Example, Spec
 from runner.store import Store
 from tests.conftest import RATCHET, ROOT, ratchet_process, spec_and_text
 
 RUNS = 60
 KILLS = 6
+
+
+@dataclass
+class Labels:
+    """The return-label workflow on a fresh store and practice world, with one fault."""
+
+    home: Path
+    world: PracticeWorld
+    store: Store
+    runner: Runner
+    spec: Spec
+    text: str
+    example: Example
+
+
+def labels_with(tmp_path: Path, store_url: str, fault: str, times: int) -> Labels:
+    home = tmp_path / "home"
+    world = PracticeWorld(home / "practice.db")
+    store = Store(store_url)
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("create_label", fault, times=times)
+    runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
+    return Labels(home, world, store, runner, spec, text, example)
 
 
 def spawn(home: Path, store_url: str) -> subprocess.Popen[str]:
@@ -33,14 +60,9 @@ def spawn(home: Path, store_url: str) -> subprocess.Popen[str]:
 def test_workers_killed_at_random_moments_leave_every_change_made_exactly_once(
     store_url: str, tmp_path: Path
 ) -> None:
-    home = tmp_path / "home"
-    world = PracticeWorld(home / "practice.db")
-    store = Store(store_url)
-    spec, text = spec_and_text("returns")
-    example = spec.examples["T-90604"]
-    world.seed({"orders": example.world["orders"]})
-    world.add_fault("create_label", "unavailable", times=3)  # a few transient failures
-    runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
+    setup = labels_with(tmp_path, store_url, "unavailable", 3)  # a few transient failures
+    home, world, store, runner = setup.home, setup.world, setup.store, setup.runner
+    spec, text, example = setup.spec, setup.text, setup.example
     tickets = [{**example.input, "ticket": f"T-{5000 + i}"} for i in range(RUNS)]
     per_kill = -(-RUNS // KILLS)  # new work before each kill: every kill falls mid-work
     runs = [runner.start(spec, text, ticket)[0] for ticket in tickets[:per_kill]]
@@ -122,15 +144,9 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
 ) -> None:
     import json
 
-    home = tmp_path / "home"
-    world = PracticeWorld(home / "practice.db")
-    store = Store(store_url)
-    spec, text = spec_and_text("returns")
-    example = spec.examples["T-90604"]
-    world.seed({"orders": example.world["orders"]})
-    world.add_fault("create_label", "slow_reply", times=1)
-    runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
-    run, _ = runner.start(spec, text, example.input)
+    setup = labels_with(tmp_path, store_url, "slow_reply", 1)
+    home, world, store = setup.home, setup.world, setup.store
+    run, _ = setup.runner.start(setup.spec, setup.text, setup.example.input)
     env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
     env.pop("RATCHET_NOW", None)
     frozen = ratchet_process(
