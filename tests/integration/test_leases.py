@@ -319,9 +319,7 @@ def test_a_busy_pool_looks_for_due_timers_once_per_poll_interval_not_per_claim(
     def make() -> Runner:
         runner = make_runner()
         fire_due = runner.timers.fire_due
-        monkeypatch.setattr(
-            runner.timers, "fire_due", lambda *a: looked.append(1) or fire_due(*a)
-        )
+        monkeypatch.setattr(runner.timers, "fire_due", lambda *a: looked.append(1) or fire_due(*a))
         return runner
 
     report = Pool(make, concurrency=1, lease_seconds=10.0, poll=60.0).run(until_idle=True)
