@@ -8,7 +8,9 @@ JSON is printed on stdout; messages go to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -28,6 +30,7 @@ from runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS, home
 from runner.validate import Report, load_spec, validate_path
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
+    from runner.clock import Clock
     from runner.execute import Runner
     from runner.spec import Adapter as AdapterSpec
     from runner.store import RunRecord, Store
@@ -255,7 +258,11 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
 # -- running workflows ------------------------------------------------------------------------
 
 
-def _kill_at(target: str | None) -> Callable[[str, str], None] | None:
+def _kill_at(target: str | None, leases: dict[str, str]) -> Callable[[str, str], None] | None:
+    """The ``--interrupt`` hook: SIGKILL this process at the point named. No call is in flight
+    at any of the points, so the leases this process holds (``leases``: the runner's) are given
+    back first, and ``ratchet resume`` can go on at once; a real crash leaves them behind, and
+    others wait until they run out."""
     if target is None:
         return None
     point, _, effect = target.partition(":")
@@ -266,6 +273,10 @@ def _kill_at(target: str | None) -> Callable[[str, str], None] | None:
                 f"interrupted at {point} of {reached_effect}: the process ends here (SIGKILL)",
                 err=True,
             )
+            for store in _OPEN_STORES:
+                for run_id, token in list(leases.items()):
+                    with contextlib.suppress(Exception):
+                        store.release(run_id, token)
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -289,6 +300,27 @@ DB_OPTION = click.option(
     help="Store URL (default: sqlite:///.ratchet/ratchet.db; env RATCHET_DB).",
 )
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+
+
+def _check_lease(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise click.BadParameter(f"must be a finite number of seconds above 0, not {value}")
+    return value
+
+
+LEASE_OPTION = click.option(
+    "--lease",
+    "lease_seconds",
+    type=float,
+    default=30.0,
+    show_default=True,
+    envvar="RATCHET_LEASE",
+    callback=_check_lease,
+    metavar="SECONDS",
+    help="How long this command leases the run while it changes it and drives it on (a "
+    "heartbeat renews the lease; env RATCHET_LEASE). Workers cannot take the run meanwhile; if "
+    "this process dies, they take it over once the lease has run out.",
+)
 INTERRUPT_OPTION = click.option(
     "--interrupt",
     metavar="POINT[:EFFECT]",
@@ -304,21 +336,34 @@ _OPEN_STORES: list[Store] = []
 
 
 def _open_store(db: str | None) -> Store:
-    """A store for this command; :func:`main` closes it (and its connections) at the end."""
+    """A store for this command; :func:`main` closes it (and its connections) at the end. The
+    default store (no --db, no RATCHET_DB: SQLite under RATCHET_HOME, beside the practice world)
+    is created as a practice store; a store named by URL is not (see ``reset --practice``)."""
     from runner.store import Store
 
-    store = Store(db)
+    store = Store(db, practice=db is None)
     _OPEN_STORES.append(store)
     return store
+
+
+def _clock(store: Store) -> Clock:
+    """This command's clock: RATCHET_NOW on a practice store (every event then records the real
+    time beside it), else the system clock. RATCHET_NOW on another store is refused."""
+    from runner.clock import command_clock
+    from runner.store import redact
+
+    clock, overridden = command_clock(os.environ, store.is_practice, redact(store.url))
+    store.stamp_real_time = overridden
+    return clock
 
 
 def _session(
     db: str | None, interrupt: str | None = None, naive: bool = False
 ) -> tuple[Store, PracticeWorld, Runner]:
-    from runner.clock import clock_from_env
     from runner.execute import Runner
 
     store = _open_store(db)
+    clock = _clock(store)
     world = PracticeWorld(home() / "practice.db")
 
     def adapter_for(adapter: AdapterSpec) -> PracticeAdapter:
@@ -329,13 +374,15 @@ def _session(
             )
         return world.adapter(adapter.kind)
 
+    leases: dict[str, str] = {}
     runner = Runner(
         store,
         adapter_for,
-        clock_from_env(os.environ.get("RATCHET_NOW")),
-        interrupt=_kill_at(interrupt),
+        clock,
+        interrupt=_kill_at(interrupt, leases),
         strategy="naive" if naive else "ratchet",
     )
+    runner.leases = leases
     return store, world, runner
 
 
@@ -421,9 +468,11 @@ def _parse_fault(spec_effects: dict[str, Any], text: str) -> tuple[str, str]:
     multiple=True,
     metavar="EFFECT:KIND",
     help="Inject a fault into EFFECT's next call: timeout_before_write, "
-    "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply. Repeatable.",
+    "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply, slow_commit. "
+    "Repeatable.",
 )
 @INTERRUPT_OPTION
+@LEASE_OPTION
 @click.option(
     "--naive",
     is_flag=True,
@@ -438,6 +487,7 @@ def run(
     example: str | None,
     faults: tuple[str, ...],
     interrupt: str | None,
+    lease_seconds: float,
     naive: bool,
     db: str | None,
     as_json: bool,
@@ -469,22 +519,39 @@ def run(
             "reconciles; it exists to show how duplicates happen",
             err=True,
         )
+    from runner import commands
+
     _, world, runner = _session(db, interrupt, naive)
     chosen = spec.examples[example] if example is not None else None
     data = chosen.input if chosen is not None else _read_input(str(input_path))
-    started, created = runner.start(spec, text, data)
-    if created:
-        if chosen is not None and chosen.world:
-            world.seed(chosen.world)
+
+    def prepare(_started: RunRecord, created: bool) -> None:
+        if created:
+            if chosen is not None and chosen.world:
+                world.seed(chosen.world)
+        elif parsed:
+            click.echo("note: the run already existed; --fault applies to its next calls", err=True)
         for effect, kind in parsed:
             world.add_fault(effect, kind)
-    elif parsed:
-        click.echo("note: the run already existed; --fault applies to its next calls", err=True)
-        for effect, kind in parsed:
-            world.add_fault(effect, kind)
-    moved = runner.advance(started)
-    headline = "" if created else f"run {started.id} already existed for this business key"
-    _show(_summary(runner, moved), as_json, headline)
+
+    result, created = commands.start(
+        runner, spec, text, data, lease_seconds=lease_seconds, before_drive=prepare
+    )
+    headline = "" if created else f"run {result.run.id} already existed for this business key"
+    _report(runner, result, as_json, "start", headline)
+
+
+def _report(
+    runner: Runner, result: Any, as_json: bool, key: str | None, headline: str | None = None
+) -> None:
+    """Show a command's result: what it did (and what happened after), then the run."""
+    summary = _summary(runner, result.run)
+    if key is not None:
+        summary[key] = result.to_json()
+    lines = [result.message] if headline is None else ([headline] if headline else [])
+    if result.then:
+        lines.append(f"then: {result.then}")
+    _show(summary, as_json, "\n".join(lines))
 
 
 def _decide(
@@ -494,18 +561,17 @@ def _decide(
     role: str | None,
     reason: str | None,
     interrupt: str | None,
+    lease_seconds: float,
     db: str | None,
     as_json: bool,
 ) -> None:
-    from runner.approvals import decide
+    from runner import commands
 
     _, _, runner = _session(db, interrupt)
-    run_id = runner.store.resolve(run_id).id
-    result = decide(runner, run_id, decision, actor, role, reason)
-    moved = runner.advance(run_id) if result.changed else result.run
-    summary = _summary(runner, moved)
-    summary["decision"] = {"changed": result.changed, "message": result.message}
-    _show(summary, as_json, result.message)
+    result = commands.decide(
+        runner, run_id, decision, actor, role, reason, lease_seconds=lease_seconds
+    )
+    _report(runner, result, as_json, "decision")
 
 
 @cli.command()
@@ -513,17 +579,27 @@ def _decide(
 @click.option("--as", "actor", required=True, help="Who approves (recorded).")
 @click.option("--role", required=True, help="The approver's role; the spec lists who may.")
 @INTERRUPT_OPTION
+@LEASE_OPTION
 @DB_OPTION
 @JSON_OPTION
 def approve(
-    run_id: str, actor: str, role: str, interrupt: str | None, db: str | None, as_json: bool
+    run_id: str,
+    actor: str,
+    role: str,
+    interrupt: str | None,
+    lease_seconds: float,
+    db: str | None,
+    as_json: bool,
 ) -> None:
     """Approve the action RUN is waiting for, then drive the run on.
 
     The approval is bound to a digest of the exact arguments shown; if they change, it no
-    longer counts. A role the spec does not allow is refused with no change.
+    longer counts. A role the spec does not allow is refused with no change. The command holds
+    the run's lease while it records the approval and makes the call, so a worker never calls
+    for the same run meanwhile; the output says what happened after the approval ("then: ...")
+    when the run did not simply go on.
     """
-    _decide(run_id, "approve", actor, role, None, interrupt, db, as_json)
+    _decide(run_id, "approve", actor, role, None, interrupt, lease_seconds, db, as_json)
 
 
 @cli.command()
@@ -531,32 +607,44 @@ def approve(
 @click.option("--as", "actor", required=True, help="Who rejects (recorded).")
 @click.option("--reason", required=True, help="Why (recorded, shown in the trace).")
 @click.option("--role", help="The decider's role, checked against the spec when given.")
+@LEASE_OPTION
 @DB_OPTION
 @JSON_OPTION
 def reject(
-    run_id: str, actor: str, reason: str, role: str | None, db: str | None, as_json: bool
+    run_id: str,
+    actor: str,
+    reason: str,
+    role: str | None,
+    lease_seconds: float,
+    db: str | None,
+    as_json: bool,
 ) -> None:
     """Reject the action RUN is waiting for. Nothing is executed."""
-    _decide(run_id, "reject", actor, role, reason, None, db, as_json)
+    _decide(run_id, "reject", actor, role, reason, None, lease_seconds, db, as_json)
 
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @INTERRUPT_OPTION
+@LEASE_OPTION
 @DB_OPTION
 @JSON_OPTION
-def resume(run_id: str, interrupt: str | None, db: str | None, as_json: bool) -> None:
+def resume(
+    run_id: str, interrupt: str | None, lease_seconds: float, db: str | None, as_json: bool
+) -> None:
     """Drive RUN on from where it stopped (after a crash, an interrupt, or a fix).
 
     A pending operation with a call on record is reconciled before anything else, so a resume
-    never repeats a change. If another process moves the run first, this one stops and says
-    so (exit status 4).
+    never repeats a change. The command holds the run's lease while it works; a run that
+    another live process (a worker, another command) holds is left to it, and the output says
+    who carries it on (exit status 0). A run held by a process that died is taken over once
+    that process's lease has run out.
     """
-    from runner.lifecycle import migrate
+    from runner import commands
 
     _, _, runner = _session(db, interrupt)
-    moved = runner.advance(migrate(runner, runner.store.resolve(run_id)))
-    _show(_summary(runner, moved), as_json)
+    result = commands.resume(runner, run_id, lease_seconds=lease_seconds)
+    _report(runner, result, as_json, "resume")
 
 
 @cli.command("runs")
@@ -583,11 +671,9 @@ def runs_command(
     status: str | None, limit: int, stuck: bool, older_than: float, db: str | None, as_json: bool
 ) -> None:
     """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
-    from runner.clock import clock_from_env
-
     store = _open_store(db)
     if stuck:
-        now = clock_from_env(os.environ.get("RATCHET_NOW")).now()
+        now = _clock(store).now()
         stalled = store.stuck(now, older_than)
         if as_json:
             _emit_json(
@@ -637,12 +723,10 @@ def status_command(db: str | None, as_json: bool) -> None:
     """Runs by status, the leases workers hold (owner, how long held, time left by the
     database's clock), and the runs whose lease expired."""
 
-    from runner.clock import clock_from_env
-
     store = _open_store(db)
+    now = _clock(store).now()
     counts = store.status_counts()
     leases = store.leases()
-    now = clock_from_env(os.environ.get("RATCHET_NOW")).now()
 
     def held(lease: dict[str, Any]) -> float | None:
         taken = lease["taken_at"]
@@ -740,18 +824,40 @@ def effects(as_json: bool) -> None:
     is_flag=True,
     help="Also delete every run in the store (not only the practice world).",
 )
+@click.option(
+    "--practice",
+    is_flag=True,
+    help="With --all: also declare the emptied store a practice store, on which RATCHET_NOW may "
+    "set the time (the default store under RATCHET_HOME is one already). Never for a store "
+    "that does real work.",
+)
 @DB_OPTION
 @JSON_OPTION
-def reset(everything: bool, db: str | None, as_json: bool) -> None:
-    """Empty the practice world (orders, changes, calls, faults); with --all, the store too."""
-
+def reset(everything: bool, practice: bool, db: str | None, as_json: bool) -> None:
+    """Empty the practice world (orders, changes, calls, faults); with --all, the store too;
+    with --all --practice, declare that store a practice store."""
+    if practice and not everything:
+        raise click.UsageError(
+            "--practice declares an emptied store a practice store: give it with --all"
+        )
     PracticeWorld(home() / "practice.db").reset()
     if everything:
-        _open_store(db).reset()
+        store = _open_store(db)
+        store.reset()
+        if practice:
+            store.mark_practice()
     if as_json:
-        _emit_json({"practice_world": "reset", "store": "emptied" if everything else "kept"})
+        _emit_json(
+            {
+                "practice_world": "reset",
+                "store": "emptied" if everything else "kept",
+                **({"practice_store": True} if practice else {}),
+            }
+        )
     else:
-        click.echo("practice world reset" + (" and store emptied" if everything else ""), err=True)
+        emptied = " and store emptied" if everything else ""
+        declared = ", now a practice store" if practice else ""
+        click.echo(f"practice world reset{emptied}{declared}", err=True)
 
 
 @cli.command("signal")
@@ -770,6 +876,7 @@ def reset(everything: bool, db: str | None, as_json: bool) -> None:
     default=None,
     help="The spec version the sender means: a run pinned to another version refuses it.",
 )
+@LEASE_OPTION
 @DB_OPTION
 @JSON_OPTION
 def signal_command(
@@ -778,6 +885,7 @@ def signal_command(
     signal_id: str,
     data: str,
     spec_version: int | None,
+    lease_seconds: float,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -788,7 +896,7 @@ def signal_command(
     queued. Two signals racing: exactly one moves the run; the other is told the run moved on
     (exit status 4).
     """
-    from runner.lifecycle import send_signal
+    from runner import commands
 
     try:
         payload = json.loads(data)
@@ -797,10 +905,10 @@ def signal_command(
     if not isinstance(payload, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--data")
     _, _, runner = _session(db)
-    result = send_signal(runner, run_id, event, signal_id, payload, spec_version)
-    summary = _summary(runner, result.run)
-    summary["signal"] = {"changed": result.changed, "message": result.message}
-    _show(summary, as_json, result.message)
+    result = commands.signal(
+        runner, run_id, event, signal_id, payload, spec_version, lease_seconds=lease_seconds
+    )
+    _report(runner, result, as_json, "signal")
 
 
 @cli.command()
@@ -852,8 +960,16 @@ def worker(
         return
     from runner.pool import Pool
 
+    # RATCHET_NOW on a store that is not a practice store is refused here, once. Otherwise the
+    # pool opens the store itself: a worker started while the database is down waits for it.
+    if os.environ.get("RATCHET_NOW"):
+        _clock(_open_store(db))
     pool = Pool(
-        lambda: _session(db)[2], concurrency=concurrency, lease_seconds=lease_seconds, poll=poll
+        lambda: _session(db)[2],
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+        poll=poll,
+        log=lambda line: click.echo(line, err=True),  # store outages, unexpected errors
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: pool.stop.set())
@@ -865,13 +981,23 @@ def worker(
         "fenced": report.fenced,
         "timers_fired": report.timers,
         "failed": [{"run": r, "error": e} for r, e in report.failed],
+        "store_outages": report.outages,
+        "store_unreachable_seconds": round(report.unreachable_seconds, 2),
+        "store_unreachable": report.unreachable,
     }
     if as_json:
         _emit_json(summary)
     else:
+        outages = ""
+        if report.outages:
+            outages = (
+                f"; the store was unreachable {report.outages} time(s), "
+                f"{report.unreachable_seconds:.1f} s in all"
+                + (", and still was when the worker stopped" if report.unreachable else "")
+            )
         click.echo(
             f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
-            f"fired, {report.fenced} fenced",
+            f"fired, {report.fenced} fenced{outages}",
             err=True,
         )
 
@@ -882,10 +1008,18 @@ def worker(
 @click.option("--as", "actor", required=True, help="Who acts (recorded in the history).")
 @click.option("--role", required=True, help="An operator role the spec declares.")
 @click.option("--note", help="Why (recorded).")
+@LEASE_OPTION
 @DB_OPTION
 @JSON_OPTION
 def ops_command(
-    action: str, run_id: str, actor: str, role: str, note: str | None, db: str | None, as_json: bool
+    action: str,
+    run_id: str,
+    actor: str,
+    role: str,
+    note: str | None,
+    lease_seconds: float,
+    db: str | None,
+    as_json: bool,
 ) -> None:
     """Operator controls: pause, resume, cancel, retry, reconcile or compensate RUN.
 
@@ -900,13 +1034,13 @@ def ops_command(
     Each is authorised by the spec's operators.roles and recorded in the run's history; an
     unauthorised call changes nothing.
     """
-    from runner.lifecycle import operate
+    from runner import commands
 
     _, _, runner = _session(db)
-    result = operate(runner, run_id, action, actor, role, note)
-    summary = _summary(runner, result.run)
-    summary["operator"] = {"changed": result.changed, "message": result.message}
-    _show(summary, as_json, result.message)
+    result = commands.operate(
+        runner, run_id, action, actor, role, note, lease_seconds=lease_seconds
+    )
+    _report(runner, result, as_json, "operator")
 
 
 @cli.command("queue")
@@ -993,7 +1127,8 @@ def check(
 
     For each example, each effect it reaches (forward and compensating), each crash window
     (none, before-request, in-flight, response-lost, receipt-stored) and each fault (none,
-    timeout_before_write, timeout_after_write, unavailable, refuse): a fresh store and practice
+    timeout_before_write, timeout_after_write, unavailable, refuse, malformed, slow_reply, and
+    each ambiguous fault paired with lookup_fails on the same effect): a fresh store and practice
     world, a crash at that window, a resume to the end, and the invariants checked. Exit 1 if
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
     the naive strategy under --compare are the point of the comparison, not failures.
@@ -1130,7 +1265,7 @@ def _main(argv: list[str] | None) -> None:
             click.echo(diagnostic.format(), err=True)
         sys.exit(EXIT_INVALID)
     except VersionConflict as exc:
-        click.echo(f"ratchet: {exc.code} {exc.message}; nothing was done", err=True)
+        click.echo(f"ratchet: {exc.code} {exc.message}; this command changed nothing", err=True)
         sys.exit(EXIT_CONFLICT)
     except RatchetError as exc:
         click.echo(f"ratchet: {exc.code} {exc.message}", err=True)

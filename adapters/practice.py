@@ -10,8 +10,10 @@ Every call received is logged, so tests can count calls.
 
 Faults are injected per effect and per call: ``timeout_before_write`` (the request is lost),
 ``timeout_after_write`` (the change is made, the answer lost), ``unavailable`` (503), ``refuse``,
-``malformed`` (the change is made, the reply is garbage), ``lookup_fails`` and ``slow_reply``
-(the change is made; the answer comes a few seconds later).
+``malformed`` (the change is made, the reply is garbage), ``lookup_fails``, ``slow_reply``
+(the change is made; the answer comes a few seconds later) and ``slow_commit`` (the provider
+commits the change, and answers, only a few seconds after it received the request: a lookup
+meanwhile finds nothing — a provider that commits late but within the call's timeout).
 """
 
 from __future__ import annotations
@@ -56,10 +58,15 @@ FAULT_KINDS = (
     "malformed",
     "lookup_fails",
     "slow_reply",
+    "slow_commit",
 )
 
 #: How long a ``slow_reply`` keeps the caller waiting after the change is made.
 SLOW_REPLY_SECONDS = 3.0
+
+#: How long a ``slow_commit`` provider works on a request before it commits the change (and
+#: replies): a lookup meanwhile finds nothing. Well within every shipped effect's timeout.
+SLOW_COMMIT_SECONDS = 2.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -125,8 +132,11 @@ def _fingerprint(args: dict[str, Any]) -> str:
 class PracticeWorld:
     """The practice database and the services that live in it."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, sleep: Callable[[float], None] | None = None) -> None:
         self.path = Path(path)
+        #: How a ``slow_reply`` waits: ``time.sleep``, or an injected clock's ``sleep`` (which
+        #: moves fake time, as ``ratchet check`` does).
+        self.sleep: Callable[[float], None] = sleep or time.sleep
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         try:
@@ -233,6 +243,10 @@ class PracticeWorld:
             return Refused(f"{service} has no operation {request.operation!r}")
         with self._tx() as db:
             fault = self._fault(db, request.effect, lookup=False)
+        if fault == "slow_commit":  # received; committed (and answered) only a while later
+            self.sleep(SLOW_COMMIT_SECONDS)
+            fault = None
+        with self._tx() as db:
             if fault in ("timeout_before_write", "unavailable"):
                 self._log(db, request, fault)
                 return (
@@ -248,7 +262,7 @@ class PracticeWorld:
         if fault == "timeout_after_write":
             return Ambiguous("timeout: the reply was lost")
         if fault == "slow_reply":  # made, then a long wait before the answer (outside the lock)
-            time.sleep(SLOW_REPLY_SECONDS)
+            self.sleep(SLOW_REPLY_SECONDS)
         if fault == "malformed" and isinstance(outcome, Done):
             return Ambiguous("malformed reply: '<html>502 Bad Gateway</html>'")
         return outcome

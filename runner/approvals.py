@@ -10,14 +10,15 @@ transaction that writes the operation's pending record.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
-from .errors import ApprovalError
+from .clock import format_time
+from .errors import ApprovalError, VersionConflict
 from .execute import Runner
 from .identity import approval_digest, describe_action, evaluate_args
 from .machine import machine_for
 from .spec import Approval, Effect, Spec
-from .store import RunRecord
+from .store import RunRecord, TimerRecord
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,58 @@ def pending_request(runner: Runner, run: RunRecord) -> ApprovalRequest | None:
     return None if approval is None else _request(runner, run, spec, approval)
 
 
+def _expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | None:
+    """The pause's ``expired`` timer, if it is due at ``now`` and has not fired yet."""
+    for timer in runner.store.timers(run.id):
+        if (
+            timer.state == run.state
+            and timer.event == "expired"
+            and timer.fired_at is None
+            and timer.due_at <= now
+        ):
+            return timer
+    return None
+
+
+def _refuse_after_expiry(
+    runner: Runner,
+    run: RunRecord,
+    spec: Spec,
+    timer: TimerRecord,
+    decision: str,
+    actor: str,
+    role: str | None,
+    now: float,
+) -> NoReturn:
+    """A decision that came after the pause expired: fire the expiry instead, as the timer
+    would (claiming the timer in the move's transaction, so it fires once even if a worker
+    fires it at the same moment), and refuse the decision. Nothing is recorded as decided."""
+    verb = "approved" if decision == "approve" else "rejected"
+    change = runner.change(run, at=now)
+    change.fire_timer = timer.id
+    change.event(
+        "decision_refused",
+        decision=decision,
+        actor=actor,
+        role=role or "",
+        reason=f"the pause expired at {format_time(timer.due_at)}",
+    )
+    change.event("timer", event=timer.event, due_at=timer.due_at)
+    try:
+        moved = runner.move(run, spec, timer.event, change)
+        how = "its expiry was applied now"
+    except VersionConflict:
+        moved = runner.store.get_run(run.id)
+        if moved.state == run.state:
+            raise
+        how = "another process applied its expiry first"
+    raise ApprovalError(
+        f"run {run.id} can no longer be {verb}: its pause in {run.state!r} expired at "
+        f"{format_time(timer.due_at)}, before this decision; {how}, and the run moved by "
+        f"'expired' to {moved.state!r} ({moved.status}). Nothing was {verb}"
+    )
+
+
 def decide(
     runner: Runner,
     run_id: str,
@@ -96,6 +149,9 @@ def decide(
 
     Refused with no change: a run not waiting for a decision, a role the spec does not allow,
     an ``approve`` row whose guard does not hold. A repeated decision changes nothing and says so.
+    The pause's deadline is checked now, by :meth:`~runner.execute.Runner.decision_now`: a
+    decision that comes after it is refused, and the expiry the timer has not fired yet is
+    applied instead (the run moves by ``expired``).
     """
     run = runner.store.get_run(run_id)
     if run.status in ("paused", "cancelled"):
@@ -123,8 +179,11 @@ def decide(
         )
     if decision == "approve" and role is None:
         raise ApprovalError("an approval needs the approver's role (--role)")
+    now = runner.decision_now()
+    lapsed = _expired_pause(runner, run, now)
+    if lapsed is not None:
+        _refuse_after_expiry(runner, run, spec, lapsed, decision, actor, role, now)
     request = _request(runner, run, spec, approval)
-    now = runner.clock.now()
     expires_at = now + approval.expires_after if approval.expires_after else None
     record = {
         "actor": actor,

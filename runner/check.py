@@ -1,7 +1,8 @@
 """``ratchet check``: run every crash window of every effect for real, and prove the invariants.
 
 For each example of a spec, each effect it reaches (forward and compensating), each crash window
-and each fault, the checker runs the example on a fresh store and a fresh practice world, crashes
+and each fault (the single faults, and each ambiguous fault paired with a failing lookup), the
+checker runs the example on a fresh store and a fresh practice world, crashes
 at that window (in-process by an exception, or with ``kill=True`` in a child process killed with
 SIGKILL), resumes in a new runner to the end (approving what waits for a decision), and checks:
 
@@ -11,7 +12,10 @@ SIGKILL), resumes in a new runner to the end (approving what waits for a decisio
 * every stored receipt equal to what the practice database holds;
 * attempts within budget;
 * no run lost or stuck (it ends done, or with a person holding an operator item);
-* in a failed saga, every applied forward effect undone exactly once, or an open operator item.
+* in a saga that compensated (it entered a ``compensate`` state), every forward effect applied in
+  the practice world is undone exactly once, or kept on purpose (its compensation is ``none`` or
+  ``impossible``, recorded in the history), or named by the open operator item the run ends in:
+  a run never ends compensated, or cancelled, with a change still made.
 
 The checker uses an example's input and world. Of the example's faults it keeps the refusals,
 which define the scenario (a hotel that is full); the transient ones are left out, since each
@@ -32,14 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import Call, LookupResult, Outcome
-from adapters.practice import PracticeAdapter, PracticeWorld
+from adapters.practice import Change, PracticeAdapter, PracticeWorld
 
 from .approvals import decide, pending_request
 from .clock import FakeClock
 from .errors import RatchetError
 from .execute import Runner, Strategy
-from .spec import Spec
-from .store import RunRecord, Store
+from .identity import compensation_id
+from .spec import Compensation, Spec
+from .store import EventRecord, OperationRecord, RunRecord, Store
 
 #: The four crash windows of an effect, and the runner point each crashes at.
 WINDOWS: dict[str, str | None] = {
@@ -49,7 +54,21 @@ WINDOWS: dict[str, str | None] = {
     "response-lost": "after-write",  # the provider committed; the reply dies with the process
     "receipt-stored": "after-receipt",  # receipt and move committed; the rest of the run is not
 }
-FAULTS = ("none", "timeout_before_write", "timeout_after_write", "unavailable", "refuse")
+#: The faults injected into a case's effect, each once (``refuse``: on every call). The single
+#: faults, then each ambiguous fault paired with ``lookup_fails``: the reply is lost or garbled
+#: and the lookup that follows fails too, so the outcome stays unknown.
+SINGLE_FAULTS = (
+    "none",
+    "timeout_before_write",
+    "timeout_after_write",
+    "unavailable",
+    "refuse",
+    "malformed",
+    "slow_reply",
+)
+AMBIGUOUS_FAULTS = ("timeout_before_write", "timeout_after_write", "malformed")
+PAIRED_FAULTS = tuple(f"{fault}+lookup_fails" for fault in AMBIGUOUS_FAULTS)
+FAULTS = SINGLE_FAULTS + PAIRED_FAULTS
 CHECKER = ("ratchet-check", "")  # the actor who approves what a case waits for
 
 
@@ -158,6 +177,8 @@ def _runner(
 ) -> Runner:
     point = WINDOWS.get(case.window)
     fired = {"done": False}
+    clock = FakeClock()
+    world.sleep = clock.sleep  # a slow reply moves the case's clock; it never sleeps for real
 
     def adapter_for(adapter: Any) -> Any:
         inner = world.adapter(adapter.kind)
@@ -176,7 +197,7 @@ def _runner(
             fired["done"] = True
             die()
 
-    return Runner(store, adapter_for, FakeClock(), interrupt=interrupt, strategy=case.strategy)
+    return Runner(store, adapter_for, clock, interrupt=interrupt, strategy=case.strategy)
 
 
 def _seed(world: PracticeWorld, spec: Spec, case: Case) -> None:
@@ -186,7 +207,8 @@ def _seed(world: PracticeWorld, spec: Spec, case: Case) -> None:
     if case.fault == "refuse":
         world.add_fault(case.effect, "refuse", times=100)
     elif case.fault != "none":
-        world.add_fault(case.effect, case.fault, times=1)
+        for fault in case.fault.split("+"):  # a pair: each once, in order
+            world.add_fault(case.effect, fault, times=1)
 
 
 def drive(runner: Runner, spec: Spec, text: str, example: str) -> RunRecord:
@@ -225,8 +247,9 @@ def run_case(spec: Spec, text: str, case: Case, *, kill: bool = False) -> Result
                 store.close()
         store = Store(store_url)
         try:
-            final = drive(_runner(store, world, case, None), spec, text, case.example)
-            _verify(result, spec, store, world, final)
+            runner = _runner(store, world, case, None)
+            final = drive(runner, spec, text, case.example)
+            _verify(result, spec, runner, world, final)
         except RatchetError as exc:
             result.violations.append(f"resuming failed: {exc}")
         finally:
@@ -283,7 +306,10 @@ def _child(argv: list[str]) -> None:
 # -- the invariants ---------------------------------------------------------------------------
 
 
-def _verify(result: Result, spec: Spec, store: Store, world: PracticeWorld, run: RunRecord) -> None:
+def _verify(
+    result: Result, spec: Spec, runner: Runner, world: PracticeWorld, run: RunRecord
+) -> None:
+    store = runner.store
     changes = world.changes()
     operations = {op.operation_id: op for op in store.operations(run.id)}
     result.changes = len(changes)
@@ -326,25 +352,81 @@ def _verify(result: Result, spec: Spec, store: Store, world: PracticeWorld, run:
             for e in needed
             if forward[e] == 0 and not any(c.effect == e for c in changes)
         ]
-    if spec.states[run.state].kind == "compensated" or (
-        run.status == "needs_person" and run.context.get("undone") is not None
-    ):
-        _verify_saga(result, operations, changes, run)
+    if _compensated(spec, store.history(run.id)):
+        _verify_saga(result, spec, runner, operations, changes, run)
+
+
+def _compensated(spec: Spec, history: list[EventRecord]) -> bool:
+    """Whether the run entered a ``compensate`` state."""
+    return any(
+        e.kind == "moved"
+        and str(e.data.get("to")) in spec.states
+        and spec.states[str(e.data.get("to"))].kind == "compensate"
+        for e in history
+    )
 
 
 def _verify_saga(
-    result: Result, operations: dict[str, Any], changes: list[Any], run: RunRecord
+    result: Result,
+    spec: Spec,
+    runner: Runner,
+    operations: dict[str, OperationRecord],
+    changes: list[Change],
+    run: RunRecord,
 ) -> None:
+    """Every forward effect applied in the practice world is undone exactly once, kept on
+    purpose (and recorded as kept), or named by the operator item the run is left in."""
     applied = {c.operation_id for c in changes}
+    history = runner.store.history(run.id)
+    kept = {e.data.get("operation_id") for e in history if e.kind == "no_compensation"}
+    named = _named_in_queue(runner, run) if run.status == "needs_person" else set()
+    ending = f"the run ended {run.state} ({run.status})"
     for op in operations.values():
         if op.role != "forward" or op.operation_id not in applied:
             continue
-        undo = [u for u in operations.values() if u.compensates == op.operation_id]
-        if not undo:
-            continue  # declared none / impossible: shown to the operator, not an error
-        undone = sum(1 for c in changes if c.operation_id == undo[0].operation_id)
-        if undone != 1 and run.status != "needs_person":
+        where = f"{op.effect} (op {op.operation_id[:12]})"
+        declared = _declared_undo(spec, op.effect)
+        if declared is not None and declared.effect is None:  # none / impossible
+            if op.operation_id not in kept:
+                result.violations.append(
+                    f"{where} is kept ({declared.kind}) but the run never recorded it as kept"
+                )
+            continue
+        undo_ids = {u.operation_id for u in operations.values() if u.compensates == op.operation_id}
+        if declared is not None and declared.effect is not None:
+            undo_ids.add(compensation_id(op.operation_id, declared.effect))
+        undone = sum(1 for c in changes if c.operation_id in undo_ids)
+        if undone > 1:
             result.violations.append(f"{op.effect} undone {undone} times")
+        elif undone == 0 and run.status != "needs_person":
+            result.violations.append(f"{where} was made and never undone, yet {ending}")
+        elif undone == 0 and op.effect not in named and op.operation_id not in named:
+            result.violations.append(
+                f"{where} was made and never undone, and the operator item {run.id} is left in "
+                "does not name it"
+            )
+
+
+def _declared_undo(spec: Spec, effect: str) -> Compensation | None:
+    for row in spec.transitions:
+        if row.external_effect == effect and row.compensation is not None:
+            return row.compensation
+    return None
+
+
+def _named_in_queue(runner: Runner, run: RunRecord) -> set[str]:
+    """The effects and operation IDs the run's operator item names: in its evidence (left to
+    undo, or failed), or in what it asks the person to do."""
+    from .lifecycle import evidence
+
+    found = evidence(runner, run)
+    named = {str(d["effect"]) for d in found["left"]} | {str(d["effect"]) for d in found["failed"]}
+    queued = next(
+        (e.data for e in reversed(runner.store.history(run.id)) if e.kind in ("queued", "stuck")),
+        {},
+    )
+    named |= {str(queued[k]) for k in ("effect", "operation_id") if queued.get(k)}
+    return named
 
 
 # -- many cases -------------------------------------------------------------------------------

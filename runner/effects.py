@@ -26,10 +26,25 @@ from adapters.base import (
     Transient,
 )
 
-from .errors import ApprovalError, ApprovalExpired, ApprovalStale, VersionConflict
-from .identity import compensation_id, describe_action, evaluate_args, operation_id, sha256
+from .clock import format_time
+from .errors import (
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalStale,
+    LeaseLost,
+    RunError,
+    VersionConflict,
+)
+from .identity import (
+    approval_digest,
+    compensation_id,
+    describe_action,
+    evaluate_args,
+    operation_id,
+    sha256,
+)
 from .spec import Effect, Row, Spec
-from .store import Change, OperationRecord, RunRecord
+from .store import ApprovalRecord, Change, OperationRecord, RunRecord
 
 if TYPE_CHECKING:
     from .execute import Runner
@@ -199,6 +214,7 @@ class EffectStep:
             change.events = [e for e in change.events if e[0] != "call"]
             self.run = self.runner.store.commit(change)
             return self._outcome(op, "exhausted", "the run's budget is spent")
+        self.runner.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
         op = self._write_ahead(change, registered)
         self._register_compensation(change)
         self.run = self.runner.store.commit(change)
@@ -211,6 +227,10 @@ class EffectStep:
         if self.naive or self.operation_id in self.run.context.get("operations", ()):
             return None
         if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+            return None
+        try:
+            self.runner.secure_lease(self.run.id, self.effect.timeout)
+        except (LeaseLost, RunError):  # the step itself says so, before committing anything
             return None
         op = self._write_ahead(change, None)
         self._register_compensation(change)
@@ -256,16 +276,83 @@ class EffectStep:
             return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
         if self.runner.run_budget_spent(self.run, self.spec, self.effect):
             return self._outcome(op, "exhausted", "the run's budget is spent")
+        renewed = self._approval_for_resend(op)
+        if isinstance(renewed, RunRecord):
+            return renewed  # no approval covers sending it now: the run has moved
+        self.runner.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
         if self.naive:  # a new name for every attempt: the bug this demonstrates
             fresh = EffectStep(self.runner, self.run, self.spec, self.effect)
             fresh.log = self.log
             return fresh._begin_naive(op)
         change = self._change()
-        change.operation_updates.append((op.operation_id, {"attempts": op.attempts + 1}))
+        update: dict[str, Any] = {"attempts": op.attempts + 1}
+        if renewed is not None:  # a newer approval covers it: consumed with this attempt
+            change.consume_approvals.append(renewed.id)
+            update["status"] = "pending"
+        change.operation_updates.append((op.operation_id, update))
         change.event("call", operation_id=op.operation_id, attempt=op.attempts + 1)
         self.runner.count_attempt(self.run, self.spec, self.effect, change)
         self.run = self.runner.store.commit(change)
-        return self._call(replace(op, attempts=op.attempts + 1))
+        return self._call(replace(op, attempts=op.attempts + 1, status="pending"))
+
+    def _approval_for_resend(self, op: OperationRecord) -> ApprovalRecord | RunRecord | None:
+        """Before a forward effect that needs an approval is sent again (a retry, a resume that
+        reconciled and found nothing, an operator's retry), check now, by
+        :meth:`~runner.execute.Runner.decision_now`, that an approval still covers it.
+
+        None: the approval consumed when its pending record was written still does (unexpired,
+        same digest). An approval: a newer, unconsumed one does; the attempt consumes it. A run:
+        none does, and the run has moved: when the consumed approval expired, the operation is
+        marked ``expired`` (never to be sent on it), ``approval_expired`` is recorded and the run
+        follows its ``expired`` row; when it no longer matches (the run moved to a new spec
+        version or policy), the run goes back to the state that asks (``decision_needed``)."""
+        if self.effect.approval is None or self.role != "forward" or self.naive:
+            return None
+        name = self.effect.approval
+        consumed = [
+            a
+            for a in self.runner.store.approvals(self.run.id)
+            if a.name == name and a.decision == "approved" and a.consumed_at is not None
+        ]
+        used = consumed[-1] if consumed else None
+        now = self.runner.decision_now()
+        digest = approval_digest(self.spec, self.run.id, name, self.effect, self.args)
+        expired = used is not None and used.expires_at is not None and used.expires_at <= now
+        if used is not None and used.digest == digest and not expired and op.status != "expired":
+            return None
+        try:
+            return self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
+        except ApprovalError as refused:
+            if used is None:
+                raise
+            change = self._change()
+            if used.digest != digest:
+                return self.runner.ask_again(
+                    self.run,
+                    self.spec,
+                    self.effect,
+                    change,
+                    ApprovalStale(
+                        f"the approval by {used.actor} was given under another spec version or "
+                        f"policy than {describe_action(self.effect, self.args)} (policy "
+                        f"{self.spec.policy_version}): not sent again on it"
+                    ),
+                )
+            reason = (
+                f"the approval by {used.actor} expired at {format_time(used.expires_at)}, before "
+                f"{self.effect.name} could be sent again ({refused}): not sent"
+            )
+            change.operation_updates.append(
+                (op.operation_id, {"status": "expired", "last_error": reason})
+            )
+            change.context = {**self.run.context, "wake_at": None}
+            change.event(
+                "approval_expired",
+                effect=self.effect.name,
+                operation_id=op.operation_id,
+                reason=reason,
+            )
+            return self.runner.move(self.run, self.spec, "expired", change, self.ctx)
 
     def _begin_naive(self, previous: OperationRecord) -> RunRecord:
         change = self._change()

@@ -9,6 +9,7 @@ The class docstring is the default message::
     ├── StoreError           the store could not do what was asked
     │   ├── VersionConflict  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost    another worker holds (or took over) the run's lease
+    │   │       └── RunBusy  a live lease of another process holds the run: it carries it on
     │   ├── RunNotFound      no run has that ID
     │   └── DuplicateOperation  an operation ID is already recorded (idempotency is data)
     └── RunError             a run cannot take that step
@@ -105,6 +106,17 @@ class LeaseLost(VersionConflict):
     """Another worker holds the run's lease (or took it over): commit nothing more to it."""
 
     code = "R304"
+
+
+class RunBusy(LeaseLost):
+    """Another live process holds the run's lease: it carries the run on; this one must not."""
+
+    code = "R305"
+
+    def __init__(self, message: str, holder: str = "", seconds_left: float = 0.0) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.seconds_left = seconds_left
 
 
 class RunNotFound(StoreError):

@@ -30,6 +30,10 @@ import jsonschema
 
 from adapters.base import (
     Adapter,
+    Found,
+    LookupFailed,
+    LookupResult,
+    NotFound,
 )
 
 from .clock import Clock, SystemClock
@@ -56,6 +60,16 @@ Strategy = Literal["ratchet", "naive"]
 #: checking and sending, and clocks that run at slightly different rates.
 LEASE_SAFETY = 0.9
 
+#: Seconds of lease a call must leave unused beyond its timeout: a call is started only when the
+#: lease outlasts it by this much, so the reply (or the timeout) comes while the lease holds.
+LEASE_MARGIN = 1.0
+
+
+class LeaseTooShort(RunError):
+    """No lease this process takes covers the effect's timeout: run with a longer --lease."""
+
+    code = "R406"
+
 
 _STATUS = {
     "step": "running",
@@ -71,6 +85,20 @@ _STATUS = {
 
 def status_of(state: State) -> str:
     return _STATUS[state.kind]
+
+
+#: The statuses of a forward operation whose change may have been made without the runner
+#: knowing: ``unknown`` (its lookup failed), ``pending`` with a call on record (the process
+#: died, or the run was moved on, before the outcome was known), and ``exhausted`` or
+#: ``expired`` (no further attempt: each ambiguous attempt was looked up and not found, but a
+#: provider may commit late, and an effect without a lookup never knew). A compensation asks
+#: once more rather than assume nothing was made.
+UNRESOLVED = frozenset({"unknown", "pending", "exhausted", "expired"})
+
+
+def outcome_unresolved(op: OperationRecord) -> bool:
+    """Whether ``op`` may have been made although it is not recorded done."""
+    return op.status in UNRESOLVED and op.attempts > 0
 
 
 class Runner:
@@ -89,7 +117,7 @@ class Runner:
     ) -> None:
         self.store = store
         self._adapter_factory = adapters
-        self._adapters: dict[str, Adapter] = {}
+        self._adapters: dict[tuple[str, str], Adapter] = {}
         self.clock = clock or SystemClock()
         self._interrupt = interrupt
         self.strategy: Strategy = strategy
@@ -97,9 +125,21 @@ class Runner:
         self._specs: dict[str, Spec] = {}
         self.inline_wait = inline_wait
         self.leases: dict[str, str] = {}  # run ID -> the lease token this runner holds
-        # run ID -> until when (time.monotonic) this process may still count on its lease: set
+        # run ID -> (owner, seconds): the lease in ``leases`` is taken (or renewed) by each
+        # commit to the run rather than by a claim first (a command changing a waiting run)
+        self.taking: dict[str, tuple[str, float]] = {}
+        # How long the leases this runner takes last (a worker's --lease): a call is started only
+        # with that much lease left, renewed first if need be (see ``secure_lease``).
+        self.lease_seconds = 30.0
+        # run ID -> until when (by ``monotonic``) this process may still count on its lease: set
         # at the claim and at each renewal, short of the lease by LEASE_SAFETY
         self.lease_deadlines: dict[str, float] = {}
+        # The clock lease deadlines are counted by: this process's monotonic clock (a simulation
+        # that moves time itself drives its own, see tests/property/simulation.py).
+        self.monotonic: Callable[[], float] = time.monotonic
+        # Whether a command holding a run's lease renews it from a heartbeat thread
+        # (runner.commands); a simulation that schedules every step renews it from its scheduler.
+        self.heartbeat = True
         # run ID -> (version, operation): a pending record this runner wrote ahead, with the
         # move into its state, and has not called yet (see ``move(..., write_ahead_next=True)``)
         self._written_ahead: dict[str, tuple[int, OperationRecord]] = {}
@@ -128,7 +168,7 @@ class Runner:
     def latest_spec(self, workflow: str) -> tuple[str, int] | None:
         """The digest and version of the newest stored version of ``workflow``, read again
         once ``spec_check_interval`` seconds have passed (or this runner saved a new one)."""
-        now = time.monotonic()
+        now = self.monotonic()
         known = self._latest.get(workflow)
         if known is not None and now - known[0] < self.spec_check_interval:
             return known[1]
@@ -137,9 +177,14 @@ class Runner:
         return latest
 
     def adapter(self, spec: Spec, name: str) -> Adapter:
-        if name not in self._adapters:
-            self._adapters[name] = self._adapter_factory(spec.adapters[name])
-        return self._adapters[name]
+        """The adapter ``name`` of this spec version, made once per (spec version, adapter):
+        never by name alone, since two specs (or two versions of one) may give the same name
+        to different services (a real payment provider in one, ``noop`` in the other)."""
+        key = (spec.digest, name)
+        adapter = self._adapters.get(key)
+        if adapter is None:
+            adapter = self._adapters[key] = self._adapter_factory(spec.adapters[name])
+        return adapter
 
     def context(self, run: RunRecord, spec: Spec, **extra: Any) -> dict[str, Any]:
         """The activation that guards and arguments see."""
@@ -266,16 +311,28 @@ class Runner:
         return EffectStep(self, run, spec, effect).perform()
 
     def _compensate(self, run: RunRecord, spec: Spec) -> RunRecord:
-        """Undo the completed forward effects, newest first, one compensation per step."""
+        """Undo the forward effects, newest first, one compensation (or one lookup) per step.
+
+        The completed effects are undone by their registered compensations. A forward operation
+        whose outcome is not known (:data:`UNRESOLVED`) and that registered an undo is first
+        reconciled by its operation ID (:meth:`_reconcile_for_undo`): found, it is recorded done
+        and undone in its turn; not found, its undo is skipped; if nobody can tell, the run goes
+        to a person instead of ending compensated with the change perhaps still made."""
         operations = self.store.operations(run.id)
+        by_id = {op.operation_id: op for op in operations}
         undo = {op.compensates: op for op in operations if op.role == "compensation"}
         noted = set(run.context.get("skipped_undo", []))
-        for forward_id in reversed(run.context.get("completed", [])):
+        completed = set(run.context.get("completed", []))
+        for forward_id in reversed(self._undo_order(run, operations, undo)):
+            forward = by_id.get(forward_id)
             registered = undo.get(forward_id)
-            if registered is None:
-                if forward_id in noted:
+            if forward_id not in completed:  # outcome unknown: ask the provider first
+                if forward_id in noted or forward is None or registered is None:
                     continue
-                forward = next(op for op in operations if op.operation_id == forward_id)
+                return self._reconcile_for_undo(run, spec, forward, registered)
+            if registered is None:
+                if forward_id in noted or forward is None:
+                    continue
                 change = self.change(run)
                 change.context = {**run.context, "skipped_undo": [*noted, forward_id]}
                 change.event(
@@ -293,6 +350,153 @@ class Runner:
         return self.move(run, spec, "ok", change)
 
     @staticmethod
+    def _undo_order(
+        run: RunRecord, operations: list[OperationRecord], undo: Mapping[str | None, Any]
+    ) -> list[str]:
+        """The forward operations to undo, oldest first: the completed ones in the order they
+        completed, and each one with an unknown outcome and a registered undo placed where its
+        pending record was written (the run's ``operations`` list keeps that order; the store's
+        timestamps may tie)."""
+        order = list(run.context.get("completed", []))
+        for op in operations:
+            if (
+                op.role == "forward"
+                and op.operation_id not in order
+                and op.operation_id in undo
+                and outcome_unresolved(op)
+            ):
+                order = Runner._in_written_order(run, order, op.operation_id)
+        return order
+
+    @staticmethod
+    def _in_written_order(run: RunRecord, order: list[str], operation_id: str) -> list[str]:
+        """``order`` with ``operation_id`` inserted before the first operation whose pending
+        record was written after its own."""
+        written = {oid: i for i, oid in enumerate(run.context.get("operations", []))}
+        mine = written.get(operation_id, len(written))
+        later = (i for i, oid in enumerate(order) if written.get(oid, -1) > mine)
+        at = next(later, len(order))
+        return [*order[:at], operation_id, *order[at:]]
+
+    def _reconcile_for_undo(
+        self, run: RunRecord, spec: Spec, forward: OperationRecord, registered: OperationRecord
+    ) -> RunRecord:
+        """Ask the provider, by its operation ID, whether a forward operation whose outcome is
+        unknown was made, before the saga decides whether to undo it."""
+        effect = spec.effects[forward.effect]
+        if effect.reconcile is None:
+            return self._unknown_to_person(
+                run, forward, "the effect has no reconcile lookup", looked=False
+            )
+        try:
+            found: LookupResult = self.adapter(spec, effect.adapter).lookup(
+                effect.reconcile, forward.operation_id, effect.name
+            )
+        except Exception as exc:  # an adapter bug or a raw network error: nobody can tell
+            found = LookupFailed(f"lookup raised {type(exc).__name__}: {exc}")
+        field = self._receipt_field(spec, effect)
+        if (
+            isinstance(found, Found)
+            and found.receipt
+            and (field is None or bool(found.receipt.get(field)))
+        ):
+            return self._found_for_undo(run, forward, found.receipt, field)
+        if isinstance(found, NotFound):
+            change = self.change(run)
+            noted = list(run.context.get("skipped_undo", []))
+            change.context = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
+            change.operation_updates.append(
+                (
+                    forward.operation_id,
+                    {"last_error": "not on the provider's record when compensating: not made"},
+                )
+            )
+            change.event(
+                "compensation_skipped",
+                operation_id=forward.operation_id,
+                effect=forward.effect,
+                outcome="not_made",
+                reason=(
+                    f"op {forward.operation_id[:12]} is not on the provider's record: "
+                    f"it was not made, so {registered.effect} has nothing to undo"
+                ),
+            )
+            return self.store.commit(change)
+        reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
+        return self._unknown_to_person(run, forward, reason, looked=True)
+
+    def _found_for_undo(
+        self,
+        run: RunRecord,
+        forward: OperationRecord,
+        receipt: dict[str, Any],
+        field: str | None,
+    ) -> RunRecord:
+        """The provider made the change: record it done, with its receipt (which the undo's
+        arguments read), in its place among the completed effects; the next step undoes it."""
+        change = self.change(run)
+        change.operation_updates.append(
+            (forward.operation_id, {"status": "done", "receipt": receipt, "last_error": None})
+        )
+        receipts = {**run.context.get("receipts", {}), forward.effect: receipt}
+        completed = self._in_written_order(
+            run, list(run.context.get("completed", [])), forward.operation_id
+        )
+        change.context = {**run.context, "receipts": receipts, "completed": completed}
+        change.event("reconcile_found", operation_id=forward.operation_id)
+        change.event(
+            "done",
+            operation_id=forward.operation_id,
+            effect=forward.effect,
+            role="forward",
+            via="reconcile",
+            receipt={field or "receipt": receipt.get(field or "")},
+        )
+        return self.store.commit(change)
+
+    def _unknown_to_person(
+        self, run: RunRecord, forward: OperationRecord, reason: str, *, looked: bool
+    ) -> RunRecord:
+        """Nobody can tell whether the change was made: hand the run to a person, where it
+        stands, with what to check. It takes no step until an operator acts (no hot loop)."""
+        op_id = forward.operation_id
+        action = (
+            f"{forward.effect} may have been made, and the saga cannot tell ({reason}): check "
+            f"with the provider whether operation {op_id} was made. Then run "
+            "'ratchet ops compensate' (it looks the operation up again, undoes it if it was "
+            "made and goes on undoing, newest first), or undo it by hand and cancel the run"
+        )
+        change = self.change(run)
+        change.status = "needs_person"
+        change.context = {**run.context, "wake_at": None}
+        change.operation_updates.append(
+            (
+                op_id,
+                {
+                    "status": "unknown",
+                    "last_error": f"{reason}: nobody can tell whether operation {op_id} was made",
+                },
+            )
+        )
+        if looked:
+            change.event("reconcile_failed", operation_id=op_id, reason=reason)
+        change.event(
+            "queued",
+            queue=run.state,
+            operator_action=action,
+            effect=forward.effect,
+            operation_id=op_id,
+        )
+        return self.store.commit(change)
+
+    @staticmethod
+    def _receipt_field(spec: Spec, effect: Effect) -> str | None:
+        for row in spec.transitions:
+            if row.external_effect == effect.name:
+                return row.receipt or effect.receipt
+        return effect.receipt
+
+    @staticmethod
     def _no_undo_reason(spec: Spec, effect: str) -> str:
         for row in spec.transitions:
             if row.external_effect == effect and row.compensation is not None:
@@ -308,6 +512,7 @@ class Runner:
             self.clock.now() if at is None else at,
             run,
             lease_token=self.leases.get(run.id),
+            take_lease=self.taking.get(run.id),
         )
 
     # -- moving -----------------------------------------------------------------------------
@@ -405,6 +610,33 @@ class Runner:
         self.timers.on_move(run, spec, asking, change)
         return self.store.commit(change)
 
+    def secure_lease(self, run_id: str, timeout: float | None) -> None:
+        """Before an attempt is committed: make sure this runner can count on its lease for the
+        whole call, its ``timeout`` plus :data:`LEASE_MARGIN` — renewing the lease first if too
+        little is left — so that no other process can take the run over (and reconcile, and
+        call again) while the request may still be in flight. Raises :class:`LeaseLost` if the
+        lease is gone and :class:`LeaseTooShort` if no lease this runner takes could cover the
+        call; either way nothing has been committed or sent. A runner holding no lease on the
+        run (a test, ``ratchet check``) is not checked."""
+        token = self.leases.get(run_id)
+        deadline = self.lease_deadlines.get(run_id)
+        if token is None or deadline is None:
+            return
+        self.check_lease(run_id)
+        needed = (timeout or 0.0) + LEASE_MARGIN
+        if deadline - self.monotonic() >= needed:
+            return
+        if self.lease_seconds * LEASE_SAFETY < needed:
+            raise LeaseTooShort(
+                f"a call that may take {timeout or 0:g} s (the effect's timeout) needs a lease of "
+                f"more than {needed / LEASE_SAFETY:.0f} s; this process leases runs for "
+                f"{self.lease_seconds:g} s (--lease): no request sent"
+            )
+        asked = self.monotonic()
+        if not self.store.renew(run_id, token, self.lease_seconds):
+            raise LeaseLost(f"the lease on run {run_id} was lost before the call: no request sent")
+        self.lease_deadlines[run_id] = asked + self.lease_seconds * LEASE_SAFETY
+
     def check_lease(self, run_id: str) -> None:
         """Refuse to call out under a lease this process can no longer count on by its own
         clock: a worker paused past its lease (SIGSTOP, a long GC, a frozen VM) must not send a
@@ -412,7 +644,7 @@ class Runner:
         commit anyway; this stops the call itself, which a provider that does not deduplicate
         by key would otherwise make a second time."""
         deadline = self.lease_deadlines.get(run_id)
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and self.monotonic() >= deadline:
             raise LeaseLost(
                 f"the lease on run {run_id} ran out on this worker's own clock before the call "
                 "(was the process paused?): no request sent; the run's next holder reconciles"
@@ -460,14 +692,24 @@ class Runner:
 
     # -- approvals --------------------------------------------------------------------------
 
+    def decision_now(self) -> float:
+        """Now, for a decision a deadline or an expiry bounds (a decision on a pause, an
+        approval about to be used): the store's clock when this runner runs on the system
+        clock, so every process deciding on one run reads one clock; the injected clock when
+        another is injected (a fake clock in tests, ``RATCHET_NOW`` for practice)."""
+        if isinstance(self.clock, SystemClock):
+            return self.store.db_now()
+        return self.clock.now()
+
     def valid_approval(
         self, run: RunRecord, spec: Spec, effect: Effect, args: dict[str, Any]
     ) -> ApprovalRecord:
-        """The unconsumed approval that covers exactly these arguments, or ApprovalError."""
+        """The unconsumed approval that covers exactly these arguments, unexpired now
+        (:meth:`decision_now`), or ApprovalError."""
         assert effect.approval is not None
         digest = approval_digest(spec, run.id, effect.approval, effect, args)
         records = self.store.approvals(run.id)
-        now = self.clock.now()
+        now = self.decision_now()
         stale: ApprovalRecord | None = None
         for record in reversed(records):
             if record.name != effect.approval:

@@ -9,18 +9,23 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from .errors import (
     ApprovalError,
     DuplicateOperation,
+    RatchetError,
     RunError,
     SignalRefused,
+    StoreError,
+    UsageError,
     VersionConflict,
 )
 from .execute import LEASE_SAFETY, Runner, status_of
@@ -39,11 +44,96 @@ class OperatorRefused(RunError):
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a lifecycle call did: the run afterwards, whether it changed, and why."""
+    """What a lifecycle call did: the run afterwards, whether it changed, and why; ``then`` says
+    what happened after the change, when the run could not be driven on as usual (another
+    process carried it on, or its next step failed and it waits for a person)."""
 
     run: RunRecord
     changed: bool
     message: str
+    then: str | None = None
+
+
+class StepFailed(RunError):
+    """A step failed with an error the run cannot recover from by itself: the run was moved to
+    the operator queue with the error as evidence."""
+
+    code = "R407"
+
+    def __init__(self, message: str, run: RunRecord) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+def validate_lease(seconds: float) -> float:
+    """A lease length a worker or command may use: a finite number of seconds above zero."""
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"a lease must be a finite number of seconds above 0, not {seconds!r}")
+    return float(seconds)
+
+
+# -- driving a run on -----------------------------------------------------------------------
+
+
+def park(runner: Runner, run_id: str, error: BaseException) -> RunRecord:
+    """Move a running run whose step failed with ``error`` to the operator queue, once, with the
+    error as evidence; ``ratchet ops retry`` takes the step again (reconciling first)."""
+    run = runner.store.get_run(run_id)
+    if run.status != "running":
+        return run
+    code = getattr(error, "code", "R000") if isinstance(error, RatchetError) else "R000"
+    text = str(error) if isinstance(error, RatchetError) else f"{type(error).__name__}: {error}"
+    change = runner.change(run)
+    change.status = "needs_person"
+    change.context = {
+        **run.context,
+        "wake_at": None,
+        "failed_step": {"state": run.state, "code": code, "error": text},
+    }
+    change.event("step_failed", state=run.state, code=code, error=text)
+    change.event(
+        "queued",
+        queue=run.state,
+        operator_action=(
+            f"the step in {run.state!r} failed: {text}. Fix the cause, then "
+            f"'ratchet ops retry {run.id} --as NAME --role ROLE' takes the step again "
+            "(reconciling any call on record first)"
+        ),
+    )
+    return runner.store.commit(change)
+
+
+def drive(runner: Runner, run: RunRecord) -> RunRecord:
+    """:meth:`Runner.advance`, except that a step failing with an error the run cannot recover
+    from by itself (a bad argument, an adapter kind with no implementation, an approval that no
+    longer fits) moves the run to the operator queue once, with the error as evidence, and
+    raises :class:`StepFailed`, instead of leaving it runnable to fail again and again. Races
+    (:class:`VersionConflict`) and store failures are raised as they are: they are not the
+    run's fault."""
+    try:
+        return runner.advance(run)
+    except (StoreError, SQLAlchemyError):  # a database error that escaped unwrapped: an outage
+        raise
+    except Exception as exc:
+        parked = park(runner, run.id, exc)
+        raise StepFailed(f"run {run.id}: {exc}; it waits for a person", parked) from exc
+
+
+def carry_on(runner: Runner, run: RunRecord) -> tuple[RunRecord, str | None]:
+    """Drive on a run this process has just changed, and say what happened after the change
+    instead of raising: the change itself stands whatever follows."""
+    try:
+        return drive(runner, run), None
+    except StepFailed as failed:
+        return failed.run, f"its next step failed and it waits for a person: {failed.__cause__}"
+    except VersionConflict as raced:
+        try:
+            now = runner.store.get_run(run.id)
+        except StoreError:
+            now = run
+        return now, f"another process carried the run on ({raced})"
+    except StoreError as failed:
+        return run, f"the store failed while driving it on ({failed}); 'ratchet resume' goes on"
 
 
 # -- signals --------------------------------------------------------------------------------
@@ -112,7 +202,8 @@ def send_signal(
             False,
             f"signal {signal_id} was already received; nothing changed",
         )
-    return Outcome(runner.advance(moved), True, f"{event} moved the run to {row.next_state}")
+    driven, then = carry_on(runner, moved)
+    return Outcome(driven, True, f"{event} moved the run to {row.next_state}", then)
 
 
 # -- spec versions --------------------------------------------------------------------------
@@ -193,7 +284,7 @@ def worker_identity() -> str:
 
 
 def lease_deadline(claimed_at: float, lease_seconds: float) -> float:
-    """Until when (``time.monotonic``) a worker counts on a lease asked for at ``claimed_at``
+    """Until when (``Runner.monotonic``) a worker counts on a lease asked for at ``claimed_at``
     (the claim or renewal was sent then; the database's expiry cannot be earlier)."""
     return claimed_at + lease_seconds * LEASE_SAFETY
 
@@ -207,8 +298,11 @@ def advance_leased(runner: Runner, claimed: RunRecord, deadline: float) -> RunRe
     runner.lease_deadlines[claimed.id] = deadline
     moved: RunRecord | None = None
     try:
-        moved = runner.advance(migrate(runner, claimed))
+        moved = drive(runner, migrate(runner, claimed))
         return moved
+    except StepFailed as failed:
+        moved = failed.run  # parked: the commit that did it gave the lease back
+        raise
     finally:
         runner.leases.pop(claimed.id, None)
         runner.lease_deadlines.pop(claimed.id, None)
@@ -223,9 +317,10 @@ def worker_pass(
     it goes, one at a time, until none is left (or ``limit`` runs). No heartbeat: each lease
     is counted on from its claim."""
     owner = owner or worker_identity()
+    runner.lease_seconds = validate_lease(lease_seconds)
     report = PassReport(fired=runner.timers.fire_due(limit))
     for _ in range(limit):
-        asked = time.monotonic()
+        asked = runner.monotonic()
         claimed = runner.store.claim(owner, lease_seconds, runner.clock.now())
         if not claimed:
             break
@@ -313,8 +408,8 @@ def _resume(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outco
     if run.status != "paused":
         raise OperatorRefused(f"run {run.id} is {run.status}, not paused; nothing changed")
     change.status = str(run.context.get("paused_from") or status_of(spec.states[run.state]))
-    moved = runner.store.commit(change)
-    return Outcome(runner.advance(moved), True, f"run {run.id} resumed")
+    driven, then = carry_on(runner, runner.store.commit(change))
+    return Outcome(driven, True, f"run {run.id} resumed", then)
 
 
 def _cancel(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
@@ -338,6 +433,15 @@ def _grant(run: RunRecord, op: OperationRecord, extra: int) -> dict[str, Any]:
 
 
 def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+    failed_step = run.context.get("failed_step")
+    if failed_step is not None and run.status == "needs_person":
+        # A step that failed before it could finish (see ``park``): take it again.
+        change.status = "running"
+        change.context = {
+            k: v for k, v in run.context.items() if k not in ("failed_step", "wake_at")
+        }
+        driven, then = carry_on(runner, runner.store.commit(change))
+        return Outcome(driven, True, f"the step in {failed_step['state']!r} is taken again", then)
     op = _failed_operation(runner, run, ("forward",))
     if op.status == "refused":
         raise OperatorRefused(
@@ -353,11 +457,12 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcom
         "wake_at": None,
     }
     change.operation_updates.append((op.operation_id, {"status": "pending"}))
-    moved = runner.store.commit(change)
+    driven, then = carry_on(runner, runner.store.commit(change))
     return Outcome(
-        runner.advance(moved),
+        driven,
         True,
         f"{op.effect} retried with {effect.retry.max_attempts} more attempt(s), same operation ID",
+        then,
     )
 
 
@@ -383,10 +488,8 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Ou
         change.state = _compensate_state(spec, run)
     change.status = "running"
     change.event("reconcile_found", operation_id=op.operation_id)
-    moved = runner.store.commit(change)
-    return Outcome(
-        runner.advance(moved), True, f"{op.effect} is on the provider's record; the run goes on"
-    )
+    driven, then = carry_on(runner, runner.store.commit(change))
+    return Outcome(driven, True, f"{op.effect} is on the provider's record; the run goes on", then)
 
 
 def _compensate_state(spec: Spec, run: RunRecord) -> str:
@@ -410,8 +513,8 @@ def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> O
             change.operation_updates.append((op.operation_id, {"status": "pending"}))
     change.state, change.status = target, "running"
     change.context = {**run.context, "grants": grants, "wake_at": None}
-    moved = runner.store.commit(change)
-    return Outcome(runner.advance(moved), True, f"compensating run {run.id} from {target}")
+    driven, then = carry_on(runner, runner.store.commit(change))
+    return Outcome(driven, True, f"compensating run {run.id} from {target}", then)
 
 
 # -- the queue ------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Tables: ``spec_versions`` (the exact text a run started under), ``runs`` (state, version,
 business key, input, context), ``events`` (each run's append-only history, plain JSON),
-``operations`` (one row per operation ID, under a primary key: idempotency is data) and
-``approvals``.
+``operations`` (one row per operation ID, under a primary key: idempotency is data),
+``approvals``, ``timers``, ``signals``, and ``meta`` (what the store recorded about itself when
+it was created: whether it is a practice store).
 
 Every change to a run is one :class:`Change` applied by :meth:`Store.commit` in one transaction
 that first compare-and-sets the run's version (``UPDATE runs … WHERE id = :id AND version = :v``,
@@ -60,7 +61,15 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from .errors import DuplicateOperation, LeaseLost, RunNotFound, StoreError, VersionConflict
+from .clock import Clock, SystemClock
+from .errors import (
+    DuplicateOperation,
+    LeaseLost,
+    RunBusy,
+    RunNotFound,
+    StoreError,
+    VersionConflict,
+)
 from .settings import ENV_DB, home
 from .store_pg import Statements, Tables
 
@@ -171,6 +180,16 @@ timers = Table(
 Index("ix_timers_due", timers.c.fired_at, timers.c.due_at)
 Index("ix_timers_run", timers.c.run_id)
 
+#: What a store records about itself, once, when it is created: ``created_at`` (epoch seconds)
+#: and, for a practice store, ``practice`` (``true``): the one kind of store on which the
+#: command line honours ``RATCHET_NOW``. A key/value table, so that later facts need no new one.
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
 signals = Table(
     "signals",
     metadata,
@@ -203,9 +222,14 @@ _RELEASE_UNLESS_RUNNING: dict[str, Any] = {
 }
 
 
+#: A commit under no lease matches only a run with no lease or an expired one: it clears it, so
+#: a run finished after its worker died shows no dead worker's lease.
+_CLEAR_LEASE: dict[str, Any] = dict.fromkeys(("lease_owner", "lease_token", "lease_expires_at"))
+
+
 def _cas_run(*fence: Any, release: bool = False) -> Any:
     """``UPDATE runs SET … WHERE id = :id AND version = :v`` and the lease condition ``fence``."""
-    values = {**_CAS_VALUES, **(_RELEASE_UNLESS_RUNNING if release else {})}
+    values = {**_CAS_VALUES, **(_RELEASE_UNLESS_RUNNING if release else _CLEAR_LEASE)}
     return (
         update(runs)
         .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"), *fence)
@@ -347,6 +371,10 @@ class Change:
     state: str | None = None
     spec_digest: str | None = None
     lease_token: str | None = None  # the lease this commit is made under (fencing)
+    # (owner, seconds): take the lease ``lease_token`` with this commit if the run is free (no
+    # lease, or an expired one) — or keep it, renewed, if it is already this one; how a command
+    # holds the runs it changes without an extra round trip (see runner.commands)
+    take_lease: tuple[str, float] | None = None
     status: str | None = None
     context: dict[str, Any] | None = None
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -368,8 +396,16 @@ class Change:
         commit that takes the run out of ``running`` releases the lease with it)."""
         context = self.context if self.context is not None else base.context
         status = self.status if self.status is not None else base.status
-        if self.lease_token is not None and status != "running":
+        if self.lease_token is None or status != "running":
             base = replace(base, lease_owner=None, lease_token=None, lease_expires_at=None)
+        elif self.take_lease is not None:  # the expiry is the database's: this is its estimate
+            owner, seconds = self.take_lease
+            base = replace(
+                base,
+                lease_owner=owner,
+                lease_token=self.lease_token,
+                lease_expires_at=self.at + seconds,
+            )
         return replace(
             base,
             version=self.expected_version + 1,
@@ -409,6 +445,9 @@ class _Dialect:
 class _SQLite(_Dialect):
     name = "sqlite"
 
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
     def engine(self, url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 60})
 
@@ -421,6 +460,9 @@ class _SQLite(_Dialect):
             cursor.execute("PRAGMA busy_timeout=60000")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
+            # Leases expire by ratchet_now(): this host's clock, read through the store's clock
+            # (the system clock, or one a simulation drives: tests/property/simulation.py).
+            dbapi_connection.create_function("ratchet_now", 0, self.clock.now)
 
         @event.listens_for(engine, "begin")
         def _on_begin(connection: Connection) -> None:
@@ -432,7 +474,7 @@ class _SQLite(_Dialect):
         return engine
 
     def now(self) -> Any:
-        return (func.julianday("now") - 2440587.5) * 86400.0
+        return func.ratchet_now()
 
 
 #: A pooled PostgreSQL connection idle for longer than this is pinged before it is used again
@@ -488,9 +530,9 @@ class _PostgreSQL(_Dialect):
         return func.extract("epoch", func.clock_timestamp())
 
 
-def _dialect_for(url: str) -> _Dialect:
+def _dialect_for(url: str, clock: Clock) -> _Dialect:
     if url.startswith("sqlite"):
-        return _SQLite()
+        return _SQLite(clock)
     if url.startswith("postgresql"):
         return _PostgreSQL()
     return _Dialect()
@@ -504,6 +546,18 @@ def default_url() -> str:
     path = home() / "ratchet.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+def _record_creation(conn: Connection, practice: bool) -> None:
+    """Record in ``meta`` when the store was created, and whether as a practice store, unless it
+    is recorded already (in the transaction that creates the tables)."""
+    known = conn.execute(select(meta.c.key).where(meta.c.key == "created_at")).first()
+    if known is not None:
+        return
+    rows = [{"key": "created_at", "value": repr(time.time())}]
+    if practice:
+        rows.append({"key": "practice", "value": "true"})
+    conn.execute(insert(meta), rows)
 
 
 def redact(url: str) -> str:
@@ -522,9 +576,25 @@ def redact(url: str) -> str:
 class Store:
     """Ratchet's durable state behind one SQLAlchemy engine."""
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        create: bool = True,
+        practice: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        """Open the store at ``url`` (default: :func:`default_url`), creating its tables when
+        ``create``. ``practice`` records, when this call creates the store, that it is a
+        practice store (see :meth:`is_practice`); opening an existing store never changes what
+        it is. ``clock`` is the clock leases expire by on SQLite (default: the system clock; a
+        simulation injects its own); PostgreSQL's leases expire by the server's clock."""
         self.url = url or default_url()
-        self.dialect = _dialect_for(self.url)
+        self.clock: Clock = clock or SystemClock()
+        self.dialect = _dialect_for(self.url, self.clock)
+        #: Set when "now" is overridden for practice (``RATCHET_NOW``): every event a change
+        #: commits then also records the real time, as ``real_at`` in its data.
+        self.stamp_real_time = False
         try:
             self.engine = self.dialect.engine(self.url)
             self._writer = self.engine.execution_options(ratchet_write=True)
@@ -545,6 +615,28 @@ class Store:
             self._cas_free = _cas_run(
                 or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now)
             )
+            running = bindparam("n_status") == "running"
+            self._cas_take = (
+                update(runs)
+                .where(
+                    runs.c.id == bindparam("b_id"),
+                    runs.c.version == bindparam("b_version"),
+                    or_(
+                        runs.c.lease_token == bindparam("b_token"),
+                        runs.c.lease_token.is_(None),
+                        runs.c.lease_expires_at < self._db_now,
+                    ),
+                )
+                .values(
+                    **_CAS_VALUES,
+                    lease_owner=case((running, bindparam("b_owner")), else_=None),
+                    lease_token=case((running, bindparam("b_token")), else_=None),
+                    lease_expires_at=case(
+                        (running, self._db_now + bindparam("b_seconds", type_=Float)),
+                        else_=None,
+                    ),
+                )
+            )
             if create:
                 with self._writer.begin() as conn:
                     self.dialect.lock_schema(conn)
@@ -552,6 +644,7 @@ class Store:
                     for table in metadata.sorted_tables:  # an index added since they were made
                         for index in table.indexes:
                             index.create(conn, checkfirst=True)
+                    _record_creation(conn, practice)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the store at {redact(self.url)}: {_why(exc)}") from None
         except Exception as exc:  # a bad URL, a missing driver
@@ -559,6 +652,50 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    # -- the store's own clock and facts ------------------------------------------------------
+
+    def _stamped(
+        self, events: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``events``, each with the real time beside it when "now" is overridden."""
+        if not self.stamp_real_time:
+            return events
+        real = time.time()
+        return [(kind, {**data, "real_at": data.get("real_at", real)}) for kind, data in events]
+
+    def db_now(self) -> float:
+        """Now by the store's clock, in epoch seconds: what decisions bounded by a deadline or an
+        expiry are judged by (through :meth:`runner.execute.Runner.decision_now`), so every
+        process deciding on one run reads one clock. SQLite lives on this host: its clock is
+        this host's (read through the store's clock). PostgreSQL: the server's
+        ``clock_timestamp()``, one round trip."""
+        if self._pg is None:
+            return self.clock.now()
+        with self._read() as conn:
+            return float(
+                conn.exec_driver_sql("SELECT extract(epoch from clock_timestamp())").scalar_one()
+            )
+
+    def meta_value(self, key: str) -> str | None:
+        """What the store recorded about itself under ``key`` (``meta``), if anything."""
+        with self._read() as conn:
+            row = conn.execute(select(meta.c.value).where(meta.c.key == key)).first()
+        return None if row is None else str(row[0])
+
+    def is_practice(self) -> bool:
+        """Whether the store was created as a practice store (or later emptied and declared one,
+        :meth:`mark_practice`): the command line honours ``RATCHET_NOW`` only on such a store."""
+        return self.meta_value("practice") == "true"
+
+    def mark_practice(self) -> None:
+        """Declare the store a practice store. Meant for a store just emptied (``ratchet reset
+        --all --practice``): on a practice store anyone may set "now" to any time."""
+        with self._write() as conn:
+            if conn.execute(select(meta.c.key).where(meta.c.key == "practice")).first() is None:
+                conn.execute(insert(meta).values(key="practice", value="true"))
+            else:
+                conn.execute(update(meta).where(meta.c.key == "practice").values(value="true"))
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -676,12 +813,12 @@ class Store:
             created_at=at,
             updated_at=at,
         )
-        created = [("created", {"state": state, "business_key": business_key})]
+        created = self._stamped(
+            [("created", {"state": state, "business_key": business_key}), *(first_events or [])]
+        )
         try:
             if self._pg is not None:
-                sql, params = self._pg.create(
-                    record.__dict__, created + list(first_events or []), list(new_timers or [])
-                )
+                sql, params = self._pg.create(record.__dict__, created, list(new_timers or []))
                 with self._write_one() as conn:
                     conn.exec_driver_sql(sql, params)
                 return record, True
@@ -691,7 +828,7 @@ class Store:
                     _INSERT_EVENTS,
                     [
                         {"run_id": run_id, "version": 1, "kind": kind, "data": data, "at": at}
-                        for kind, data in created + list(first_events or [])
+                        for kind, data in created
                     ],
                 )
                 for timer in new_timers or []:
@@ -810,6 +947,8 @@ class Store:
 
     def commit(self, change: Change) -> RunRecord:
         """Apply ``change`` atomically, or raise :class:`VersionConflict` if the run moved on."""
+        if self.stamp_real_time:
+            change.events = self._stamped(change.events)
         base = change.base
         if base is None or base.version != change.expected_version:
             base = self.get_run(change.run_id)
@@ -822,10 +961,13 @@ class Store:
                     if conn.exec_driver_sql(*one).first() is None:
                         self._refused(conn, change, fenced)
                 return after
+            taking = change.take_lease is not None
             with self._write() as conn:
                 result = conn.execute(
-                    self._cas_leased if fenced else self._cas_free,
+                    self._cas_take if taking else self._cas_leased if fenced else self._cas_free,
                     {
+                        "b_owner": change.take_lease[0] if change.take_lease else None,
+                        "b_seconds": change.take_lease[1] if change.take_lease else None,
                         "b_token": change.lease_token,
                         "b_id": change.run_id,
                         "b_version": change.expected_version,
@@ -839,7 +981,7 @@ class Store:
                     },
                 )
                 if result.rowcount != 1:
-                    self._refused(conn, change, fenced)
+                    self._refused(conn, change, fenced and not taking)
                 self._apply(conn, change, after.version)
         except IntegrityError as exc:
             raise DuplicateOperation(f"already recorded: {_why(exc)}") from None
@@ -992,6 +1134,67 @@ class Store:
                 )
         return claimed
 
+    def claim_run(self, run_id: str, owner: str, lease_seconds: float, now: float) -> RunRecord:
+        """Lease the run ``run_id`` to ``owner``, whatever its status: how a command takes a run
+        before it changes it or calls out for it. A run with no lease, or one the database's
+        clock says has expired, is taken (its version bumped, a new token, a ``leased`` event, or
+        ``rescued`` over an expired lease); one held by a live lease raises :class:`RunBusy`
+        naming the holder, and nothing changes."""
+        import uuid
+
+        left = (runs.c.lease_expires_at - self._db_now).label("left")
+        with self._write() as conn:
+            row = conn.execute(select(runs, left).where(runs.c.id == run_id)).first()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            mapping = dict(row._mapping)
+            seconds_left = mapping.pop("left")
+            record = RunRecord(**mapping)
+            if record.lease_token is not None and float(seconds_left) >= 0:
+                raise RunBusy(
+                    f"run {run_id} is being carried on by {record.lease_owner} (its lease "
+                    f"runs {float(seconds_left):.1f} s more)",
+                    holder=str(record.lease_owner),
+                    seconds_left=float(seconds_left),
+                )
+            token = uuid.uuid4().hex
+            expires = float(conn.execute(select(self._db_now + lease_seconds)).scalar_one())
+            done = conn.execute(
+                update(runs)
+                .where(
+                    runs.c.id == run_id,
+                    runs.c.version == record.version,
+                    or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now),
+                )
+                .values(
+                    version=record.version + 1,
+                    lease_owner=owner,
+                    lease_token=token,
+                    lease_expires_at=expires,
+                )
+            )
+            if done.rowcount != 1:
+                raise VersionConflict(f"run {run_id} has moved on while it was being leased")
+            conn.execute(
+                _INSERT_EVENTS,
+                [
+                    {
+                        "run_id": run_id,
+                        "version": record.version + 1,
+                        "kind": "rescued" if record.lease_token is not None else "leased",
+                        "data": {"owner": owner, "previous": record.lease_owner},
+                        "at": now,
+                    }
+                ],
+            )
+        return replace(
+            record,
+            version=record.version + 1,
+            lease_owner=owner,
+            lease_token=token,
+            lease_expires_at=expires,
+        )
+
     def renew(self, run_id: str, token: str, lease_seconds: float) -> bool:
         """Extend a lease still held; False when it was lost."""
         with self._write_one() as conn:
@@ -1071,7 +1274,8 @@ class Store:
             }
 
     def reset(self) -> None:
-        """Delete every run, event, operation, approval and spec version."""
+        """Delete every run, event, operation, approval, timer, signal and spec version (what the
+        store recorded about itself, ``meta``, stays)."""
         with self._write() as conn:
             for table in (events, operations, approvals, timers, signals, runs, spec_versions):
                 conn.execute(table.delete())

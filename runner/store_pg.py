@@ -224,7 +224,7 @@ class Statements:
     @staticmethod
     def shape(change: Change) -> Shape | None:
         """The shape of ``change``, or None when one statement cannot apply it exactly."""
-        if change.consume_approvals or change.fire_timer is not None:
+        if change.consume_approvals or change.fire_timer is not None or change.take_lease:
             return None
         updated = [operation_id for operation_id, _ in change.operation_updates]
         inserted = {op["operation_id"] for op in change.new_operations}
@@ -291,14 +291,13 @@ class Statements:
             if fenced
             else f"(lease_token IS NULL OR lease_expires_at < {DB_NOW})"
         )
-        # A leased commit that takes the run out of ``running`` gives the lease back with it.
-        release = (
-            "".join(
-                f", {column} = CASE WHEN %(n_status)s::text = 'running' THEN {column} END"
-                for column in ("lease_owner", "lease_token", "lease_expires_at")
-            )
+        # A leased commit that takes the run out of ``running`` gives the lease back with it;
+        # a commit under no lease finds none or an expired one, and clears it.
+        release = "".join(
+            f", {column} = CASE WHEN %(n_status)s::text = 'running' THEN {column} END"
             if fenced
-            else ""
+            else f", {column} = NULL"
+            for column in ("lease_owner", "lease_token", "lease_expires_at")
         )
         cas = (
             "cas AS (UPDATE runs SET version = %(n_version)s::int8, state = %(n_state)s::text, "

@@ -28,6 +28,8 @@ _TITLES = {
     "reconcile_not_found": "reconcile: none",
     "reconcile_failed": "reconcile failed",
     "reconcile_impossible": "no reconcile",
+    "approval_expired": "approval expired",
+    "decision_refused": "decision refused",
 }
 
 
@@ -76,6 +78,12 @@ def describe(event: EventRecord) -> str:
         "exhausted": lambda: f"{d.get('reason')} · budget spent",
         "unknown": lambda: f"outcome unknown: {d.get('reason')}",
         "stuck": lambda: f"no row for {d.get('event')} in {d.get('state')}: {d.get('reason')}",
+        "step_failed": lambda: (
+            f"the step in {d.get('state')} failed ({d.get('code')}): {d.get('error')}"
+            " · waits for a person"
+        ),
+        "leased": lambda: f"by {d.get('owner')}",
+        "rescued": lambda: f"by {d.get('owner')}, from {d.get('previous')} (its lease ran out)",
         "compensation_registered": lambda: (
             f"{d.get('effect')} will undo op {str(d.get('compensates'))[:12]} · {_op(d)}"
         ),
@@ -94,13 +102,22 @@ def describe(event: EventRecord) -> str:
         "retry_scheduled": lambda: f"next attempt at {_when(d.get('wake_at'))} · {_op(d)}",
         "signal": lambda: f"{d.get('event')} (signal {d.get('signal_id')})",
         "decision_needed": lambda: f"{d.get('reason')}: back to {d.get('to')} for a new decision",
+        "approval_expired": lambda: f"{d.get('reason')}" + (f" · {_op(d)}" if _op(d) else ""),
+        "decision_refused": lambda: (
+            f"{d.get('decision')} by {d.get('actor')}"
+            + (f" ({d.get('role')})" if d.get("role") else "")
+            + f" came too late: {d.get('reason')}"
+        ),
         "operator": lambda: (
             f"{d.get('action')} by {d.get('actor')} ({d.get('role')})"
             + (f": {d.get('note')}" if d.get("note") else "")
         ),
     }
     render = texts.get(kind)
-    return render() if render else ", ".join(f"{k}={v}" for k, v in d.items())
+    text = render() if render else ", ".join(f"{k}={v}" for k, v in d.items() if k != "real_at")
+    if "real_at" in d:  # recorded under RATCHET_NOW: show the clock it claimed and the real time
+        text += f" · [clock set to {_when(event.at)}; really {_when(d.get('real_at'))}]"
+    return text
 
 
 def title(event: EventRecord) -> str:

@@ -9,6 +9,7 @@ skipped silently where they must run.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -23,7 +24,7 @@ from runner.clock import FakeClock
 from runner.execute import Runner, Strategy
 from runner.spec import Spec
 from runner.store import Store
-from runner.validate import load_spec
+from runner.validate import load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
@@ -109,9 +110,17 @@ def make_runner(store: Store, world: PracticeWorld, clock: FakeClock) -> MakeRun
     return make
 
 
-def spec_and_text(name: str) -> tuple[Spec, str]:
+def spec_and_text(name: str, timeout: str | None = None) -> tuple[Spec, str]:
+    """A shipped spec and its exact text; with ``timeout`` (a duration such as ``200ms``), every
+    effect's timeout set to it: a worker or command trusts its lease only for a call that ends
+    (by its timeout) well before the lease does, so tests with short leases need short timeouts."""
     path = SPECS / f"{name}.yaml"
-    return load_spec(path), path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
+    if timeout is None:
+        return load_spec(path), text
+    text, count = re.subn(r"(?m)^(    timeout: )\S+$", rf"\g<1>{timeout}", text)
+    assert count, f"{name}.yaml has no effect timeouts to set"
+    return load_spec_text(text, str(path)), text
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -135,11 +144,14 @@ def ratchet_process(
     home: Path, store_url: str, *args: str, now: str | None = None, capture: bool = False
 ) -> subprocess.Popen[str]:
     """Start ``ratchet ARGS...`` as a real process on this home and store (``now`` sets
-    ``RATCHET_NOW``; ``capture`` keeps stdout and stderr for ``communicate``)."""
+    ``RATCHET_NOW``, allowed on this store, which is not a practice store, by
+    ``RATCHET_ALLOW_CLOCK_OVERRIDE``; ``capture`` keeps stdout and stderr for ``communicate``)."""
     env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
     env.pop("RATCHET_NOW", None)
+    env.pop("RATCHET_ALLOW_CLOCK_OVERRIDE", None)
     if now is not None:
         env["RATCHET_NOW"] = now
+        env["RATCHET_ALLOW_CLOCK_OVERRIDE"] = "1"
     sink = subprocess.PIPE if capture else subprocess.DEVNULL
     return subprocess.Popen(
         [RATCHET, *args], stdout=sink, stderr=sink, env=env, cwd=ROOT, text=True

@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 import cli as cli_module
+from adapters import practice
 from runner.check import Case, cases, run_case
+from runner.execute import Runner
+from runner.spec import Spec
+from runner.store import RunRecord
 from runner.validate import validate_text
 from tests.conftest import ROOT, spec_and_text
 
@@ -18,7 +22,7 @@ REFUND = ROOT / "specs" / "refund.yaml"
 def test_every_case_of_the_refund_keeps_every_invariant() -> None:
     spec, text = spec_and_text("refund")
     selected = cases(spec, text, list(spec.examples), ("ratchet",))
-    assert len(selected) == 2 * 5 * 5  # two examples, one effect, five windows, five faults
+    assert len(selected) == 2 * 5 * 10  # two examples, one effect, five windows, ten faults
     bad = [
         (r.case.name, r.violations) for r in (run_case(spec, text, c) for c in selected) if not r.ok
     ]
@@ -138,3 +142,70 @@ def test_check_shows_progress_on_a_terminal(
         cli_module.main(["check", str(REFUND), "--case", "T-90104:request_refund:none:none"])
     assert exited.value.code == 0
     assert "checking" in capsys.readouterr().err
+
+
+AMBIGUOUS = ("timeout_before_write", "timeout_after_write", "malformed")
+PAIRED = tuple(f"{fault}+lookup_fails" for fault in AMBIGUOUS)
+THE_ISSUE = "happy:hold_hotel:none:timeout_after_write+lookup_fails"
+
+
+def test_check_pairs_each_ambiguous_fault_with_a_failing_lookup_and_runs_a_slow_reply() -> None:
+    spec, text = spec_and_text("booking")
+    names = {c.name for c in cases(spec, text, ["happy"], ("ratchet",))}
+    for effect in ("hold_flight", "hold_hotel", "confirm_itinerary"):
+        for fault in (*PAIRED, "slow_reply", "malformed"):
+            assert f"happy:{effect}:none:{fault}" in names
+    assert THE_ISSUE in names
+
+
+def test_a_paired_fault_case_injects_both_faults_and_the_saga_undoes_the_hotel_hold() -> None:
+    spec, text = spec_and_text("booking")
+    result = run_case(spec, text, Case(*THE_ISSUE.split(":")))  # type: ignore[arg-type]
+    assert (result.state, result.status, result.violations) == ("released", "done", [])
+    assert result.changes == 4  # two holds, two releases
+
+
+def _skip_every_undo(self: Runner, run: RunRecord, spec: Spec) -> RunRecord:
+    """A deliberately broken compensation: it declares the saga compensated, undoing nothing."""
+    change = self.change(run)
+    change.event("compensated", undone=0)
+    return self.move(run, spec, "ok", change)
+
+
+def test_the_check_invariant_flags_a_saga_released_with_a_hold_in_place_and_says_how_to_rerun(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(Runner, "_compensate", _skip_every_undo)
+    booking = ROOT / "specs" / "booking.yaml"
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(["check", str(booking), "--case", THE_ISSUE])
+    err = capsys.readouterr().err
+    assert exited.value.code == 1
+    assert f"VIOLATION {THE_ISSUE}: " in err
+    assert "hold_hotel (op " in err
+    assert "was made and never undone, yet the run ended released (done)" in err
+    assert f"reproduce: ratchet check {booking} --case {THE_ISSUE}" in err
+
+
+def test_the_check_invariant_accepts_a_hold_kept_on_purpose() -> None:
+    text, _ = _unsafe(
+        "booking",
+        "compensation: release_hotel}",
+        'compensation: "none: the hotel keeps the hold; the traveller pays it"}',
+    )
+    report = validate_text(text)
+    assert report.spec is not None
+    result = run_case(report.spec, text, Case(*THE_ISSUE.split(":")))  # type: ignore[arg-type]
+    assert (result.state, result.violations) == ("released", [])
+    assert result.changes == 3  # two holds; only the flight is released
+
+
+def test_a_slow_reply_case_runs_on_the_case_clock_and_never_sleeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(practice.time, "sleep", slept.append)
+    spec, text = spec_and_text("booking")
+    result = run_case(spec, text, Case("happy", "hold_hotel", "none", "slow_reply"))
+    assert (result.state, result.violations) == ("confirmed", [])
+    assert practice.SLOW_REPLY_SECONDS not in slept

@@ -42,7 +42,7 @@ def labels_with(tmp_path: Path, store_url: str, fault: str, times: int) -> Label
     home = tmp_path / "home"
     world = PracticeWorld(home / "practice.db")
     store = Store(store_url)
-    spec, text = spec_and_text("returns")
+    spec, text = spec_and_text("returns", timeout="200ms")  # the workers' leases are short
     example = spec.examples["T-90604"]
     world.seed({"orders": example.world["orders"]})
     world.add_fault("create_label", fault, times=times)
@@ -150,7 +150,7 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
     env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
     env.pop("RATCHET_NOW", None)
     frozen = ratchet_process(
-        home, store_url, "worker", "--lease", "1", "--poll", "0.05", "--json", capture=True
+        home, store_url, "worker", "--lease", "2", "--poll", "0.05", "--json", capture=True
     )
     try:
         deadline = time.monotonic() + 30
@@ -162,7 +162,7 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
         # connection closes (SQLite checkpoints then, under a lock the rescuer's lookup needs).
         time.sleep(0.5)
         frozen.send_signal(signal.SIGSTOP)
-        time.sleep(1.5)  # its lease expires by the database's clock
+        time.sleep(2.5)  # its lease expires by the database's clock
         rescuer = subprocess.run(
             [RATCHET, "worker", "--once", "--json"],
             capture_output=True,

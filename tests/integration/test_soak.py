@@ -67,8 +67,9 @@ def test_workers_at_scale_with_kills_make_exactly_the_expected_changes(
     home = tmp_path / "home"
     world = PracticeWorld(home / "practice.db")
     store = Store(store_url)
-    refund, refund_text = spec_and_text("refund")
-    booking, booking_text = spec_and_text("booking")
+    # The workers' leases are short (3 s): so are the effects' timeouts, which a lease must cover.
+    refund, refund_text = spec_and_text("refund", timeout="500ms")
+    booking, booking_text = spec_and_text("booking", timeout="500ms")
     orders = [
         {"order": f"LK-{100000 + i}", "paid": 50.0, "currency": "CAD"} for i in range(runs_each)
     ]

@@ -1,0 +1,236 @@
+"""How drivers (workers and commands) deal with what goes wrong around a step, on SQLite and
+PostgreSQL: adapters resolved per spec version, a failing run parked once instead of claimed in a
+hot loop, no attempt committed that is not going to be sent, leases cleared when a run ends, and
+commands that say what they did."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.base import Adapter
+from adapters.practice import PRACTICE_SERVICES, PracticeWorld
+from runner import commands
+from runner.clock import FakeClock
+from runner.errors import UsageError, VersionConflict
+from runner.execute import Runner
+from runner.lifecycle import carry_on, operate, worker_pass
+from runner.spec import Adapter as AdapterSpec
+from runner.store import Store
+from runner.validate import load_spec_text
+from tests.conftest import SPECS, MakeRunner, run_cli, spec_and_text
+
+
+def variant(name: str, new_name: str, *replacements: tuple[str, str]) -> tuple[Any, str]:
+    """A shipped spec under another workflow name, with some text replaced."""
+    text = (SPECS / f"{name}.yaml").read_text(encoding="utf-8")
+    text = text.replace(f"name: {name}\n", f"name: {new_name}\n", 1)
+    for old, new in replacements:
+        assert old in text
+        text = text.replace(old, new)
+    return load_spec_text(text, f"{new_name}.yaml"), text
+
+
+def like_the_cli(world: PracticeWorld) -> Any:
+    """The CLI's adapter factory: the practice world's services; no other kind implemented."""
+
+    def make(adapter: AdapterSpec) -> Adapter:
+        if adapter.kind not in PRACTICE_SERVICES:
+            raise UsageError(f"adapter {adapter.name!r} is of kind {adapter.kind!r}: not built")
+        return world.adapter(adapter.kind)
+
+    return make
+
+
+# -- adapters per spec version --------------------------------------------------------------
+
+
+def test_two_specs_naming_one_adapter_differently_each_reach_their_own(
+    store: Store, world: PracticeWorld, clock: FakeClock
+) -> None:
+    made: list[tuple[str, str]] = []
+
+    def factory(adapter: AdapterSpec) -> Adapter:
+        made.append((adapter.name, adapter.kind))
+        return world.adapter(adapter.kind)
+
+    runner = Runner(store, factory, clock)
+    real, real_text = spec_and_text("refund")
+    dry, dry_text = variant(
+        "refund", "refund_dry", ("payments: {kind: payments,", "payments: {kind: noop,")
+    )
+    world.seed(real.examples["T-90104"].world)
+    for spec, text, ticket in ((real, real_text, "T-1"), (dry, dry_text, "T-2")):
+        data = {**spec.examples["T-90104"].input, "ticket": ticket}
+        run, _ = runner.start(spec, text, data)
+        commands.decide(runner, run.id, "approve", "agent-7", "agent")
+    assert made == [("payments", "payments"), ("payments", "noop")]
+    services = [c.service for c in world.changes() if c.effect == "request_refund"]
+    assert services == ["payments", "noop"]  # the dry run moved no money
+
+
+# -- a failing run is parked once -----------------------------------------------------------
+
+
+def test_a_run_whose_step_cannot_start_is_parked_once_and_the_good_runs_go_on(
+    store: Store, world: PracticeWorld, clock: FakeClock
+) -> None:
+    runner = Runner(store, like_the_cli(world), clock)
+    good, good_text = spec_and_text("returns")
+    bad, bad_text = variant("returns", "returns_http", ("{kind: warehouse,", "{kind: http,"))
+    example = good.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    broken, _ = runner.start(bad, bad_text, example.input)
+    for i in range(10):
+        runner.start(good, good_text, {**example.input, "ticket": f"T-{2000 + i}"})
+    report = worker_pass(runner, lease_seconds=30.0)
+    assert len(report.advanced) == 10
+    assert all(r.status == "done" for r in report.advanced)
+    assert [run_id for run_id, _ in report.failed] == [broken.id]
+    parked = store.get_run(broken.id)
+    assert parked.status == "needs_person"
+    kinds = [e.kind for e in store.history(broken.id)]
+    assert kinds.count("leased") == 1
+    assert kinds.count("step_failed") == 1
+    failed = next(e for e in store.history(broken.id) if e.kind == "step_failed")
+    assert "kind 'http'" in failed.data["error"]
+    assert worker_pass(runner, lease_seconds=30.0).advanced == []  # not claimed again
+    assert len(world.changes()) == 10
+
+
+def test_a_parked_run_is_taken_again_by_ops_retry_once_the_cause_is_fixed(
+    store: Store, world: PracticeWorld, clock: FakeClock
+) -> None:
+    fixed = {"yes": False}
+
+    def factory(adapter: AdapterSpec) -> Adapter:
+        if not fixed["yes"]:
+            raise UsageError("the warehouse credentials are missing")
+        return world.adapter(adapter.kind)
+
+    runner = Runner(store, factory, clock)
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    run, _ = runner.start(spec, text, example.input)
+    worker_pass(runner, lease_seconds=30.0)
+    assert store.get_run(run.id).status == "needs_person"
+    fixed["yes"] = True
+    retried = operate(Runner(store, factory, clock), run.id, "retry", "ops-1", "warehouse_ops")
+    assert retried.run.status == "done"
+    assert len(world.changes()) == 1
+
+
+# -- no attempt committed that will not be sent ---------------------------------------------
+
+
+def test_a_worker_past_its_lease_commits_no_attempt_it_will_not_send(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    run, _ = runner.start(spec, text, example.input)
+    (claimed,) = store.claim("worker-a", 30.0, runner.clock.now())
+    runner.leases[run.id] = str(claimed.lease_token)
+    runner.lease_deadlines[run.id] = time.monotonic() - 1.0  # paused past its lease
+    with pytest.raises(VersionConflict):
+        runner.advance(claimed)
+    assert world.calls() == []
+    assert store.operations(run.id) == []  # no phantom attempt on record
+    assert store.get_run(run.id).context.get("budget_used") is None
+
+
+def test_an_effect_whose_timeout_outlasts_the_lease_is_not_called_and_says_why(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    spec, text = spec_and_text("returns")  # create_label: timeout 10 s
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    run, _ = runner.start(spec, text, example.input)
+    report = worker_pass(runner, lease_seconds=5.0)
+    assert [run_id for run_id, _ in report.failed] == [run.id]
+    assert "--lease" in report.failed[0][1]
+    assert world.calls() == []
+    assert store.operations(run.id) == []
+    assert store.get_run(run.id).status == "needs_person"
+
+
+# -- leases end with the run ----------------------------------------------------------------
+
+
+def test_a_run_finished_by_a_command_after_its_worker_died_keeps_no_lease(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    run, _ = runner.start(spec, text, example.input)
+    store.claim("worker-dead", 0.2, runner.clock.now())  # claimed, then the worker died
+    time.sleep(0.3)
+    result = commands.resume(make_runner(), run.id)
+    assert result.run.status == "done"
+    assert store.leases() == []
+    assert store.stuck(time.time(), 0.0) == []
+
+
+def test_a_commit_under_no_lease_clears_an_expired_one(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runner = make_runner()
+    spec, text = spec_and_text("refund")
+    run, _ = runner.start(spec, text, spec.examples["T-90104"].input)
+    store.claim_run(run.id, "worker-dead", 0.2, 0.0)
+    time.sleep(0.3)
+    from runner.approvals import decide
+
+    decide(runner, run.id, "reject", "agent-7", None, "the customer withdrew")
+    assert store.get_run(run.id).lease_owner is None
+    assert store.leases() == []
+
+
+# -- commands say what they did -------------------------------------------------------------
+
+
+def test_an_approval_whose_next_step_fails_says_it_was_recorded(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    _, text = variant(
+        "refund", "refund_http", ("payments: {kind: payments,", "payments: {kind: http,")
+    )
+    path = tmp_path / "refund_http.yaml"
+    path.write_text(text, encoding="utf-8")
+    code, _, _ = run_cli(capsys, "run", str(path), "--example", "T-90104")
+    assert code == 0
+    code, out, err = run_cli(capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent")
+    assert code == 0, err
+    assert "agent-7 approved" in out
+    assert "then: its next step failed and it waits for a person" in out
+    assert "kind 'http'" in out
+    code, out, _ = run_cli(capsys, "queue", "--json")
+    assert "T-90104" in out
+
+
+def test_carrying_on_after_a_change_reports_a_race_instead_of_raising(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = make_runner()
+    spec, text = spec_and_text("refund")
+    run, _ = runner.start(spec, text, spec.examples["T-90104"].input)
+
+    def raced(_run: Any, max_steps: int = 0) -> Any:
+        raise VersionConflict("run moved on (version 9, expected 3)")
+
+    monkeypatch.setattr(runner, "advance", raced)
+    after, then = carry_on(runner, run)
+    assert after.id == run.id
+    assert then is not None
+    assert then.startswith("another process carried the run on")
