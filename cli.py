@@ -916,6 +916,7 @@ def signal_command(
 @click.option(
     "--concurrency",
     default=1,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Worker threads in this process (several processes on several machines "
     "may share one PostgreSQL store).",
@@ -923,9 +924,13 @@ def signal_command(
 @click.option(
     "--lease",
     "lease_seconds",
+    type=float,
     default=30.0,
     show_default=True,
-    help="Seconds a claimed run stays leased without a heartbeat.",
+    callback=_check_lease,
+    help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
+    "longer than the longest effect timeout plus 1 s (a call is started only when the lease "
+    "outlasts it).",
 )
 @click.option("--poll", default=1.0, show_default=True, help="Seconds to wait when idle.")
 @DB_OPTION

@@ -85,7 +85,7 @@ def pending_request(runner: Runner, run: RunRecord) -> ApprovalRequest | None:
     return None if approval is None else _request(runner, run, spec, approval)
 
 
-def _expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | None:
+def expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | None:
     """The pause's ``expired`` timer, if it is due at ``now`` and has not fired yet."""
     for timer in runner.store.timers(run.id):
         if (
@@ -98,6 +98,28 @@ def _expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | 
     return None
 
 
+def apply_expiry(
+    runner: Runner, run: RunRecord, spec: Spec, timer: TimerRecord, now: float, **refused: Any
+) -> tuple[RunRecord, str]:
+    """Fire the pause's due ``expired`` timer now, as a worker would (claiming the timer in the
+    move's transaction, so it fires once even if a worker fires it at the same moment), with a
+    ``decision_refused`` event for the request ``refused`` describes. Returns the run after it
+    and how the expiry came about."""
+    change = runner.change(run, at=now)
+    change.fire_timer = timer.id
+    change.event(
+        "decision_refused", **refused, reason=f"the pause expired at {format_time(timer.due_at)}"
+    )
+    change.event("timer", event=timer.event, due_at=timer.due_at)
+    try:
+        return runner.move(run, spec, timer.event, change), "its expiry was applied now"
+    except VersionConflict:
+        moved = runner.store.get_run(run.id)
+        if moved.state == run.state:
+            raise
+        return moved, "another process applied its expiry first"
+
+
 def _refuse_after_expiry(
     runner: Runner,
     run: RunRecord,
@@ -108,28 +130,12 @@ def _refuse_after_expiry(
     role: str | None,
     now: float,
 ) -> NoReturn:
-    """A decision that came after the pause expired: fire the expiry instead, as the timer
-    would (claiming the timer in the move's transaction, so it fires once even if a worker
-    fires it at the same moment), and refuse the decision. Nothing is recorded as decided."""
+    """A decision that came after the pause expired: fire the expiry instead, and refuse the
+    decision. Nothing is recorded as decided."""
     verb = "approved" if decision == "approve" else "rejected"
-    change = runner.change(run, at=now)
-    change.fire_timer = timer.id
-    change.event(
-        "decision_refused",
-        decision=decision,
-        actor=actor,
-        role=role or "",
-        reason=f"the pause expired at {format_time(timer.due_at)}",
+    moved, how = apply_expiry(
+        runner, run, spec, timer, now, decision=decision, actor=actor, role=role or ""
     )
-    change.event("timer", event=timer.event, due_at=timer.due_at)
-    try:
-        moved = runner.move(run, spec, timer.event, change)
-        how = "its expiry was applied now"
-    except VersionConflict:
-        moved = runner.store.get_run(run.id)
-        if moved.state == run.state:
-            raise
-        how = "another process applied its expiry first"
     raise ApprovalError(
         f"run {run.id} can no longer be {verb}: its pause in {run.state!r} expired at "
         f"{format_time(timer.due_at)}, before this decision; {how}, and the run moved by "
@@ -180,7 +186,7 @@ def decide(
     if decision == "approve" and role is None:
         raise ApprovalError("an approval needs the approver's role (--role)")
     now = runner.decision_now()
-    lapsed = _expired_pause(runner, run, now)
+    lapsed = expired_pause(runner, run, now)
     if lapsed is not None:
         _refuse_after_expiry(runner, run, spec, lapsed, decision, actor, role, now)
     request = _request(runner, run, spec, approval)

@@ -18,6 +18,8 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from .approvals import apply_expiry, expired_pause
+from .clock import format_time
 from .errors import (
     ApprovalError,
     DuplicateOperation,
@@ -182,6 +184,15 @@ def send_signal(
             f"{event!r}; nothing changed"
         )
     payload = data or {}
+    now = runner.decision_now()
+    lapsed = expired_pause(runner, run, now)
+    if lapsed is not None:  # came after the pause expired, before a worker fired its timer
+        moved, how = apply_expiry(runner, run, spec, lapsed, now, signal=event, signal_id=signal_id)
+        raise SignalRefused(
+            f"run {run.id} no longer takes {event!r}: its pause in {run.state!r} expired at "
+            f"{format_time(lapsed.due_at)}, before this signal; {how}, and the run moved by "
+            f"'expired' to {moved.state!r} ({moved.status}). The signal was not delivered"
+        )
     ctx = runner.context(run, spec, signal=payload)
     row, errors = machine_for(spec).fire(run.state, event, ctx)
     if row is None:

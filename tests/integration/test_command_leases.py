@@ -158,3 +158,31 @@ def test_a_refused_decision_takes_no_lease_and_changes_nothing(
 def test_a_lease_must_be_a_finite_number_of_seconds_above_zero(bad: float) -> None:
     with pytest.raises(UsageError, match="finite number of seconds above 0"):
         validate_lease(bad)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("worker", "--once", "--lease", "0"), "finite number of seconds above 0"),
+        (("worker", "--once", "--lease", "-1"), "finite number of seconds above 0"),
+        (("worker", "--once", "--lease", "nan"), "finite number of seconds above 0"),
+        (("worker", "--once", "--lease", "inf"), "finite number of seconds above 0"),
+        (("worker", "--concurrency", "0"), "0 is not in the range x>=1"),
+        (("resume", "T-1", "--lease", "0"), "finite number of seconds above 0"),
+        (("approve", "T-1", "--as", "a", "--role", "r", "--lease", "nan"), "finite number"),
+    ],
+)
+def test_the_cli_refuses_a_lease_or_a_concurrency_that_cannot_work(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+    message: str,
+) -> None:
+    from tests.conftest import run_cli
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2
+    assert message in err

@@ -234,3 +234,31 @@ def test_carrying_on_after_a_change_reports_a_race_instead_of_raising(
     assert after.id == run.id
     assert then is not None
     assert then.startswith("another process carried the run on")
+
+
+# -- a signal after the pause expired -------------------------------------------------------
+
+
+def test_a_signal_after_the_pause_expired_is_refused_and_the_expiry_applies_once(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    from runner.errors import SignalRefused
+    from tests.conftest import ROOT
+
+    path = ROOT / "tests" / "fixtures" / "parcel.yaml"
+    text = path.read_text(encoding="utf-8")
+    spec = load_spec_text(text, str(path))
+    example = spec.examples["P-1"]
+    world.seed(example.world)
+    runner = make_runner()
+    run, _ = runner.start(spec, text, example.input)
+    waiting = runner.advance(run)
+    assert waiting.state == "awaiting"
+    clock.advance(31 * 86400)  # past the 30-day pause; no worker has fired its timer
+    with pytest.raises(SignalRefused, match="expired at"):
+        commands.signal(make_runner(), run.id, "customer_kept_it", "carrier-1")
+    after = store.get_run(run.id)
+    assert (after.state, after.status) == ("needs_person", "needs_person")
+    assert store.signal(run.id, "carrier-1") is None  # not delivered
+    assert [f.outcome for f in runner.timers.fire_due()] == []  # the expiry fired once
+    assert [e.kind for e in store.history(run.id)].count("timer") == 1
