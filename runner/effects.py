@@ -383,7 +383,7 @@ class EffectStep:
             attempt=op.attempts,
         )
         self.runner.interrupt("before-write", self.effect.name)
-        self.runner.check_lease(self.run.id)
+        self.runner.secure_lease(self.run.id, self.effect.timeout)  # still covers the call?
         try:
             outcome: Outcome = self.adapter.call(request)
         except Exception as exc:  # an adapter bug or a raw network error: outcome unknown

@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -51,6 +52,15 @@ def postgres_url() -> str:
 
 
 _SCHEMAS: list[str] = []
+
+
+#: Lines a test wants in the run's closing summary (the simulation's schedule counts and seeds).
+SUMMARY: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in SUMMARY:
+        terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,0 +1,169 @@
+"""The simulation finds exactly-once bugs by itself (``tests/property/simulation.py``).
+
+Each schedule interleaves commands, workers and rescuers over shared runs of the shipped specs,
+with providers that commit late, lose replies and fail lookups, and kills and clock jumps between
+any two steps; after it drains, no effect may have been made twice, every run must have ended or
+wait for a person, and a saga that ends compensated must have undone everything it did.
+
+``RATCHET_SIM_SEED=N`` replays schedule ``N`` in each test (with ``-s``, its schedule is
+printed); ``RATCHET_SIM_SCHEDULES=K`` runs ``K`` schedules from there instead. The long soak is
+``python -m bench.simulate``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.approvals import decide as record_decision
+from runner.execute import Runner
+from runner.lifecycle import migrate
+from runner.spec import Spec
+from runner.store import RunRecord, Store
+from tests.conftest import SUMMARY
+from tests.property.simulation import Result, run_schedule, simulation_store
+
+#: The first seed CI runs (schedule ``BASE_SEED + i`` is the ``i``-th); fixed, so a failure in
+#: CI is a seed anyone can replay.
+BASE_SEED = 20_260_000
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """One store for every schedule of this module (each schedule resets it)."""
+    with simulation_store(str(tmp_path_factory.mktemp("simulation"))) as opened:
+        yield opened
+
+
+def seeds(default: int) -> range:
+    """The seeds to run: ``default`` from :data:`BASE_SEED`, or what the environment asks."""
+    given = os.environ.get("RATCHET_SIM_SEED")
+    first = int(given) if given else BASE_SEED
+    count = int(os.environ.get("RATCHET_SIM_SCHEDULES", "1" if given else str(default)))
+    return range(first, first + count)
+
+
+def explore(store: Store, profile: str, default: int, drivers: Any = None) -> list[Result]:
+    """Run the schedules of ``profile``; return those that broke an invariant. Prints how many
+    ran, from which seed, and how fast (shown with ``-s``), and a replayed schedule in full."""
+    chosen = seeds(default)
+    began = time.perf_counter()
+    failed = []
+    for seed in chosen:
+        result = run_schedule(seed, store, profile, drivers)
+        if len(chosen) == 1:
+            print(result.report())
+        if not result.ok:
+            failed.append(result)
+    took = time.perf_counter() - began
+    line = (
+        f"simulation ({profile}): {len(chosen)} schedules from seed {chosen.start} in "
+        f"{took:.1f} s ({len(chosen) / took:.0f}/s); {len(failed)} broke an invariant"
+    )
+    print(line)
+    SUMMARY.append(line)  # shown in the run's closing summary, in CI too
+    return failed
+
+
+def first_failure(failed: list[Result]) -> str:
+    others = ", ".join(str(r.seed) for r in failed[1:10])
+    more = (
+        f"\n(also failing: seeds {others}{', ...' if len(failed) > 10 else ''})" if others else ""
+    )
+    return failed[0].report() + more
+
+
+def test_a_thousand_schedules_of_commands_workers_and_rescuers_keep_every_invariant(
+    store: Store,
+) -> None:
+    failed = explore(store, "mixed", 1000)
+    assert not failed, first_failure(failed)
+
+
+def test_no_worker_or_resume_calls_again_while_a_commands_call_is_still_in_flight(
+    store: Store,
+) -> None:
+    """Bug 1: ``approve``/``resume`` drove the run without its lease, so a worker could claim it
+    while the command's request was in flight, find nothing yet at a provider that commits late,
+    and call again with the same ID: two changes at the travel service."""
+    failed = explore(store, "command-vs-worker", 200)
+    assert not failed, first_failure(failed)
+
+
+def test_a_saga_never_ends_compensated_with_a_change_of_unknown_outcome_still_made(
+    store: Store,
+) -> None:
+    """Bug 4: ``hold_hotel`` timed out after the hotel held the room and its lookup failed; the
+    undo path skipped it, and the booking ended ``released`` with the hold still held."""
+    failed = explore(store, "unknown-undo", 150)
+    assert not failed, first_failure(failed)
+
+
+def test_a_holder_that_stalls_before_sending_never_lets_a_rescuer_call_again(
+    store: Store,
+) -> None:
+    """A holder secures its lease for the call, then stalls (a slow commit, a paused process)
+    before the request leaves; rescuers arrive the moment the lease has expired. The request
+    must not be sent under a lease that no longer covers it."""
+    failed = explore(store, "stalled-holder", 300)
+    assert not failed, first_failure(failed)
+
+
+# -- the simulation can fail ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Said:
+    run: RunRecord
+    changed: bool
+    message: str
+    then: str | None = None
+
+
+class _CommandsWithoutLeases:
+    """The commands as they were before they held the run's lease: record the change, then
+    ``Runner.advance`` with no lease, while workers may claim the run at any moment."""
+
+    @staticmethod
+    def start(runner: Runner, spec: Spec, text: str, data: dict[str, Any], **_: Any) -> Any:
+        started, created = runner.start(spec, text, data)
+        return _Said(runner.advance(started), True, "started"), created
+
+    @staticmethod
+    def decide(
+        runner: Runner, ref: str, decision: str, actor: str, role: str, reason: Any, **_: Any
+    ) -> _Said:
+        run = runner.store.resolve(ref)
+        recorded = record_decision(runner, run.id, decision, actor, role, reason)
+        moved = runner.advance(run.id) if recorded.changed else recorded.run
+        return _Said(moved, recorded.changed, recorded.message)
+
+    @staticmethod
+    def resume(runner: Runner, ref: str, **_: Any) -> _Said:
+        return _Said(runner.advance(migrate(runner, runner.store.resolve(ref))), True, "resumed")
+
+
+def test_the_simulation_catches_commands_that_call_without_holding_the_runs_lease(
+    tmp_path: Path,
+) -> None:
+    """The harness's own check: with commands that drive runs without a lease (bug 1 put back),
+    it finds a change made twice, and says which schedule made it."""
+    with simulation_store(str(tmp_path)) as fresh:
+        failed = [
+            result
+            for seed in range(BASE_SEED, BASE_SEED + 60)
+            if not (
+                result := run_schedule(seed, fresh, "command-vs-worker", _CommandsWithoutLeases)
+            ).ok
+        ]
+    assert failed, "60 schedules of commands without leases and no duplicate found"
+    report = failed[0].report()
+    assert "which does not deduplicate" in report
+    assert f"seed {failed[0].seed}" in report
+    assert "in flight (commits late)" in report
