@@ -954,6 +954,15 @@ class Store:
             base = self.get_run(change.run_id)
         after = change.preview(base)
         fenced = change.lease_token is not None
+        if (
+            change.take_lease is not None
+            and after.status == "running"
+            and base.lease_token != change.lease_token
+            and not any(kind == "leased" for kind, _ in change.events)
+        ):  # the commit that takes the lease says so, as a claim does
+            change.events.insert(
+                0, ("leased", {"owner": change.take_lease[0], "previous": base.lease_owner})
+            )
         one = self._pg.commit(change, after) if self._pg is not None else None
         try:
             if one is not None:

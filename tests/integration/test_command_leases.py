@@ -99,6 +99,8 @@ def test_a_worker_cannot_call_while_an_approving_command_is_in_flight(
     assert (result.run.state, result.changed, result.then) == ("confirmed", True, None)
     after = store.get_run(run.id)
     assert (after.status, after.lease_token) == ("done", None)  # the lease went with the end
+    leased = [e.data["owner"] for e in store.history(run.id) if e.kind == "leased"]
+    assert leased[-1].startswith("ratchet approve ")  # the trace names who held the run
 
 
 def test_a_second_resume_leaves_a_run_in_flight_to_the_command_carrying_it(
