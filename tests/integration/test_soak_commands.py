@@ -185,7 +185,7 @@ def test_commands_racing_workers_over_late_commits_make_each_change_once(
 ) -> None:
     postgres = store_url.startswith("postgresql")
     # The same sizes on both stores: starting a command process costs the most, on either.
-    trips_n = _size("RATCHET_SOAK_CMD_TRIPS", postgres, 10, 10)
+    trips_n = _size("RATCHET_SOAK_CMD_TRIPS", postgres, 8, 8)
     parcels_n = _size("RATCHET_SOAK_CMD_PARCELS", postgres, 4, 4)
     workers_n = _size("RATCHET_SOAK_CMD_WORKERS", postgres, 2, 2)
     kills_target = _size("RATCHET_SOAK_CMD_KILLS", postgres, 4, 4)

@@ -92,7 +92,7 @@ def test_no_worker_or_resume_calls_again_while_a_commands_call_is_still_in_fligh
     """Bug 1: ``approve``/``resume`` drove the run without its lease, so a worker could claim it
     while the command's request was in flight, find nothing yet at a provider that commits late,
     and call again with the same ID: two changes at the travel service."""
-    failed = explore(store, "command-vs-worker", 200)
+    failed = explore(store, "command-vs-worker", 100)
     assert not failed, first_failure(failed)
 
 
@@ -111,7 +111,7 @@ def test_a_holder_that_stalls_before_sending_never_lets_a_rescuer_call_again(
     """A holder secures its lease for the call, then stalls (a slow commit, a paused process)
     before the request leaves; rescuers arrive the moment the lease has expired. The request
     must not be sent under a lease that no longer covers it."""
-    failed = explore(store, "stalled-holder", 300)
+    failed = explore(store, "stalled-holder", 150)
     assert not failed, first_failure(failed)
 
 
