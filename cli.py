@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import sys
@@ -303,9 +302,12 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON o
 
 
 def _check_lease(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise click.BadParameter(f"must be a finite number of seconds above 0, not {value}")
-    return value
+    from runner.lifecycle import validate_lease
+
+    try:
+        return validate_lease(value)
+    except UsageError as exc:
+        raise click.BadParameter(exc.message) from None
 
 
 LEASE_OPTION = click.option(

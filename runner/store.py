@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -1086,8 +1087,6 @@ class Store:
         not leased, or whose lease expired by the database's clock). Each claim bumps the run's
         version and sets a new lease token, so a worker that lost its lease can commit nothing
         more; a run taken over from an expired lease gets a ``rescued`` event."""
-        import uuid
-
         if self._pg is not None:
             params = {"now": now, "limit": limit, "owner": owner, "seconds": lease_seconds}
             with self._write_one() as conn:
@@ -1104,43 +1103,9 @@ class Store:
         claimed: list[RunRecord] = []
         with self._write() as conn:
             for row in conn.execute(query).fetchall():
-                record = RunRecord(**row._mapping)
-                token = uuid.uuid4().hex
-                expires = conn.execute(select(self._db_now + lease_seconds)).scalar_one()
-                done = conn.execute(
-                    update(runs)
-                    .where(runs.c.id == record.id, runs.c.version == record.version)
-                    .values(
-                        version=record.version + 1,
-                        lease_owner=owner,
-                        lease_token=token,
-                        lease_expires_at=expires,
-                    )
-                )
-                if done.rowcount != 1:
-                    continue
-                kind = "rescued" if record.lease_token is not None else "leased"
-                conn.execute(
-                    _INSERT_EVENTS,
-                    [
-                        {
-                            "run_id": record.id,
-                            "version": record.version + 1,
-                            "kind": kind,
-                            "data": {"owner": owner, "previous": record.lease_owner},
-                            "at": now,
-                        }
-                    ],
-                )
-                claimed.append(
-                    replace(
-                        record,
-                        version=record.version + 1,
-                        lease_owner=owner,
-                        lease_token=token,
-                        lease_expires_at=float(expires),
-                    )
-                )
+                taken = self._lease_to(conn, RunRecord(**row._mapping), owner, lease_seconds, now)
+                if taken is not None:
+                    claimed.append(taken)
         return claimed
 
     def claim_run(self, run_id: str, owner: str, lease_seconds: float, now: float) -> RunRecord:
@@ -1149,7 +1114,6 @@ class Store:
         clock says has expired, is taken (its version bumped, a new token, a ``leased`` event, or
         ``rescued`` over an expired lease); one held by a live lease raises :class:`RunBusy`
         naming the holder, and nothing changes."""
-        import uuid
 
         left = (runs.c.lease_expires_at - self._db_now).label("left")
         with self._write() as conn:
@@ -1166,36 +1130,47 @@ class Store:
                     holder=str(record.lease_owner),
                     seconds_left=float(seconds_left),
                 )
-            token = uuid.uuid4().hex
-            expires = float(conn.execute(select(self._db_now + lease_seconds)).scalar_one())
-            done = conn.execute(
-                update(runs)
-                .where(
-                    runs.c.id == run_id,
-                    runs.c.version == record.version,
-                    or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now),
-                )
-                .values(
-                    version=record.version + 1,
-                    lease_owner=owner,
-                    lease_token=token,
-                    lease_expires_at=expires,
-                )
+            taken = self._lease_to(conn, record, owner, lease_seconds, now)
+        if taken is None:
+            raise VersionConflict(f"run {run_id} has moved on while it was being leased")
+        return taken
+
+    def _lease_to(
+        self, conn: Connection, record: RunRecord, owner: str, lease_seconds: float, now: float
+    ) -> RunRecord | None:
+        """In a write transaction: lease ``record`` to ``owner`` if it is still at its version
+        and unleased (or its lease expired), bumping the version, with a ``leased`` (or, over an
+        expired lease, ``rescued``) event; None if another process got there first."""
+        token = uuid.uuid4().hex
+        expires = float(conn.execute(select(self._db_now + lease_seconds)).scalar_one())
+        done = conn.execute(
+            update(runs)
+            .where(
+                runs.c.id == record.id,
+                runs.c.version == record.version,
+                or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now),
             )
-            if done.rowcount != 1:
-                raise VersionConflict(f"run {run_id} has moved on while it was being leased")
-            conn.execute(
-                _INSERT_EVENTS,
-                [
-                    {
-                        "run_id": run_id,
-                        "version": record.version + 1,
-                        "kind": "rescued" if record.lease_token is not None else "leased",
-                        "data": {"owner": owner, "previous": record.lease_owner},
-                        "at": now,
-                    }
-                ],
+            .values(
+                version=record.version + 1,
+                lease_owner=owner,
+                lease_token=token,
+                lease_expires_at=expires,
             )
+        )
+        if done.rowcount != 1:
+            return None
+        conn.execute(
+            _INSERT_EVENTS,
+            [
+                {
+                    "run_id": record.id,
+                    "version": record.version + 1,
+                    "kind": "rescued" if record.lease_token is not None else "leased",
+                    "data": {"owner": owner, "previous": record.lease_owner},
+                    "at": now,
+                }
+            ],
+        )
         return replace(
             record,
             version=record.version + 1,

@@ -188,3 +188,25 @@ def test_the_cli_refuses_a_lease_or_a_concurrency_that_cannot_work(
     code, _, err = run_cli(capsys, *args)
     assert code == 2
     assert message in err
+
+
+def test_a_decision_on_a_waiting_run_another_process_holds_changes_nothing_and_names_it(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.conftest import run_cli
+
+    run = booking_waiting_for_approval(make_runner(), world)
+    held = store.claim_run(run.id, "ratchet resume elsewhere:1:x", 30.0, 0.0)
+    monkeypatch.setenv("RATCHET_DB", store.url)
+    monkeypatch.setenv("RATCHET_HOME", str(world.path.parent))
+    code, _, err = run_cli(capsys, "approve", run.id, "--as", "agent-3", "--role", "travel_agent")
+    assert code == 4
+    assert "leased by ratchet resume elsewhere:1:x" in err
+    assert "changed nothing" in err
+    assert store.get_run(run.id).version == held.version
+    assert store.approvals(run.id) == []
+    assert world.calls("confirm_itinerary") == []
