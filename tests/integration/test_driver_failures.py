@@ -19,7 +19,7 @@ from runner.errors import UsageError, VersionConflict
 from runner.execute import Runner
 from runner.lifecycle import carry_on, operate, worker_pass
 from runner.spec import Adapter as AdapterSpec
-from runner.store import Store
+from runner.store import RunRecord, Store
 from runner.validate import load_spec_text
 from tests.conftest import SPECS, MakeRunner, run_cli, spec_and_text
 
@@ -43,6 +43,15 @@ def like_the_cli(world: PracticeWorld) -> Any:
         return world.adapter(adapter.kind)
 
     return make
+
+
+def label_run(runner: Runner, world: PracticeWorld) -> RunRecord:
+    """One return-label run of the shipped spec (create_label times out after 10 s), started."""
+    spec, text = spec_and_text("returns")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    run, _ = runner.start(spec, text, example.input)
+    return run
 
 
 # -- adapters per spec version --------------------------------------------------------------
@@ -112,10 +121,7 @@ def test_a_parked_run_is_taken_again_by_ops_retry_once_the_cause_is_fixed(
         return world.adapter(adapter.kind)
 
     runner = Runner(store, factory, clock)
-    spec, text = spec_and_text("returns")
-    example = spec.examples["T-90604"]
-    world.seed({"orders": example.world["orders"]})
-    run, _ = runner.start(spec, text, example.input)
+    run = label_run(runner, world)
     worker_pass(runner, lease_seconds=30.0)
     assert store.get_run(run.id).status == "needs_person"
     fixed["yes"] = True
@@ -131,10 +137,7 @@ def test_a_worker_past_its_lease_commits_no_attempt_it_will_not_send(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
-    spec, text = spec_and_text("returns")
-    example = spec.examples["T-90604"]
-    world.seed({"orders": example.world["orders"]})
-    run, _ = runner.start(spec, text, example.input)
+    run = label_run(runner, world)
     (claimed,) = store.claim("worker-a", 30.0, runner.clock.now())
     runner.leases[run.id] = str(claimed.lease_token)
     runner.lease_deadlines[run.id] = time.monotonic() - 1.0  # paused past its lease
@@ -149,10 +152,7 @@ def test_an_effect_whose_timeout_outlasts_the_lease_is_not_called_and_says_why(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
-    spec, text = spec_and_text("returns")  # create_label: timeout 10 s
-    example = spec.examples["T-90604"]
-    world.seed({"orders": example.world["orders"]})
-    run, _ = runner.start(spec, text, example.input)
+    run = label_run(runner, world)  # create_label: timeout 10 s
     report = worker_pass(runner, lease_seconds=5.0)
     assert [run_id for run_id, _ in report.failed] == [run.id]
     assert "--lease" in report.failed[0][1]
@@ -168,10 +168,7 @@ def test_a_run_finished_by_a_command_after_its_worker_died_keeps_no_lease(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
-    spec, text = spec_and_text("returns")
-    example = spec.examples["T-90604"]
-    world.seed({"orders": example.world["orders"]})
-    run, _ = runner.start(spec, text, example.input)
+    run = label_run(runner, world)
     store.claim("worker-dead", 0.2, runner.clock.now())  # claimed, then the worker died
     time.sleep(0.3)
     result = commands.resume(make_runner(), run.id)
