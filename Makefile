@@ -7,10 +7,14 @@ STAMP   := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint typecheck unit bench clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# The package is installed editable in strict mode (a tree of links that mypy and editors follow),
+# which sees a new or moved file only when installed again: hence the sources in the stamp's rule.
+SOURCES := $(shell find runner adapters -name '*.py' -o -name '*.json' 2>/dev/null) cli.py setup.py
+
+$(STAMP): pyproject.toml $(SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 # The refund of ticket T-90104: approved by an agent; the provider's reply is lost after it made

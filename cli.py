@@ -19,20 +19,25 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from adapters.practice import FAULT_KINDS, PRACTICE_SERVICES, PracticeAdapter, PracticeWorld
-from runner import diagram as diagrams
-from runner import table as tables
-from runner.errors import RatchetError, SpecError, UsageError, VersionConflict
-from runner.loader import load_file
-from runner.schema import spec_schema_text
-from runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS, home
-from runner.validate import Report, load_spec, validate_path
+from ratchet_runner.adapters.practice import (
+    FAULT_KINDS,
+    PRACTICE_SERVICES,
+    PracticeAdapter,
+    PracticeWorld,
+)
+from ratchet_runner.errors import RatchetError, SpecError, UsageError, VersionConflict
+from ratchet_runner.review import table as tables
+from ratchet_runner.review.diagram import draw as diagrams
+from ratchet_runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS, home
+from ratchet_runner.spec.loader import load_file
+from ratchet_runner.spec.schema import spec_schema_text
+from ratchet_runner.spec.validate import Report, load_spec, validate_path
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
-    from runner.clock import Clock
-    from runner.execute import Runner
-    from runner.spec import Adapter as AdapterSpec
-    from runner.store import RunRecord, Store
+    from ratchet_runner.clock import Clock
+    from ratchet_runner.engine.runner import Runner
+    from ratchet_runner.spec.model import Adapter as AdapterSpec
+    from ratchet_runner.store.store import RunRecord, Store
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_CONFLICT = 0, 1, 2, 3, 4
 
@@ -144,7 +149,7 @@ def schema() -> None:
     Point your editor at it for autocompletion and hover help; the shipped specs start with
 
     \b
-      # yaml-language-server: $schema=../runner/spec.schema.json
+      # yaml-language-server: $schema=../runner/spec/spec.schema.json
     """
     click.echo(spec_schema_text(), nl=False)
 
@@ -302,7 +307,7 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON o
 
 
 def _check_lease(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    from runner.lifecycle import validate_lease
+    from ratchet_runner.engine.lifecycle import validate_lease
 
     try:
         return validate_lease(value)
@@ -341,7 +346,7 @@ def _open_store(db: str | None) -> Store:
     """A store for this command; :func:`main` closes it (and its connections) at the end. The
     default store (no --db, no RATCHET_DB: SQLite under RATCHET_HOME, beside the practice world)
     is created as a practice store; a store named by URL is not (see ``reset --practice``)."""
-    from runner.store import Store
+    from ratchet_runner.store.store import Store
 
     store = Store(db, practice=db is None)
     _OPEN_STORES.append(store)
@@ -351,8 +356,8 @@ def _open_store(db: str | None) -> Store:
 def _clock(store: Store) -> Clock:
     """This command's clock: RATCHET_NOW on a practice store (every event then records the real
     time beside it), else the system clock. RATCHET_NOW on another store is refused."""
-    from runner.clock import command_clock
-    from runner.store import redact
+    from ratchet_runner.clock import command_clock
+    from ratchet_runner.store.store import redact
 
     clock, overridden = command_clock(os.environ, store.is_practice, redact(store.url))
     store.stamp_real_time = overridden
@@ -362,7 +367,7 @@ def _clock(store: Store) -> Clock:
 def _session(
     db: str | None, interrupt: str | None = None, naive: bool = False
 ) -> tuple[Store, PracticeWorld, Runner]:
-    from runner.execute import Runner
+    from ratchet_runner.engine.runner import Runner
 
     store = _open_store(db)
     clock = _clock(store)
@@ -389,7 +394,7 @@ def _session(
 
 
 def _summary(runner: Runner, run: RunRecord) -> dict[str, Any]:
-    from runner.approvals import pending_request
+    from ratchet_runner.engine.approvals import pending_request
 
     request = pending_request(runner, run) if run.status == "waiting" else None
     queued = next(
@@ -521,7 +526,7 @@ def run(
             "reconciles; it exists to show how duplicates happen",
             err=True,
         )
-    from runner import commands
+    from ratchet_runner.engine import commands
 
     _, world, runner = _session(db, interrupt, naive)
     chosen = spec.examples[example] if example is not None else None
@@ -567,7 +572,7 @@ def _decide(
     db: str | None,
     as_json: bool,
 ) -> None:
-    from runner import commands
+    from ratchet_runner.engine import commands
 
     _, _, runner = _session(db, interrupt)
     result = commands.decide(
@@ -642,7 +647,7 @@ def resume(
     who carries it on (exit status 0). A run held by a process that died is taken over once
     that process's lease has run out.
     """
-    from runner import commands
+    from ratchet_runner.engine import commands
 
     _, _, runner = _session(db, interrupt)
     result = commands.resume(runner, run_id, lease_seconds=lease_seconds)
@@ -775,7 +780,7 @@ def status_command(db: str | None, as_json: bool) -> None:
 def trace(run_id: str, db: str | None, as_json: bool) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
-    from runner import trace as traces
+    from ratchet_runner.review import trace as traces
 
     store = _open_store(db)
     found = store.resolve(run_id)
@@ -898,7 +903,7 @@ def signal_command(
     queued. Two signals racing: exactly one moves the run; the other is told the run moved on
     (exit status 4).
     """
-    from runner import commands
+    from ratchet_runner.engine import commands
 
     try:
         payload = json.loads(data)
@@ -948,7 +953,7 @@ def worker(
     early. SIGTERM or Ctrl-C: finish the current step, release the leases, exit.
     """
     if once:
-        from runner.lifecycle import worker_pass
+        from ratchet_runner.engine.lifecycle import worker_pass
 
         _, _, runner = _session(db)
         report = worker_pass(runner, lease_seconds=lease_seconds)
@@ -965,7 +970,7 @@ def worker(
             f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced", err=True
         )
         return
-    from runner.pool import Pool
+    from ratchet_runner.worker.pool import Pool
 
     # RATCHET_NOW on a store that is not a practice store is refused here, once. Otherwise the
     # pool opens the store itself: a worker started while the database is down waits for it.
@@ -1041,7 +1046,7 @@ def ops_command(
     Each is authorised by the spec's operators.roles and recorded in the run's history; an
     unauthorised call changes nothing.
     """
-    from runner import commands
+    from ratchet_runner.engine import commands
 
     _, _, runner = _session(db)
     result = commands.operate(
@@ -1056,7 +1061,7 @@ def ops_command(
 def queue_command(db: str | None, as_json: bool) -> None:
     """List the runs waiting for a person: what to do, how long they have waited, and the
     evidence (what was done, undone, left, and what failed)."""
-    from runner.lifecycle import queue
+    from ratchet_runner.engine.lifecycle import queue
 
     _, _, runner = _session(db)
     items = queue(runner)
@@ -1140,7 +1145,7 @@ def check(
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
     the naive strategy under --compare are the point of the comparison, not failures.
     """
-    from runner.check import FAULTS, WINDOWS, Case, cases, reproduce, run_cases
+    from ratchet_runner.review.check import FAULTS, WINDOWS, Case, cases, reproduce, run_cases
 
     report = validate_path(spec_path)
     if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from bench.harness import ROOT, Row, Section, best_of
-from runner.check import Case, cases, run_case
-from runner.validate import load_spec
+from ratchet_runner.review.check import Case, cases, run_case
+from ratchet_runner.spec.validate import load_spec
 
 SPEC = ROOT / "specs" / "booking.yaml"
 TARGET_SECONDS = 60.0

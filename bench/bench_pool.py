@@ -32,9 +32,9 @@ from sqlalchemy import create_engine, text
 
 from bench.bench_steps import PG_URL, SPEC, step_rate
 from bench.harness import ROOT, Row, Section
-from runner.execute import Runner
-from runner.store import Store
-from runner.validate import load_spec
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.store.store import Store
 
 DBOS_VENV = ROOT / "bench" / "results" / "dbos-venv"
 DBOS_SCRIPT = ROOT / "bench" / "dbos" / "three_steps.py"

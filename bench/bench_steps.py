@@ -18,11 +18,11 @@ from pathlib import Path
 
 from sqlalchemy import Column, Integer, MetaData, Table, insert, text, update
 
-from adapters.noop import NoopAdapter
 from bench.harness import ROOT, Row, Section
-from runner.execute import Runner
-from runner.store import Store
-from runner.validate import load_spec
+from ratchet_runner.adapters.noop import NoopAdapter
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.store.store import Store
 
 SPEC = ROOT / "bench" / "specs" / "three_effects.yaml"
 COMMITS_PER_STEP = (

@@ -22,7 +22,7 @@ TARGET_SECONDS = 1.0
 # Measured in a fresh interpreter: the first validation, after imports, one-time set-up included.
 _FIRST_CALL = """
 import sys, time
-from runner.validate import validate_path
+from ratchet_runner.spec.validate import validate_path
 start = time.perf_counter()
 report = validate_path(sys.argv[1])
 elapsed = time.perf_counter() - start
@@ -32,8 +32,8 @@ print(elapsed)
 
 
 def run(quick: bool = False) -> Section:
-    from runner.expressions import compile_expression
-    from runner.validate import validate_path
+    from ratchet_runner.spec.expressions import compile_expression
+    from ratchet_runner.spec.validate import validate_path
 
     section = Section(
         f"Validating a {ROWS:,}-row spec",

@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 import time
 
-from adapters.base import Call, LookupResult, Outcome
-from adapters.noop import NoopAdapter
-from runner.execute import Runner
-from runner.pool import Pool
-from runner.store import Store
+from ratchet_runner.adapters.base import Call, LookupResult, Outcome
+from ratchet_runner.adapters.noop import NoopAdapter
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker.pool import Pool
 
 
 class SlowNoop(NoopAdapter):

@@ -18,7 +18,7 @@ The class docstring is the default message::
 
 A :class:`Diagnostic` is one located problem in a spec: ``FILE:LINE:COL: CODE message``. Codes
 starting with ``E`` are errors, codes starting with ``W`` are warnings; the full list is in
-``docs/reference/lint-codes.md`` and in :data:`runner.codes.CODES`.
+``docs/reference/lint-codes.md`` and in :data:`ratchet_runner.spec.codes.CODES`.
 """
 
 from __future__ import annotations

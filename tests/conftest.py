@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from adapters.practice import PracticeWorld
-from runner.clock import FakeClock
-from runner.execute import Runner, Strategy
-from runner.spec import Spec
-from runner.store import Store
-from runner.validate import load_spec, load_spec_text
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine.runner import Runner, Strategy
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.spec.validate import load_spec, load_spec_text
+from ratchet_runner.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
@@ -135,7 +135,7 @@ def spec_and_text(name: str, timeout: str | None = None) -> tuple[Spec, str]:
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """Run ``ratchet ARGS...`` in-process: its exit status, stdout and stderr."""
-    import cli
+    from ratchet_runner import cli
 
     try:
         cli.main(list(args))

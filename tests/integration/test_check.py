@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-import cli as cli_module
-from adapters import practice
-from runner.check import Case, cases, run_case
-from runner.execute import Runner
-from runner.spec import Spec
-from runner.store import RunRecord
-from runner.validate import validate_text
+from ratchet_runner import cli as cli_module
+from ratchet_runner.adapters import practice
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.review.check import Case, cases, run_case
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.spec.validate import validate_text
+from ratchet_runner.store.store import RunRecord
 from tests.conftest import ROOT, spec_and_text
 
 REFUND = ROOT / "specs" / "refund.yaml"

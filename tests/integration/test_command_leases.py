@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from adapters.base import Call, LookupResult, Outcome
-from adapters.practice import PracticeWorld
-from runner import commands
-from runner.clock import FakeClock
-from runner.errors import UsageError
-from runner.execute import Runner
-from runner.lifecycle import validate_lease, worker_pass
-from runner.store import RunRecord, Store
+from ratchet_runner.adapters.base import Call, LookupResult, Outcome
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine import commands
+from ratchet_runner.engine.lifecycle import validate_lease, worker_pass
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import UsageError
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import MakeRunner, spec_and_text
 
 

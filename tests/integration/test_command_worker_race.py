@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.clock import SystemClock
-from runner.execute import Runner
-from runner.store import Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import SystemClock
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.store.store import Store
 from tests.conftest import ratchet_process, spec_and_text
 
 TRIPS = 4

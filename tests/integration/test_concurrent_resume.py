@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.approvals import decide
-from runner.clock import Clock, FakeClock, SystemClock
-from runner.errors import VersionConflict
-from runner.execute import Runner
-from runner.store import RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import Clock, FakeClock, SystemClock
+from ratchet_runner.engine.approvals import decide
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import VersionConflict
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import ROOT, spec_and_text
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from runner.store import OperationRecord, Store
+from ratchet_runner.store.store import OperationRecord, Store
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -35,13 +35,13 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from adapters.practice import PracticeWorld
-from runner.approvals import decide, pending_request
-from runner.clock import SystemClock
-from runner.errors import RatchetError
-from runner.execute import Runner
-from runner.spec import Spec
-from runner.store import RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import SystemClock
+from ratchet_runner.engine.approvals import decide, pending_request
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import RatchetError
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import PG_URL, RATCHET, ROOT, postgres_url, spec_and_text
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.approvals import decide
-from runner.clock import FakeClock, SystemClock
-from runner.errors import ApprovalError
-from runner.execute import Runner
-from runner.lifecycle import OperatorRefused, migrate, operate, worker_pass
-from runner.store import RunRecord, Store
-from runner.validate import load_spec_text
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import FakeClock, SystemClock
+from ratchet_runner.engine.approvals import decide
+from ratchet_runner.engine.lifecycle import OperatorRefused, migrate, operate, worker_pass
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import ApprovalError
+from ratchet_runner.spec.validate import load_spec_text
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import MakeRunner, spec_and_text
 
 AGENT = ("agent-7", "agent")

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from adapters.base import Adapter
-from adapters.practice import PRACTICE_SERVICES, PracticeWorld
-from runner import commands
-from runner.clock import FakeClock
-from runner.errors import UsageError, VersionConflict
-from runner.execute import Runner
-from runner.lifecycle import carry_on, operate, worker_pass
-from runner.spec import Adapter as AdapterSpec
-from runner.store import RunRecord, Store
-from runner.validate import load_spec_text
+from ratchet_runner.adapters.base import Adapter
+from ratchet_runner.adapters.practice import PRACTICE_SERVICES, PracticeWorld
+from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine import commands
+from ratchet_runner.engine.lifecycle import carry_on, operate, worker_pass
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import UsageError, VersionConflict
+from ratchet_runner.spec.model import Adapter as AdapterSpec
+from ratchet_runner.spec.validate import load_spec_text
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import SPECS, MakeRunner, run_cli, spec_and_text
 
 
@@ -185,7 +185,7 @@ def test_a_commit_under_no_lease_clears_an_expired_one(
     run, _ = runner.start(spec, text, spec.examples["T-90104"].input)
     store.claim_run(run.id, "worker-dead", 0.2, 0.0)
     time.sleep(0.3)
-    from runner.approvals import decide
+    from ratchet_runner.engine.approvals import decide
 
     decide(runner, run.id, "reject", "agent-7", None, "the customer withdrew")
     assert store.get_run(run.id).lease_owner is None
@@ -239,7 +239,7 @@ def test_carrying_on_after_a_change_reports_a_race_instead_of_raising(
 def test_a_signal_after_the_pause_expired_is_refused_and_the_expiry_applies_once(
     make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
 ) -> None:
-    from runner.errors import SignalRefused
+    from ratchet_runner.errors import SignalRefused
     from tests.conftest import ROOT
 
     path = ROOT / "tests" / "fixtures" / "parcel.yaml"

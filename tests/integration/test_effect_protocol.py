@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.approvals import decide, pending_request
-from runner.errors import ApprovalError, ApprovalStale
-from runner.execute import Runner
-from runner.identity import evaluate_args, operation_id
-from runner.store import Change, RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.engine.approvals import decide, pending_request
+from ratchet_runner.engine.identity import evaluate_args, operation_id
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import ApprovalError, ApprovalStale
+from ratchet_runner.store.store import Change, RunRecord, Store
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
 
@@ -249,8 +249,8 @@ def test_the_approval_request_shows_the_exact_action_who_may_approve_and_the_dig
 
 _OPERATION_ID_IN_ANOTHER_PROCESS = """
 import json, sys
-from runner.identity import evaluate_args, operation_id
-from runner.validate import load_spec
+from ratchet_runner.engine.identity import evaluate_args, operation_id
+from ratchet_runner.spec.validate import load_spec
 spec = load_spec(sys.argv[1])
 effect = spec.effects["request_refund"]
 row = next(r for r in spec.transitions if r.external_effect == "request_refund")
@@ -318,7 +318,7 @@ def test_a_run_resumes_under_the_spec_version_it_started_with(
 
 
 def test_the_machine_has_no_auto_transitions_and_picks_rows_by_guard() -> None:
-    from runner.machine import machine_for
+    from ratchet_runner.engine.machine import machine_for
 
     spec, _ = spec_and_text("refund")
     machine = machine_for(spec)

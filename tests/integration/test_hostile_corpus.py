@@ -20,11 +20,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli import cli
-from runner import loader
-from runner.codes import CODES
-from runner.loader import MAX_BYTES, MAX_DEPTH
-from runner.validate import validate_path
+from ratchet_runner.cli import cli
+from ratchet_runner.spec import loader
+from ratchet_runner.spec.codes import CODES
+from ratchet_runner.spec.loader import MAX_BYTES, MAX_DEPTH
+from ratchet_runner.spec.validate import validate_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus"

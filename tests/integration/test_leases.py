@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.errors import LeaseLost, StoreError, VersionConflict
-from runner.execute import Runner
-from runner.pool import Pool
-from runner.store import RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import LeaseLost, StoreError, VersionConflict
+from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.worker.pool import Pool
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
 
@@ -121,7 +121,7 @@ def test_a_worker_frozen_before_its_request_past_its_lease_never_sends_it(
     worker rescues the run, reconciles (nothing found) and makes the label. The warehouse does
     not deduplicate by key, so had the frozen worker sent its request on waking, there would be
     two labels; it checks its lease by its own clock first, and sends nothing."""
-    from runner.lifecycle import PassReport, worker_pass
+    from ratchet_runner.engine.lifecycle import PassReport, worker_pass
 
     paused, resume = threading.Event(), threading.Event()
 
@@ -264,7 +264,7 @@ def test_status_and_runs_stuck_show_a_lease_whose_worker_died(
 
 
 def worker_pass_once(runner: Runner) -> list[str]:
-    from runner.lifecycle import worker_pass
+    from ratchet_runner.engine.lifecycle import worker_pass
 
     return [r.id for r in worker_pass(runner).advanced]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.approvals import decide
-from runner.clock import FakeClock
-from runner.errors import ApprovalError, VersionConflict
-from runner.execute import Runner
-from runner.lifecycle import OperatorRefused, migrate, operate, queue, worker_pass
-from runner.store import RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine.approvals import decide
+from ratchet_runner.engine.lifecycle import OperatorRefused, migrate, operate, queue, worker_pass
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import ApprovalError, VersionConflict
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import MakeRunner, spec_and_text
 
 AGENT = ("agent-7", "agent")
@@ -271,7 +271,7 @@ def test_case_6_a_changed_policy_version_asks_for_a_new_decision(
     bumped = text.replace("spec_version: 1", "spec_version: 2").replace(
         "policy_version: 1", "policy_version: 2\non_version_change: revalidate"
     )
-    from runner.validate import load_spec_text
+    from ratchet_runner.spec.validate import load_spec_text
 
     newer = load_spec_text(bumped)
     store.save_spec(newer.digest, newer.name, 2, "2", bumped, clock.now())
@@ -322,7 +322,7 @@ def test_case_8_for_the_refund_a_none_compensation_is_shown_as_kept(
 ) -> None:
     runner = make_runner()
     run = approve(runner, waiting(runner, world, CASES["refund"]), AGENT)
-    from runner.lifecycle import evidence
+    from ratchet_runner.engine.lifecycle import evidence
 
     kept = evidence(runner, run)["not_undoable"]
     assert kept == [
@@ -352,7 +352,7 @@ def test_an_approval_from_another_run_is_not_accepted(
     effect = spec.effects["request_refund"]
     args = {"order": "LK-793996", "amount": 9.95, "currency": "CAD", "reason": "RFD-LATE"}
     copied = store.approvals(first.id)[0]
-    from runner.store import Change
+    from ratchet_runner.store.store import Change
 
     forged = Change(other.id, other.version, other.updated_at, other)
     forged.new_approvals.append(
@@ -476,7 +476,7 @@ def test_ops_cancel_ends_a_waiting_run_without_effects(
 def test_a_run_budget_caps_calls_across_resumes(
     make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
 ) -> None:
-    from runner.validate import load_spec_text
+    from ratchet_runner.spec.validate import load_spec_text
 
     _, text = spec_and_text("refund")
     capped = text.replace("start: proposed", "start: proposed\nbudget: {max_attempts: 2}")
@@ -497,8 +497,8 @@ def test_a_run_budget_caps_calls_across_resumes(
 def test_signal_ids_are_per_run(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
-    from runner.lifecycle import send_signal
-    from runner.validate import load_spec
+    from ratchet_runner.engine.lifecycle import send_signal
+    from ratchet_runner.spec.validate import load_spec
     from tests.conftest import ROOT
 
     path = ROOT / "tests" / "fixtures" / "parcel.yaml"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.clock import SystemClock
-from runner.execute import Runner
-from runner.spec import Example, Spec
-from runner.store import Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import SystemClock
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.model import Example, Spec
+from ratchet_runner.store.store import Store
 from tests.conftest import RATCHET, ROOT, ratchet_process, spec_and_text
 
 RUNS = 60
@@ -112,8 +112,8 @@ def test_workers_killed_at_random_moments_leave_every_change_made_exactly_once(
 def test_a_timer_due_while_every_worker_was_down_fires_exactly_once_when_they_return(
     store_url: str, tmp_path: Path
 ) -> None:
-    from runner.lifecycle import send_signal
-    from runner.validate import load_spec
+    from ratchet_runner.engine.lifecycle import send_signal
+    from ratchet_runner.spec.validate import load_spec
 
     home = tmp_path / "home"
     world = PracticeWorld(home / "practice.db")

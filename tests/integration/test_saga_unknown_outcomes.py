@@ -12,9 +12,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from adapters.practice import PracticeWorld
-from runner.lifecycle import operate, queue
-from runner.store import RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.engine.lifecycle import operate, queue
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import RATCHET, ROOT, MakeRunner, spec_and_text
 
 OPS = ("ops-1", "travel_ops")

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.approvals import decide, pending_request
-from runner.clock import SystemClock
-from runner.errors import RatchetError
-from runner.execute import Runner
-from runner.spec import Spec
-from runner.store import Store
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import SystemClock
+from ratchet_runner.engine.approvals import decide, pending_request
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import RatchetError
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.store.store import Store
 from tests.conftest import ratchet_process, spec_and_text
 
 

@@ -43,11 +43,11 @@ from typing import Any
 
 import pytest
 
-from adapters.practice import PracticeWorld
-from runner.clock import SystemClock
-from runner.execute import Runner
-from runner.store import EventRecord, Store
-from runner.validate import load_spec
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import SystemClock
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.store.store import EventRecord, Store
 from tests.conftest import ROOT, ratchet_process, spec_and_text
 from tests.integration.test_soak import _size
 

@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from adapters.noop import NoopAdapter
-from adapters.practice import PracticeWorld
-from runner.execute import Runner
-from runner.pool import Pool
-from runner.store import Change, RunRecord, Store
-from runner.validate import load_spec
+from ratchet_runner.adapters.noop import NoopAdapter
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.store.store import Change, RunRecord, Store
+from ratchet_runner.worker.pool import Pool
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
 THREE = ROOT / "bench" / "specs" / "three_effects.yaml"

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runner import commands
-from runner.execute import Runner
-from runner.lifecycle import worker_pass
+from ratchet_runner.engine import commands
+from ratchet_runner.engine.lifecycle import worker_pass
+from ratchet_runner.engine.runner import Runner
 from tests.property.sim_profiles import Workload, load
 from tests.property.sim_world import short
 
@@ -172,7 +172,8 @@ class _Stop:
 
 def heartbeat(sim: Simulation, command: Driver) -> Callable[[Runner], str]:
     """A command's heartbeat thread, scheduled like any driver and killed with its command: the
-    real ``runner.commands._heartbeat``, over a stop event that sleeps on the simulated clock."""
+    real ``ratchet_runner.engine.commands._heartbeat``, over a stop event that sleeps on the
+    simulated clock."""
 
     def body(runner: Runner) -> str:
         held = 0

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.spec import Spec
+from ratchet_runner.spec.model import Spec
 from tests.conftest import spec_and_text
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
 
-from adapters.base import (
+from ratchet_runner.adapters.base import (
     Ambiguous,
     Call,
     Done,
@@ -22,9 +22,9 @@ from adapters.base import (
     Refused,
     Transient,
 )
-from runner.execute import Runner
-from runner.spec import Spec
-from runner.store import Change, OperationRecord, RunRecord, Store
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.store.store import Change, OperationRecord, RunRecord, Store
 from tests.property.sim_profiles import loaded
 
 if TYPE_CHECKING:

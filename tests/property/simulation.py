@@ -1,22 +1,25 @@
 """A seeded, deterministic simulation of Ratchet's drivers over shared runs.
 
-One *schedule* interleaves several drivers — ``ratchet run`` (:func:`runner.commands.start`),
-``approve``/``reject`` (:func:`runner.commands.decide`), ``resume``, ``ops`` and worker passes
-(:func:`runner.lifecycle.worker_pass`), among them a late "rescuer" that starts after the clock
-has jumped past every lease — over one or two runs of the shipped specs, against simulated
-providers that commit late, lose replies, are unavailable, refuse and fail lookups. Between any
-two steps the scheduler may let another driver go on, let a provider commit a request it holds,
-jump the clock, or kill a driver. Then it drains the schedule and checks its invariants (see
-:meth:`Simulation.check`): no effect made twice, every run ends or waits for a person, every
-change a compensated saga made is undone or declared kept, no driver crashed.
+One *schedule* interleaves several drivers — ``ratchet run``
+(:func:`ratchet_runner.engine.commands.start`), ``approve``/``reject``
+(:func:`ratchet_runner.engine.commands.decide`), ``resume``, ``ops`` and worker passes
+(:func:`ratchet_runner.engine.lifecycle.worker_pass`), among them a late "rescuer" that starts after
+the clock has jumped past every lease — over one or two runs of the shipped specs, against simulated
+providers that commit late, lose replies, are unavailable, refuse and fail lookups. Between any two
+steps the scheduler may let another driver go on, let a provider commit a request it holds, jump the
+clock, or kill a driver. Then it drains the schedule and checks its invariants (see
+:meth:`Simulation.check`): no effect made twice, every run ends or waits for a person, every change
+a compensated saga made is undone or declared kept, no driver crashed.
 
 How it is deterministic:
 
-* Each driver runs the real code (``runner.execute.Runner``, ``runner.commands``,
-  ``runner.lifecycle``) in its own thread, but only one thread runs at a time. A driver hands
-  control back at every *yield point*: every call to the store (through :class:`StoreProxy`), every
-  adapter call and lookup (:class:`SimAdapter`), every sleep. A call is *in flight* from the step
-  that sends it until the provider has settled it, which the scheduler decides.
+* Each driver runs the real code (``ratchet_runner.engine.runner.Runner``,
+``ratchet_runner.engine.commands``,
+  ``ratchet_runner.engine.lifecycle``) in its own thread, but only one thread runs at a time. A
+  driver hands control back at every *yield point*: every call to the store (through
+  :class:`StoreProxy`), every adapter call and lookup (:class:`SimAdapter`), every sleep. A call is
+  *in flight* from the step that sends it until the provider has settled it, which the scheduler
+  decides.
 * Every choice is drawn from ``random.Random`` seeded by the schedule's seed: which driver goes
   on, which provider fate each request meets, which clock jump or kill happens, and the run IDs
   and lease tokens (``uuid.uuid4`` is seeded while a schedule runs).
@@ -48,12 +51,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from runner import commands as real_commands
-from runner.errors import RatchetError
-from runner.execute import Runner
-from runner.spec import Adapter as AdapterSpec
-from runner.spec import Spec
-from runner.store import OperationRecord, RunRecord, Store
+from ratchet_runner.engine import commands as real_commands
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import RatchetError
+from ratchet_runner.spec.model import Adapter as AdapterSpec
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.store.store import OperationRecord, RunRecord, Store
 from tests.property.sim_drivers import (
     Arrival,
     Driver,
@@ -127,8 +130,8 @@ class Simulation:
         self, seed: int, store: Store, profile: Profile | str = "mixed", commands: Any = None
     ) -> None:
         self.seed = seed
-        #: What the command drivers call: ``runner.commands`` (a test may hand in another
-        #: implementation of ``start``, ``decide``, ``resume`` and ``operate``).
+        # : What the command drivers call: ``ratchet_runner.engine.commands`` (a test may hand in
+        # another : implementation of ``start``, ``decide``, ``resume`` and ``operate``).
         self.commands: Any = commands or real_commands
         self.profile = PROFILES[profile] if isinstance(profile, str) else profile
         self.store = store

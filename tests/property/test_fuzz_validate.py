@@ -3,8 +3,8 @@
 The two shipped specs are mutated at the data level (keys dropped, renamed and misspelt, values
 retyped, rows duplicated and reordered, then dumped back to YAML) and at the byte level (random
 bytes and YAML punctuation spliced in, slices deleted, lines duplicated, the text truncated).
-Whatever comes out, :func:`runner.validate.validate_text` returns a :class:`Report` whose every
-diagnostic has a stable code and a line and column inside the file.
+Whatever comes out, :func:`ratchet_runner.spec.validate.validate_text` returns a :class:`Report`
+whose every diagnostic has a stable code and a line and column inside the file.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import loader
-from runner.codes import CODES
-from runner.loader import load_text
-from runner.validate import Report, validate_text
+from ratchet_runner.spec import loader
+from ratchet_runner.spec.codes import CODES
+from ratchet_runner.spec.loader import load_text
+from ratchet_runner.spec.validate import Report, validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = {

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from runner.approvals import decide as record_decision
-from runner.execute import Runner
-from runner.lifecycle import migrate
-from runner.spec import Spec
-from runner.store import RunRecord, Store
+from ratchet_runner.engine.approvals import decide as record_decision
+from ratchet_runner.engine.lifecycle import migrate
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.store.store import RunRecord, Store
 from tests.conftest import SUMMARY
 from tests.property.simulation import Result, run_schedule, simulation_store
 

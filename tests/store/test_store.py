@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner import store as store_module
-from runner.errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
-from runner.store import Change, RunRecord, Store
+from ratchet_runner.errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
+from ratchet_runner.store import store as store_module
+from ratchet_runner.store.store import Change, RunRecord, Store
 from tests.conftest import PG_URL, ROOT, MakeRunner, postgres_url
 
 DIGEST = "d" * 64
@@ -294,7 +294,7 @@ def _create(store: Store, run_id: str, key: str, results: list[tuple[RunRecord, 
 def test_the_exact_spec_text_stays_under_its_digest_after_the_spec_file_changes(
     make_runner: MakeRunner, store: Store, tmp_path: Path
 ) -> None:
-    from runner.validate import load_spec
+    from ratchet_runner.spec.validate import load_spec
 
     path = tmp_path / "refund.yaml"
     original = (ROOT / "specs" / "refund.yaml").read_text(encoding="utf-8")
@@ -598,8 +598,8 @@ def test_a_postgresql_connection_the_server_dropped_while_idle_is_replaced_unsee
 def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() -> None:
     """The one-statement form writes every part of a change only when its compare-and-set
     matches; the forms it cannot express exactly go through a transaction."""
-    from runner.store import approvals, events, operations, runs, signals, timers
-    from runner.store_pg import Statements, Tables
+    from ratchet_runner.store.postgres import Statements, Tables
+    from ratchet_runner.store.store import approvals, events, operations, runs, signals, timers
 
     statements = Statements(Tables(runs, events, operations, approvals, timers, signals))
     change = Change("run_1", 3, T0, lease_token="t" * 32)

@@ -3,7 +3,7 @@ created as a practice store, fixed at creation, and kept when the store is empti
 
 from __future__ import annotations
 
-from runner.store import Store
+from ratchet_runner.store.store import Store
 
 
 def test_the_practice_flag_is_recorded_when_the_store_is_created_and_never_by_a_later_open(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import cli as cli_module
-from runner.schema import spec_schema_text
+from ratchet_runner import cli as cli_module
+from ratchet_runner.spec.schema import spec_schema_text
 from tests.conftest import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]

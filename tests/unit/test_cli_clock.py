@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import Store
+from ratchet_runner.store.store import Store
 from tests.conftest import ROOT
 from tests.conftest import run_cli as run
 

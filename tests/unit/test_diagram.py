@@ -17,11 +17,11 @@ from pathlib import Path
 import graphviz
 import pytest
 
-from runner import diagram
-from runner.diagram_mermaid import mermaid_escape
-from runner.diagram_render import RED
-from runner.spec import Compensation, Effect, Retry, Row, Spec, State
-from runner.validate import validate_path, validate_text
+from ratchet_runner.review.diagram import draw as diagram
+from ratchet_runner.review.diagram.dot import RED
+from ratchet_runner.review.diagram.mermaid import mermaid_escape
+from ratchet_runner.spec.model import Compensation, Effect, Retry, Row, Spec, State
+from ratchet_runner.spec.validate import validate_path, validate_text
 from tests.conftest import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[2]

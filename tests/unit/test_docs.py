@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
-from runner.codes import CODES
-from runner.expressions import APPROVAL_FIELDS, FUNCTIONS, RUN_FIELDS
-from runner.lint import _scopes
-from runner.loader import load_file, load_text
-from runner.schema import spec_schema
-from runner.spec import RUNNER_EVENTS
-from runner.validate import validate_path, validate_text
+from ratchet_runner.cli import cli
+from ratchet_runner.spec.codes import CODES
+from ratchet_runner.spec.expressions import APPROVAL_FIELDS, FUNCTIONS, RUN_FIELDS
+from ratchet_runner.spec.lint.references import _scopes
+from ratchet_runner.spec.loader import load_file, load_text
+from ratchet_runner.spec.model import RUNNER_EVENTS
+from ratchet_runner.spec.schema import spec_schema
+from ratchet_runner.spec.validate import validate_path, validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -147,7 +147,7 @@ def _documented_fields() -> dict[str, list[str]]:
 def test_every_schema_field_is_documented_in_the_spec_reference() -> None:
     missing = sorted(set(SCHEMA_FIELDS) - set(_documented_fields()))
     assert not missing, (
-        f"fields in runner/spec.schema.json but not in docs/reference/spec.md: {missing}"
+        f"fields in runner/spec/spec.schema.json but not in docs/reference/spec.md: {missing}"
     )
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from runner.expressions import APPROVAL_FIELDS, ExpressionError, Scope, check, compile_expression
+from ratchet_runner.spec.expressions import (
+    APPROVAL_FIELDS,
+    ExpressionError,
+    Scope,
+    check,
+    compile_expression,
+)
 
 SCOPE = Scope(
     {

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.codes import CODES, is_warning
-from runner.errors import Diagnostic
-from runner.loader import MAX_BYTES
-from runner.validate import validate_path, validate_text
+from ratchet_runner.errors import Diagnostic
+from ratchet_runner.spec.codes import CODES, is_warning
+from ratchet_runner.spec.loader import MAX_BYTES
+from ratchet_runner.spec.validate import validate_path, validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "tests" / "lint_examples"

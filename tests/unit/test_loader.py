@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.errors import SpecError
-from runner.loader import MAX_BYTES, MAX_DEPTH, load_text
+from ratchet_runner.errors import SpecError
+from ratchet_runner.spec.loader import MAX_BYTES, MAX_DEPTH, load_text
 
 
 def code_of(text: str | bytes) -> tuple[str, int, int]:

@@ -23,12 +23,12 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DataError, OperationalError
 
-from adapters.practice import PracticeWorld
-from runner.errors import StoreError
-from runner.execute import Runner
-from runner.pool import Pool, PoolReport, connection_lost
-from runner.store import RunRecord, Store
-from runner.validate import load_spec_text
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import StoreError
+from ratchet_runner.spec.validate import load_spec_text
+from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.worker.pool import Pool, PoolReport, connection_lost
 from tests.conftest import RATCHET, ROOT, MakeRunner, spec_and_text
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft7Validator
 
-from runner.loader import load_file, load_text
-from runner.schema import spec_schema, spec_schema_text, validate_document
-from runner.spec import COLUMNS
+from ratchet_runner.spec.loader import load_file, load_text
+from ratchet_runner.spec.model import COLUMNS
+from ratchet_runner.spec.schema import spec_schema, spec_schema_text, validate_document
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -38,8 +38,8 @@ def test_each_shipped_spec_validates_against_the_schema(path: Path) -> None:
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_each_shipped_spec_names_the_schema_for_editors(path: Path) -> None:
     first = path.read_text(encoding="utf-8").splitlines()[0]
-    assert first == "# yaml-language-server: $schema=../runner/spec.schema.json"
-    assert (path.parent / "../runner/spec.schema.json").resolve().is_file()
+    assert first == "# yaml-language-server: $schema=../runner/spec/spec.schema.json"
+    assert (path.parent / "../runner/spec/spec.schema.json").resolve().is_file()
 
 
 def _refund_with(old: str, new: str) -> str:

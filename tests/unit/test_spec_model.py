@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.spec import Retry
-from runner.validate import validate_text
+from ratchet_runner.spec.model import Retry
+from ratchet_runner.spec.validate import validate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUND = (ROOT / "specs" / "refund.yaml").read_text(encoding="utf-8")

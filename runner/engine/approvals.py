@@ -1,0 +1,235 @@
+"""Approvals: a person's decision, bound to a digest of the exact arguments it lets run.
+
+The digest (:func:`ratchet_runner.engine.identity.approval_digest`) covers the workflow, the run,
+the spec and policy versions, the effect and its normalised arguments. An effect that needs approval
+runs only with an unconsumed, unexpired approval whose digest matches the arguments it is about to
+send (:meth:`ratchet_runner.engine.runner.Runner.valid_approval`), and that approval is consumed in
+the same transaction that writes the operation's pending record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from ratchet_runner.clock import format_time
+from ratchet_runner.engine.identity import approval_digest, describe_action, evaluate_args
+from ratchet_runner.engine.machine import machine_for
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import ApprovalError, VersionConflict
+from ratchet_runner.spec.model import Approval, Effect, Spec
+from ratchet_runner.store.store import RunRecord, TimerRecord
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What a run waiting for a decision asks a person to approve."""
+
+    run_id: str
+    approval: str
+    effect: str
+    action: str
+    args: dict[str, Any]
+    roles: tuple[str, ...]
+    digest: str
+    expires_after: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "approval": self.approval,
+            "effect": self.effect,
+            "action": self.action,
+            "args": self.args,
+            "roles": list(self.roles),
+            "digest": self.digest,
+            "expires_after_seconds": self.expires_after,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The result of approve/reject: the run afterwards, and whether anything changed."""
+
+    run: RunRecord
+    changed: bool
+    message: str
+
+
+def _waiting_for(spec: Spec, run: RunRecord) -> Approval | None:
+    state = spec.states[run.state]
+    if state.kind != "pause" or state.approval is None:
+        return None
+    return spec.approvals.get(state.approval)
+
+
+def _request(runner: Runner, run: RunRecord, spec: Spec, approval: Approval) -> ApprovalRequest:
+    effect: Effect = spec.effects[approval.effect]
+    args = evaluate_args(effect, runner.context(run, spec))
+    return ApprovalRequest(
+        run.id,
+        approval.name,
+        effect.name,
+        describe_action(effect, args),
+        args,
+        approval.roles,
+        approval_digest(spec, run.id, approval.name, effect, args),
+        approval.expires_after,
+    )
+
+
+def pending_request(runner: Runner, run: RunRecord) -> ApprovalRequest | None:
+    """The decision ``run`` is waiting for, if any."""
+    spec = runner.spec_of(run)
+    approval = _waiting_for(spec, run)
+    return None if approval is None else _request(runner, run, spec, approval)
+
+
+def expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | None:
+    """The pause's ``expired`` timer, if it is due at ``now`` and has not fired yet."""
+    for timer in runner.store.timers(run.id):
+        if (
+            timer.state == run.state
+            and timer.event == "expired"
+            and timer.fired_at is None
+            and timer.due_at <= now
+        ):
+            return timer
+    return None
+
+
+def apply_expiry(
+    runner: Runner, run: RunRecord, spec: Spec, timer: TimerRecord, now: float, **refused: Any
+) -> tuple[RunRecord, str]:
+    """Fire the pause's due ``expired`` timer now, as a worker would (claiming the timer in the
+    move's transaction, so it fires once even if a worker fires it at the same moment), with a
+    ``decision_refused`` event for the request ``refused`` describes. Returns the run after it
+    and how the expiry came about."""
+    change = runner.change(run, at=now)
+    change.fire_timer = timer.id
+    change.event(
+        "decision_refused", **refused, reason=f"the pause expired at {format_time(timer.due_at)}"
+    )
+    change.event("timer", event=timer.event, due_at=timer.due_at)
+    try:
+        return runner.move(run, spec, timer.event, change), "its expiry was applied now"
+    except VersionConflict:
+        moved = runner.store.get_run(run.id)
+        if moved.state == run.state:
+            raise
+        return moved, "another process applied its expiry first"
+
+
+def _refuse_after_expiry(
+    runner: Runner,
+    run: RunRecord,
+    spec: Spec,
+    timer: TimerRecord,
+    decision: str,
+    actor: str,
+    role: str | None,
+    now: float,
+) -> NoReturn:
+    """A decision that came after the pause expired: fire the expiry instead, and refuse the
+    decision. Nothing is recorded as decided."""
+    verb = "approved" if decision == "approve" else "rejected"
+    moved, how = apply_expiry(
+        runner, run, spec, timer, now, decision=decision, actor=actor, role=role or ""
+    )
+    raise ApprovalError(
+        f"run {run.id} can no longer be {verb}: its pause in {run.state!r} expired at "
+        f"{format_time(timer.due_at)}, before this decision; {how}, and the run moved by "
+        f"'expired' to {moved.state!r} ({moved.status}). Nothing was {verb}"
+    )
+
+
+def decide(
+    runner: Runner,
+    run_id: str,
+    decision: str,
+    actor: str,
+    role: str | None,
+    reason: str | None = None,
+) -> Decision:
+    """Record ``decision`` (``approve`` or ``reject``) and move the run by that signal.
+
+    Refused with no change: a run not waiting for a decision, a role the spec does not allow, an
+    ``approve`` row whose guard does not hold. A repeated decision changes nothing and says so. The
+    pause's deadline is checked now, by :meth:`~ratchet_runner.engine.runner.Runner.decision_now`: a
+    decision that comes after it is refused, and the expiry the timer has not fired yet is applied
+    instead (the run moves by ``expired``).
+    """
+    run = runner.store.get_run(run_id)
+    if run.status in ("paused", "cancelled"):
+        raise ApprovalError(f"run {run.id} is {run.status} by an operator; nothing changed")
+    spec = runner.spec_of(run)
+    approval = _waiting_for(spec, run)
+    if approval is None:
+        earlier = [a for a in runner.store.approvals(run.id) if a.actor == actor]
+        if earlier:
+            last = earlier[-1]
+            return Decision(
+                run,
+                False,
+                f"{actor} already {last.decision} this run (digest {last.digest[:12]}); "
+                "nothing changed",
+            )
+        raise ApprovalError(
+            f"run {run.id} is in {run.state!r}, which is not waiting for a decision; "
+            "nothing changed"
+        )
+    if role is not None and role not in approval.roles:
+        raise ApprovalError(
+            f"role {role!r} may not decide {approval.name!r} (allowed: "
+            f"{', '.join(approval.roles)}); nothing changed"
+        )
+    if decision == "approve" and role is None:
+        raise ApprovalError("an approval needs the approver's role (--role)")
+    now = runner.decision_now()
+    lapsed = expired_pause(runner, run, now)
+    if lapsed is not None:
+        _refuse_after_expiry(runner, run, spec, lapsed, decision, actor, role, now)
+    request = _request(runner, run, spec, approval)
+    expires_at = now + approval.expires_after if approval.expires_after else None
+    record = {
+        "actor": actor,
+        "role": role or "",
+        "decided_at": now,
+        "expires_at": expires_at,
+        "digest": request.digest,
+        "name": approval.name,
+    }
+    ctx = runner.context(run, spec, approval=record)
+    row, errors = machine_for(spec).fire(run.state, decision, ctx)
+    if row is None:
+        why = "; ".join(errors) if errors else "no row's guard holds"
+        raise ApprovalError(f"{decision} does not apply here ({why}); nothing changed")
+    change = runner.change(run, at=now)
+    change.new_approvals.append(
+        {
+            "name": approval.name,
+            "effect": approval.effect,
+            "digest": request.digest,
+            "decision": "approved" if decision == "approve" else "rejected",
+            "actor": actor,
+            "role": role or "",
+            "reason": reason,
+            "policy_version": str(spec.policy_version),
+            "spec_digest": spec.digest,
+            "decided_at": now,
+            "expires_at": expires_at,
+        }
+    )
+    change.context = {**run.context, "approval": record}
+    change.event(
+        "approved" if decision == "approve" else "rejected",
+        actor=actor,
+        role=role or "",
+        action=request.action,
+        digest=request.digest,
+        reason=reason,
+        expires_at=expires_at,
+    )
+    moved = runner.move(run, spec, decision, change, ctx)
+    verb = "approved" if decision == "approve" else "rejected"
+    return Decision(moved, True, f"{actor} {verb} {request.action}")

@@ -1,0 +1,359 @@
+"""What a command does to a run — start, decide, signal, resume, operate — under the run's lease.
+
+Every process that may call a provider for a run holds that run's lease for the call: a worker
+that claimed it, and a command as much as a worker. A command takes the run's lease
+(:meth:`Store.claim_run`) *before* it changes the run, makes its change and drives the run on
+with every commit fenced by that lease, keeps the lease alive with a heartbeat while it works, and
+gives it back at the end. So a worker (or a second command) cannot claim the run while the
+command's request may still be in flight, find nothing yet on the provider's side, and call
+again: it waits until the lease is released, or has expired — and a lease is only trusted for a
+call that ends (by its timeout) well before it does (:meth:`Runner.secure_lease`).
+
+A command that finds the run held by another live process does not race it: it waits a moment
+(:data:`PATIENCE`) for the lease to come free, and otherwise says who is carrying the run on and
+changes nothing (:class:`RunBusy`; a ``resume`` reports it as a normal outcome). See
+``docs/explanation/leases.md``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from ratchet_runner.engine.lifecycle import carry_on, migrate, validate_lease, worker_identity
+from ratchet_runner.engine.runner import LEASE_SAFETY, Runner
+from ratchet_runner.errors import RunBusy, StoreError, VersionConflict
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.store.store import RunRecord
+
+#: How long a command leases a run for by default; a heartbeat renews it while the command works,
+#: so this is how long a killed command keeps others off the run.
+COMMAND_LEASE = 30.0
+
+#: How long a command waits for another process's lease on the run to come free.
+PATIENCE = 3.0
+
+#: Statuses a command has nothing to drive in: it reads the run and takes no lease.
+_ENDED = ("done", "cancelled")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did: the run afterwards, whether this command changed it, what it did,
+    and what happened after (``then``: another process carried the run on, or its next step
+    failed and it waits for a person). ``carried_on_by`` names the process that holds the run
+    when this command handed over to it."""
+
+    run: RunRecord
+    changed: bool
+    message: str
+    then: str | None = None
+    carried_on_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "message": self.message,
+            "then": self.then,
+            "carried_on_by": self.carried_on_by,
+        }
+
+
+def command_owner(command: str) -> str:
+    """The lease owner a command records: ``ratchet COMMAND host:pid:nonce``."""
+    return f"ratchet {command} {worker_identity()}"
+
+
+# -- the lease a command holds --------------------------------------------------------------
+
+
+@contextmanager
+def holding(
+    runner: Runner,
+    run: RunRecord,
+    owner: str,
+    lease_seconds: float = COMMAND_LEASE,
+    patience: float = PATIENCE,
+) -> Iterator[RunRecord]:
+    """Hold the lease on ``run`` for the block, renewed by a heartbeat thread, with every commit
+    ``runner`` makes to the run fenced by it, and give it back at the end (unless a commit that
+    took the run out of ``running`` already did). Yields the run to act on.
+
+    A running run (one that may have a call in flight) is claimed first, waiting up to
+    ``patience`` seconds for another holder to release it (else :class:`RunBusy`), so anything
+    this command reconciles is looked up only once no one else may still be calling. A run
+    that is not running has no call in flight: its lease is taken by the first commit this
+    command makes to it (a refused request changes nothing at all), and that commit fails if
+    another live process holds it."""
+    lease_seconds = validate_lease(lease_seconds)
+    run_id = run.id
+    asked = runner.monotonic()
+    give_up = asked + max(0.0, patience)
+    while run.status == "running":
+        asked = runner.monotonic()
+        try:
+            run = runner.store.claim_run(run_id, owner, lease_seconds, runner.clock.now())
+            break
+        except (RunBusy, VersionConflict):
+            if runner.monotonic() >= give_up:
+                raise
+            time.sleep(0.05)
+            run = runner.store.get_run(run_id)  # the holder may have finished it meanwhile
+    if run.lease_owner == owner:
+        token = str(run.lease_token)
+    else:  # not running: nothing is in flight; the first commit takes the lease
+        token = uuid.uuid4().hex
+        runner.taking[run_id] = (owner, lease_seconds)
+    runner.leases[run_id] = token
+    runner.lease_seconds = lease_seconds
+    runner.lease_deadlines[run_id] = asked + lease_seconds * LEASE_SAFETY
+    stop = threading.Event()
+    beat = threading.Thread(
+        target=_heartbeat,
+        args=(runner, run_id, token, lease_seconds, stop),
+        name=f"ratchet-lease-{run_id}",
+        daemon=True,
+    )
+    if runner.heartbeat:
+        beat.start()
+    try:
+        yield run
+    finally:
+        stop.set()
+        if beat.is_alive():
+            beat.join()
+        runner.leases.pop(run_id, None)
+        runner.taking.pop(run_id, None)
+        runner.lease_deadlines.pop(run_id, None)
+        with suppress(StoreError):  # the store is away: the lease runs out by itself
+            runner.store.release(run_id, token)  # a no-op if a commit already gave it back
+
+
+def _heartbeat(
+    runner: Runner, run_id: str, token: str, lease_seconds: float, stop: threading.Event
+) -> None:
+    while not stop.wait(lease_seconds / 3):
+        asked = runner.monotonic()
+        try:
+            renewed = runner.store.renew(run_id, token, lease_seconds)
+        except Exception:  # the store is away: the lease runs out; no call is started past it
+            continue
+        if renewed and runner.leases.get(run_id) == token:
+            runner.lease_deadlines[run_id] = asked + lease_seconds * LEASE_SAFETY
+
+
+def _act(
+    runner: Runner,
+    run_ref: str,
+    command: str,
+    act: Callable[[RunRecord], CommandResult],
+    *,
+    lease_seconds: float,
+    patience: float,
+    owner: str | None = None,
+    only_running: bool = False,
+) -> CommandResult:
+    """Carry out ``act`` on the run under its lease: a run that has ended (or, with
+    ``only_running``, one that is not running: nothing would be called) is read, not leased."""
+    run = runner.store.resolve(run_ref)
+    if run.status in _ENDED or (only_running and run.status != "running"):
+        return act(run)
+    with holding(runner, run, owner or command_owner(command), lease_seconds, patience) as held:
+        return act(held)
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+def start(
+    runner: Runner,
+    spec: Spec,
+    text: str,
+    data: dict[str, Any],
+    *,
+    lease_seconds: float = COMMAND_LEASE,
+    patience: float = PATIENCE,
+    owner: str | None = None,
+    before_drive: Callable[[RunRecord, bool], None] | None = None,
+) -> tuple[CommandResult, bool]:
+    """``ratchet run``: start a run (or find the one with the same business key) and drive it
+    until it waits, ends or needs a person. ``before_drive(run, created)`` runs after the run
+    exists and before anything is called (the CLI seeds the practice world there). Returns the
+    result and whether the run was created."""
+    started, created = runner.start(spec, text, data)
+    if before_drive is not None:
+        before_drive(started, created)
+    made = "started" if created else "already existed for this business key"
+    try:
+        result = _act(
+            runner,
+            started.id,
+            "run",
+            lambda run: _drive_only(runner, run, f"run {started.id} {made}"),
+            lease_seconds=lease_seconds,
+            patience=patience,
+            owner=owner,
+            only_running=True,
+        )
+    except RunBusy as busy:
+        result = _handed_over(runner, started.id, f"run {started.id} {made}", busy)
+    return result, created
+
+
+def resume(
+    runner: Runner,
+    run_ref: str,
+    *,
+    lease_seconds: float = COMMAND_LEASE,
+    patience: float = PATIENCE,
+    owner: str | None = None,
+) -> CommandResult:
+    """``ratchet resume``: drive the run on from where it stopped, reconciling any call on
+    record first. A run another live process holds is left to it, and the result says so."""
+
+    def act(run: RunRecord) -> CommandResult:
+        migrated = migrate(runner, run)
+        return _drive_only(runner, migrated, "")
+
+    try:
+        return _act(
+            runner,
+            run_ref,
+            "resume",
+            act,
+            lease_seconds=lease_seconds,
+            patience=patience,
+            owner=owner,
+            only_running=True,
+        )
+    except RunBusy as busy:
+        return _handed_over(runner, run_ref, "", busy)
+
+
+def decide(
+    runner: Runner,
+    run_ref: str,
+    decision: str,
+    actor: str,
+    role: str | None,
+    reason: str | None = None,
+    *,
+    lease_seconds: float = COMMAND_LEASE,
+    patience: float = PATIENCE,
+    owner: str | None = None,
+) -> CommandResult:
+    """``ratchet approve`` / ``reject``: record the decision and drive the run on, under the
+    run's lease. A refused decision changes nothing
+    (:class:`~ratchet_runner.errors.ApprovalError`)."""
+    from ratchet_runner.engine.approvals import decide as record_decision
+
+    def act(run: RunRecord) -> CommandResult:
+        recorded = record_decision(runner, run.id, decision, actor, role, reason)
+        if not recorded.changed:
+            return CommandResult(recorded.run, False, recorded.message)
+        driven, then = carry_on(runner, recorded.run)
+        return CommandResult(driven, True, recorded.message, then)
+
+    return _act(
+        runner,
+        run_ref,
+        decision,
+        act,
+        lease_seconds=lease_seconds,
+        patience=patience,
+        owner=owner,
+    )
+
+
+def signal(
+    runner: Runner,
+    run_ref: str,
+    event: str,
+    signal_id: str,
+    data: dict[str, Any] | None = None,
+    spec_version: int | None = None,
+    *,
+    lease_seconds: float = COMMAND_LEASE,
+    patience: float = PATIENCE,
+    owner: str | None = None,
+) -> CommandResult:
+    """``ratchet signal``: deliver the signal once per ID and drive the run on, under its
+    lease."""
+    from ratchet_runner.engine.lifecycle import send_signal
+
+    def act(run: RunRecord) -> CommandResult:
+        outcome = send_signal(runner, run.id, event, signal_id, data, spec_version)
+        return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
+
+    return _act(
+        runner,
+        run_ref,
+        "signal",
+        act,
+        lease_seconds=lease_seconds,
+        patience=patience,
+        owner=owner,
+    )
+
+
+def operate(
+    runner: Runner,
+    run_ref: str,
+    action: str,
+    actor: str,
+    role: str,
+    note: str | None = None,
+    *,
+    lease_seconds: float = COMMAND_LEASE,
+    patience: float = PATIENCE,
+    owner: str | None = None,
+) -> CommandResult:
+    """``ratchet ops ACTION``: the operator control, under the run's lease (see
+    :func:`ratchet_runner.engine.lifecycle.operate`)."""
+    from ratchet_runner.engine.lifecycle import operate as carry_out
+
+    def act(run: RunRecord) -> CommandResult:
+        outcome = carry_out(runner, run.id, action, actor, role, note)
+        return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
+
+    return _act(
+        runner,
+        run_ref,
+        f"ops {action}",
+        act,
+        lease_seconds=lease_seconds,
+        patience=patience,
+        owner=owner,
+    )
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _drive_only(runner: Runner, run: RunRecord, message: str) -> CommandResult:
+    before = run.version
+    driven, then = carry_on(runner, run)
+    moved = driven.version != before
+    return CommandResult(driven, moved, message or _where(driven, moved), then)
+
+
+def _where(run: RunRecord, moved: bool) -> str:
+    if not moved:
+        return f"run {run.id} is in {run.state} ({run.status}); nothing to do now"
+    return f"run {run.id} went on to {run.state} ({run.status})"
+
+
+def _handed_over(runner: Runner, run_ref: str, message: str, busy: RunBusy) -> CommandResult:
+    run = runner.store.resolve(run_ref)
+    text = (
+        f"run {run.id} is being carried on by {busy.holder} (its lease runs "
+        f"{busy.seconds_left:.0f} s more); this command left it to that process"
+    )
+    return CommandResult(
+        run, False, f"{message}; {text}" if message else text, carried_on_by=busy.holder
+    )

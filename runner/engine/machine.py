@@ -1,0 +1,97 @@
+"""The state graph as a `transitions` Machine: which row fires for an event, given the guards.
+
+One Machine is built per spec version (by digest) and cached. A run is bound to it only for the
+duration of one :meth:`StepMachine.fire` and unbound at once. The Machine owns the graph and guard
+dispatch; it writes nothing durable: its one callback notes, in memory, which row fired, and the
+runner then commits that move through the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from transitions import Machine, MachineError
+
+from ratchet_runner.spec.expressions import Expression, ExpressionError, compile_expression
+from ratchet_runner.spec.model import Row, Spec
+
+
+class _Cursor:
+    """The model bound to the machine for one step: where the run is, and which row fired."""
+
+    def __init__(self) -> None:
+        self.fired: Row | None = None
+        self.guard_errors: list[str] = []
+
+
+def _holds(guard: Expression, event: Any) -> bool:
+    activation: Mapping[str, Any] = event.kwargs.get("activation", {})
+    try:
+        return bool(guard.evaluate(activation) is True)
+    except ExpressionError as exc:
+        event.model.guard_errors.append(str(exc))
+        return False
+
+
+def _note(row: Row, event: Any) -> None:
+    event.model.fired = row
+
+
+class StepMachine:
+    """The transition table of one spec version, ready to pick rows."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self._machine = Machine(
+            model=None,
+            states=list(spec.states),
+            initial=None,
+            auto_transitions=False,
+            send_event=True,
+            ignore_invalid_triggers=False,
+        )
+        for row in spec.transitions:
+            conditions: list[str | Callable[..., bool | None]] = []
+            if row.guard:
+                conditions.append(partial(_holds, compile_expression(row.guard)))
+            self._machine.add_transition(
+                trigger=row.event,
+                source=row.state,
+                dest=row.next_state,
+                conditions=conditions,
+                before=[partial(_note, row)],
+            )
+
+    def events_from(self, state: str) -> list[str]:
+        """The events that have a row out of ``state``."""
+        return sorted({row.event for row in self.spec.rows_from(state)})
+
+    def fire(
+        self, state: str, event: str, activation: Mapping[str, Any]
+    ) -> tuple[Row | None, list[str]]:
+        """The row that ``event`` fires from ``state`` (None if no row's guard holds), and any
+        guard that failed to evaluate."""
+        if event not in self.events_from(state):
+            return None, []
+        cursor = _Cursor()
+        self._machine.add_model(cursor, initial=state)
+        try:
+            cursor.trigger(event, activation=activation)  # type: ignore[attr-defined]
+        except MachineError:
+            return None, cursor.guard_errors
+        finally:
+            self._machine.remove_model(cursor)
+        return cursor.fired, cursor.guard_errors
+
+
+_MACHINES: dict[str, StepMachine] = {}
+
+
+def machine_for(spec: Spec) -> StepMachine:
+    """The cached machine of this spec version."""
+    machine = _MACHINES.get(spec.digest)
+    if machine is None:
+        machine = _MACHINES[spec.digest] = StepMachine(spec)
+    return machine

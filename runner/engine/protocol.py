@@ -1,0 +1,539 @@
+"""One effect, performed by the protocol: forward effects and the compensations that undo them.
+
+:class:`EffectStep` takes a run that stands in a state performing an effect through the protocol
+described in :mod:`ratchet_runner.engine.runner`. :class:`CompensationStep` does the same for one
+registered compensation while the run stands in a ``compensate`` state: the same operation-ID
+discipline, write-ahead record, reconcile-before-retry and persisted attempts; it differs only in
+what happens at the end (no move on success; the compensate state's ``refused`` / ``exhausted`` row
+on failure).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ratchet_runner.adapters.base import (
+    Ambiguous,
+    Call,
+    Done,
+    Found,
+    LookupFailed,
+    NotFound,
+    Outcome,
+    Refused,
+    Transient,
+)
+from ratchet_runner.clock import format_time
+from ratchet_runner.engine.identity import (
+    approval_digest,
+    compensation_id,
+    describe_action,
+    evaluate_args,
+    operation_id,
+    sha256,
+)
+from ratchet_runner.errors import (
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalStale,
+    LeaseLost,
+    RunError,
+    VersionConflict,
+)
+from ratchet_runner.spec.model import Effect, Row, Spec
+from ratchet_runner.store.store import ApprovalRecord, Change, OperationRecord, RunRecord
+
+if TYPE_CHECKING:
+    from ratchet_runner.engine.runner import Runner
+
+
+@dataclass
+class Notes:
+    """What happened since the last commit, to be written with the next one."""
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def note(self, kind: str, **data: Any) -> None:
+        self.events.append((kind, data))
+
+    def flush_into(self, change: Change) -> Change:
+        change.events[:0] = self.events
+        self.events = []
+        return change
+
+
+class EffectStep:
+    """The effect of the state the run stands in, by the protocol."""
+
+    role = "forward"
+
+    def __init__(self, runner: Runner, run: RunRecord, spec: Spec, effect: Effect) -> None:
+        self.runner = runner
+        self.run = run
+        self.spec = spec
+        self.effect = effect
+        self.ctx = runner.context(run, spec)
+        self.args = evaluate_args(effect, self.ctx)
+        self.log = Notes()
+        self.adapter = runner.adapter(spec, effect.adapter)
+        self.naive = runner.strategy == "naive"
+        self.row: Row | None = None
+        self.operation_id = self._name()
+
+    def _name(self) -> str:
+        self.row = next(
+            r for r in self.spec.rows_from(self.run.state) if r.external_effect == self.effect.name
+        )
+        stable = operation_id(self.spec, self.row, self.effect, self.args, self.ctx)
+        if self.naive or self.row.idempotency_key is None:
+            # Nothing names the change (the naive demonstration, or a spec without a key, which
+            # only `ratchet check` will run): every attempt is a new operation.
+            self.naive = True
+            return sha256([stable, uuid.uuid4().hex])
+        return stable
+
+    @property
+    def receipt_field(self) -> str | None:
+        return self.row.receipt if self.row is not None else self.effect.receipt
+
+    def _change(self) -> Change:
+        return self.log.flush_into(self.runner.change(self.run))
+
+    # -- the protocol -----------------------------------------------------------------------
+
+    def perform(self) -> RunRecord:
+        # The run's context lists every operation it has recorded, written in the same
+        # transaction as each record: an ID it does not list has no record to read.
+        if self.naive:
+            return self._perform_naive()
+        ahead = self.runner.written_ahead(self.run)
+        if ahead is not None and ahead.operation_id == self.operation_id:
+            return self._call(ahead)  # written with the move into this state, not yet called
+        known = self.operation_id in self.run.context.get("operations", ())
+        op = self.runner.store.operation(self.operation_id) if known else None
+        if op is None or op.status == "registered":
+            return self._begin(op)
+        if op.status == "done":
+            self.log.note("skipped", operation_id=op.operation_id, reason="already done")
+            return self._finish(op, op.receipt or {}, via="store")
+        if op.status in ("refused", "exhausted", "unknown"):
+            return self._outcome(op, op.status, op.last_error or op.status)
+        if op.attempts > 0 and not self.naive:
+            self.log.note("resumed", operation_id=op.operation_id, attempts=op.attempts)
+            reconciled = self._reconcile(op)
+            if reconciled is not None:
+                return reconciled
+        return self._attempts(op)
+
+    def _perform_naive(self) -> RunRecord:
+        """What a hand-rolled retry loop does after a crash: no lookup, just call again under a
+        new name (the attempt before may have made the change already)."""
+        earlier = [
+            op
+            for op in self.runner.store.operations(self.run.id)
+            if op.effect == self.effect.name and op.role == self.role and op.status == "pending"
+        ]
+        if not earlier:
+            return self._begin(None)
+        return self._attempts(earlier[-1])
+
+    def _fields(self, attempts: int) -> dict[str, Any]:
+        return {
+            "operation_id": self.operation_id,
+            "effect": self.effect.name,
+            "role": self.role,
+            "args": self.args,
+            "fingerprint": sha256(self.args),
+            "status": "pending",
+            "attempts": attempts,
+        }
+
+    def _write_ahead(self, change: Change, registered: OperationRecord | None) -> OperationRecord:
+        """Add the pending record, first attempt counted, to ``change``; return it as stored."""
+        fields = self._fields(attempts=1)
+        if registered is None:
+            change.new_operations.append(fields)
+            base = OperationRecord(
+                run_id=self.run.id,
+                receipt=None,
+                last_error=None,
+                compensates=None,
+                created_at=change.at,
+                updated_at=change.at,
+                **fields,
+            )
+        else:
+            update = {
+                k: v for k, v in fields.items() if k not in ("operation_id", "effect", "role")
+            }
+            change.operation_updates.append((self.operation_id, update))
+            base = replace(registered, updated_at=change.at, **update)
+        change.event(
+            "pending",
+            operation_id=self.operation_id,
+            effect=self.effect.name,
+            role=self.role,
+            action=describe_action(self.effect, self.args),
+            strategy=self.runner.strategy,
+        )
+        change.event("call", operation_id=self.operation_id, attempt=1)
+        self.runner.count_attempt(self.run, self.spec, self.effect, change)
+        self._list(change, self.operation_id)
+        return base
+
+    def _list(self, change: Change, *operation_ids: str) -> None:
+        context = change.context if change.context is not None else self.run.context
+        listed = list(context.get("operations", ()))
+        listed += [i for i in operation_ids if i not in listed]
+        change.context = {**context, "operations": listed}
+
+    def _begin(self, registered: OperationRecord | None) -> RunRecord:
+        change = self._change()
+        if self.effect.approval is not None and self.role == "forward":
+            try:
+                approval = self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
+            except ApprovalError as refused:
+                # Another worker may have consumed the approval and moved the run meanwhile:
+                # that is a lost race, not a missing approval.
+                if self.runner.store.get_run(self.run.id).version != self.run.version:
+                    raise VersionConflict(
+                        f"run {self.run.id} has moved on (another process took this step)"
+                    ) from None
+                if isinstance(refused, ApprovalExpired):
+                    change.event("approval_expired", effect=self.effect.name, reason=str(refused))
+                    return self.runner.move(self.run, self.spec, "expired", change, self.ctx)
+                if isinstance(refused, ApprovalStale):
+                    return self.runner.ask_again(self.run, self.spec, self.effect, change, refused)
+                raise
+            change.consume_approvals.append(approval.id)
+        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+            op = self._write_ahead(change, registered)
+            change.events = [e for e in change.events if e[0] != "call"]
+            self.run = self.runner.store.commit(change)
+            return self._outcome(op, "exhausted", "the run's budget is spent")
+        self.runner.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
+        op = self._write_ahead(change, registered)
+        self._register_compensation(change)
+        self.run = self.runner.store.commit(change)
+        return self._call(op)
+
+    def write_ahead_into(self, change: Change) -> OperationRecord | None:
+        """Add this effect's write-ahead to ``change``, the commit that moves the run into its
+        state (``self.run`` is the run as that commit leaves it); None when it must be begun on
+        its own: an operation already on record, or the run's budget spent."""
+        if self.naive or self.operation_id in self.run.context.get("operations", ()):
+            return None
+        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+            return None
+        try:
+            self.runner.secure_lease(self.run.id, self.effect.timeout)
+        except (LeaseLost, RunError):  # the step itself says so, before committing anything
+            return None
+        op = self._write_ahead(change, None)
+        self._register_compensation(change)
+        return op
+
+    def _register_compensation(self, change: Change) -> None:
+        """A done effect whose undo is unknown must never exist: register the undo with it."""
+        comp = self.row.compensation if self.row is not None else None
+        if comp is None or self.naive:
+            return
+        if comp.effect is None:
+            change.event(
+                "no_compensation",
+                operation_id=self.operation_id,
+                effect=self.effect.name,
+                undo=comp.kind,
+                reason=comp.reason,
+            )
+            return
+        comp_id = compensation_id(self.operation_id, comp.effect)
+        change.new_operations.append(
+            {
+                "operation_id": comp_id,
+                "effect": comp.effect,
+                "role": "compensation",
+                "args": {},
+                "fingerprint": "",
+                "status": "registered",
+                "attempts": 0,
+                "compensates": self.operation_id,
+            }
+        )
+        self._list(change, comp_id)
+        change.event(
+            "compensation_registered",
+            operation_id=comp_id,
+            effect=comp.effect,
+            compensates=self.operation_id,
+        )
+
+    def _attempts(self, op: OperationRecord) -> RunRecord:
+        if op.attempts >= self.runner.max_attempts(self.run, self.effect, op):
+            return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
+        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+            return self._outcome(op, "exhausted", "the run's budget is spent")
+        renewed = self._approval_for_resend(op)
+        if isinstance(renewed, RunRecord):
+            return renewed  # no approval covers sending it now: the run has moved
+        self.runner.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
+        if self.naive:  # a new name for every attempt: the bug this demonstrates
+            fresh = EffectStep(self.runner, self.run, self.spec, self.effect)
+            fresh.log = self.log
+            return fresh._begin_naive(op)
+        change = self._change()
+        update: dict[str, Any] = {"attempts": op.attempts + 1}
+        if renewed is not None:  # a newer approval covers it: consumed with this attempt
+            change.consume_approvals.append(renewed.id)
+            update["status"] = "pending"
+        change.operation_updates.append((op.operation_id, update))
+        change.event("call", operation_id=op.operation_id, attempt=op.attempts + 1)
+        self.runner.count_attempt(self.run, self.spec, self.effect, change)
+        self.run = self.runner.store.commit(change)
+        return self._call(replace(op, attempts=op.attempts + 1, status="pending"))
+
+    def _approval_for_resend(self, op: OperationRecord) -> ApprovalRecord | RunRecord | None:
+        """Before a forward effect that needs an approval is sent again (a retry, a resume that
+        reconciled and found nothing, an operator's retry), check now, by
+        :meth:`~ratchet_runner.engine.runner.Runner.decision_now`, that an approval still covers it.
+
+        None: the approval consumed when its pending record was written still does (unexpired,
+        same digest). An approval: a newer, unconsumed one does; the attempt consumes it. A run:
+        none does, and the run has moved: when the consumed approval expired, the operation is
+        marked ``expired`` (never to be sent on it), ``approval_expired`` is recorded and the run
+        follows its ``expired`` row; when it no longer matches (the run moved to a new spec
+        version or policy), the run goes back to the state that asks (``decision_needed``)."""
+        if self.effect.approval is None or self.role != "forward" or self.naive:
+            return None
+        name = self.effect.approval
+        consumed = [
+            a
+            for a in self.runner.store.approvals(self.run.id)
+            if a.name == name and a.decision == "approved" and a.consumed_at is not None
+        ]
+        used = consumed[-1] if consumed else None
+        now = self.runner.decision_now()
+        digest = approval_digest(self.spec, self.run.id, name, self.effect, self.args)
+        expired = used is not None and used.expires_at is not None and used.expires_at <= now
+        if used is not None and used.digest == digest and not expired and op.status != "expired":
+            return None
+        try:
+            return self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
+        except ApprovalError as refused:
+            if used is None:
+                raise
+            change = self._change()
+            if used.digest != digest:
+                return self.runner.ask_again(
+                    self.run,
+                    self.spec,
+                    self.effect,
+                    change,
+                    ApprovalStale(
+                        f"the approval by {used.actor} was given under another spec version or "
+                        f"policy than {describe_action(self.effect, self.args)} (policy "
+                        f"{self.spec.policy_version}): not sent again on it"
+                    ),
+                )
+            reason = (
+                f"the approval by {used.actor} expired at {format_time(used.expires_at)}, before "
+                f"{self.effect.name} could be sent again ({refused}): not sent"
+            )
+            change.operation_updates.append(
+                (op.operation_id, {"status": "expired", "last_error": reason})
+            )
+            change.context = {**self.run.context, "wake_at": None}
+            change.event(
+                "approval_expired",
+                effect=self.effect.name,
+                operation_id=op.operation_id,
+                reason=reason,
+            )
+            return self.runner.move(self.run, self.spec, "expired", change, self.ctx)
+
+    def _begin_naive(self, previous: OperationRecord) -> RunRecord:
+        change = self._change()
+        change.operation_updates.append((previous.operation_id, {"status": "abandoned"}))
+        fields = self._fields(attempts=previous.attempts + 1)
+        change.new_operations.append(fields)
+        change.event("call", operation_id=self.operation_id, attempt=fields["attempts"])
+        self.runner.count_attempt(self.run, self.spec, self.effect, change)
+        self.run = self.runner.store.commit(change)
+        op = OperationRecord(
+            run_id=self.run.id,
+            receipt=None,
+            last_error=None,
+            compensates=None,
+            created_at=change.at,
+            updated_at=change.at,
+            **fields,
+        )
+        return self._call(op)
+
+    def _call(self, op: OperationRecord) -> RunRecord:
+        request = Call(
+            operation=self.effect.operation,
+            operation_id=op.operation_id,
+            args=self.args,
+            effect=self.effect.name,
+            timeout=self.effect.timeout,
+            attempt=op.attempts,
+        )
+        self.runner.interrupt("before-write", self.effect.name)
+        self.runner.secure_lease(self.run.id, self.effect.timeout)  # still covers the call?
+        try:
+            outcome: Outcome = self.adapter.call(request)
+        except Exception as exc:  # an adapter bug or a raw network error: outcome unknown
+            outcome = Ambiguous(f"adapter raised {type(exc).__name__}: {exc}")
+        self.runner.interrupt("after-write", self.effect.name)
+        if isinstance(outcome, Done) and not self._proves(outcome.receipt):
+            outcome = Ambiguous(f"malformed reply: no {self.receipt_field!r} in it")
+        if isinstance(outcome, Done):
+            return self._finish(op, outcome.receipt, via="reply")
+        if isinstance(outcome, Refused):
+            return self._outcome(op, "refused", outcome.reason, outcome.evidence)
+        if isinstance(outcome, Transient):
+            self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
+            return self._retry(op)
+        self.log.note("timeout", operation_id=op.operation_id, reason=outcome.reason)
+        if self.naive:
+            return self._retry(op)
+        reconciled = self._reconcile(op)
+        return reconciled if reconciled is not None else self._retry(op)
+
+    def _proves(self, receipt: dict[str, Any]) -> bool:
+        if not isinstance(receipt, dict) or not receipt:
+            return False
+        return self.receipt_field is None or bool(receipt.get(self.receipt_field))
+
+    def _retry(self, op: OperationRecord) -> RunRecord:
+        if op.attempts < self.runner.max_attempts(self.run, self.effect, op):
+            delay = self.runner.backoff(self.effect, op.attempts)
+            self.log.note("backoff", seconds=round(delay, 3), next_attempt=op.attempts + 1)
+            if not self.runner.wait_inline(delay):
+                return self._schedule(op, delay)
+        return self._attempts(op)
+
+    def _schedule(self, op: OperationRecord, delay: float) -> RunRecord:
+        """A back-off too long to wait in this process: store the wake-up time and stop."""
+        change = self._change()
+        wake = change.at + delay
+        change.context = {**self.run.context, "wake_at": wake}
+        change.event("retry_scheduled", operation_id=op.operation_id, wake_at=wake)
+        self.run = self.runner.store.commit(change)
+        return self.run
+
+    def _reconcile(self, op: OperationRecord) -> RunRecord | None:
+        """Ask the provider about the operation ID. A record found finishes the step; none found
+        returns None (a same-ID retry is safe); a failed lookup leaves the outcome unknown."""
+        if self.effect.reconcile is None:
+            # Retry and hope (E504): a spec without a lookup cannot learn what happened, so the
+            # runner can only call again. Validation refuses such a spec for `ratchet run`;
+            # `ratchet check` runs it to show the duplicate it causes.
+            self.log.note("reconcile_impossible", operation_id=op.operation_id)
+            return None
+        try:
+            found = self.adapter.lookup(self.effect.reconcile, op.operation_id, self.effect.name)
+        except Exception as exc:
+            found = LookupFailed(f"lookup raised {type(exc).__name__}: {exc}")
+        if isinstance(found, Found) and self._proves(found.receipt):
+            self.log.note("reconcile_found", operation_id=op.operation_id)
+            return self._finish(op, found.receipt, via="reconcile")
+        if isinstance(found, NotFound):
+            self.log.note("reconcile_not_found", operation_id=op.operation_id)
+            return None
+        reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
+        self.log.note("reconcile_failed", operation_id=op.operation_id, reason=reason)
+        return self._outcome(op, "unknown", reason)
+
+    # -- how it ends ------------------------------------------------------------------------
+
+    def _done_change(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> Change:
+        change = self._change()
+        if op.status != "done":
+            change.operation_updates.append(
+                (op.operation_id, {"status": "done", "receipt": receipt})
+            )
+        change.event(
+            "done",
+            operation_id=op.operation_id,
+            effect=self.effect.name,
+            role=self.role,
+            via=via,
+            receipt={self.receipt_field or "receipt": receipt.get(self.receipt_field or "")},
+        )
+        return change
+
+    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
+        change = self._done_change(op, receipt, via)
+        receipts = dict(self.run.context.get("receipts", {}))
+        receipts[self.effect.name] = receipt
+        completed = list(self.run.context.get("completed", []))
+        if op.operation_id not in completed:
+            completed.append(op.operation_id)
+        change.context = {
+            **self.run.context,
+            "receipts": receipts,
+            "completed": completed,
+            "wake_at": None,
+        }
+        ctx = self.runner.context(self.run, self.spec, receipts=receipts)
+        moved = self.runner.move(self.run, self.spec, "ok", change, ctx, write_ahead_next=True)
+        self.runner.interrupt("after-receipt", self.effect.name)
+        return moved
+
+    def _outcome(
+        self,
+        op: OperationRecord,
+        event: str,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        change = self._change()
+        if op.status != event:
+            change.operation_updates.append(
+                (op.operation_id, {"status": event, "last_error": reason})
+            )
+        change.context = {**self.run.context, "wake_at": None}
+        change.event(
+            event,
+            operation_id=op.operation_id,
+            effect=self.effect.name,
+            role=self.role,
+            reason=reason,
+            evidence=evidence or {},
+        )
+        return self.runner.move(self.run, self.spec, event, change, self.ctx)
+
+
+class CompensationStep(EffectStep):
+    """One registered compensation, run while the run stands in a ``compensate`` state."""
+
+    role = "compensation"
+
+    def __init__(
+        self, runner: Runner, run: RunRecord, spec: Spec, registered: OperationRecord
+    ) -> None:
+        self.registered = registered
+        super().__init__(runner, run, spec, spec.effects[registered.effect])
+
+    def _name(self) -> str:
+        return self.registered.operation_id
+
+    def perform(self) -> RunRecord:
+        op = self.runner.store.operation(self.operation_id) or self.registered
+        if op.status in ("refused", "exhausted", "unknown"):
+            return self._outcome(op, op.status, op.last_error or op.status)
+        return super().perform()
+
+    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
+        change = self._done_change(op, receipt, via)
+        undone = list(self.run.context.get("undone", []))
+        if op.operation_id not in undone:
+            undone.append(op.operation_id)
+        change.context = {**self.run.context, "undone": undone, "wake_at": None}
+        self.run = self.runner.store.commit(change)
+        self.runner.interrupt("after-receipt", self.effect.name)
+        return self.run

@@ -1,0 +1,155 @@
+"""Diagrams of a spec for review: the state graph, the crash windows, the saga plan.
+
+Three layers, as in ``transitions``' diagrams, so that each can be tested alone::
+
+    Spec ──► a view ──► Graph (plain dataclasses: nodes, edges, clusters, legend)
+             runner.diagram_states   states_graph        ──► runner.diagram_render
+             runner.diagram_crash    crash_windows_graph        to_dot / dot_source (graphviz)
+             runner.diagram_saga     saga_graph                 render_bytes (the dot program)
+                                                         ──► runner.diagram_mermaid to_mermaid
+
+The DOT and Mermaid texts are pure functions of the spec (generated node IDs, one font, one
+direction, no timestamps), so they are compared as golden files; drawing SVG, PNG or PDF needs
+Graphviz's ``dot`` program, and :class:`GraphvizNotFound` says how to install it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ratchet_runner.errors import Diagnostic, SpecError, UsageError
+from ratchet_runner.review.diagram.crash import (
+    UNSAFE_CODES,
+    crash_windows_graph,
+    effect_rows,
+    findings,
+)
+from ratchet_runner.review.diagram.dot import dot_source, render_bytes
+from ratchet_runner.review.diagram.mermaid import to_mermaid
+from ratchet_runner.review.diagram.model import Graph
+from ratchet_runner.review.diagram.saga import saga_graph
+from ratchet_runner.review.diagram.states import states_graph
+from ratchet_runner.spec.lint import lint
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.spec.validate import validate_path
+
+__all__ = [
+    "FORMATS",
+    "IMAGE_FORMATS",
+    "TEXT_FORMATS",
+    "UNSAFE_CODES",
+    "VIEWS",
+    "Graph",
+    "GraphvizNotFound",
+    "build",
+    "drawn_findings",
+    "effect_names",
+    "format_for",
+    "image",
+    "load",
+    "text",
+]
+
+VIEWS = ("states", "crash-windows", "saga")
+TEXT_FORMATS = ("dot", "mermaid")
+IMAGE_FORMATS = ("svg", "png", "pdf")
+FORMATS = TEXT_FORMATS + IMAGE_FORMATS
+#: The format an output file's suffix implies when no format is given.
+SUFFIXES = {
+    ".dot": "dot",
+    ".gv": "dot",
+    ".mmd": "mermaid",
+    ".mermaid": "mermaid",
+    ".svg": "svg",
+    ".png": "png",
+    ".pdf": "pdf",
+}
+#: PNGs are drawn at this resolution: readable on a page, a few hundred kilobytes at most.
+PNG_DPI = 110
+
+
+class GraphvizNotFound(UsageError):
+    """Graphviz's dot program was not found, and SVG, PNG and PDF need it."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Graphviz's `dot` program was not found on PATH, and --format svg, png and pdf need "
+            "it to draw. Install Graphviz: `apt-get install graphviz` (Debian, Ubuntu), "
+            "`brew install graphviz` (macOS), or see https://graphviz.org/download/. "
+            "--format dot and --format mermaid print text and need no Graphviz."
+        )
+
+
+def effect_names(spec: Spec) -> list[str]:
+    """The effects that rows perform, in table order (what ``--effect`` may name)."""
+    return list(dict.fromkeys(effect.name for _, effect in effect_rows(spec)))
+
+
+def drawn_findings(spec: Spec, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """The findings the crash-windows view draws on an effect row (in the unsafe colour)."""
+    drawn = {d for row, effect in effect_rows(spec) for d in findings(row, effect, diagnostics)}
+    return sorted(drawn)
+
+
+def load(path: str | Path, view: str) -> tuple[Spec, list[Diagnostic]]:
+    """The spec at ``path`` and the findings ``view`` draws; raises :class:`SpecError` when it
+    has errors the view cannot draw.
+
+    The crash-windows view exists to show what is unsafe, so it draws a spec whose only errors
+    are effect-safety findings on its effect rows (the caller reports them, and the spec stays
+    invalid); every other view, like ``ratchet table``, needs a valid spec."""
+    report = validate_path(path)
+    if report.spec is None:
+        raise SpecError(report.diagnostics)
+    drawn = drawn_findings(report.spec, report.diagnostics) if view == "crash-windows" else []
+    blocking = [d for d in report.errors if d not in drawn]
+    if blocking:
+        raise SpecError(report.errors)
+    return report.spec, drawn
+
+
+def build(
+    spec: Spec,
+    view: str,
+    *,
+    effect: str | None = None,
+    diagnostics: list[Diagnostic] | None = None,
+) -> Graph:
+    """The plain graph of ``view`` (one of :data:`VIEWS`). ``diagnostics`` are the findings to
+    draw on crash windows; by default the spec is linted for them."""
+    if view == "states":
+        return states_graph(spec)
+    if view == "saga":
+        return saga_graph(spec)
+    if view == "crash-windows":
+        if diagnostics is None:
+            # Only a spec built from a document can be linted (a hand-built one has no lines).
+            diagnostics = lint(spec) if spec.document is not None else []
+        return crash_windows_graph(spec, diagnostics, effect)
+    raise UsageError(f"unknown view {view!r}: use one of {', '.join(VIEWS)}")
+
+
+def format_for(output: str | None) -> str | None:
+    """The format ``output``'s suffix names (``.svg`` → ``svg``), if any."""
+    return SUFFIXES.get(Path(output).suffix.lower()) if output else None
+
+
+def text(graph: Graph, fmt: str) -> str:
+    """DOT or Mermaid text (byte-for-byte the same for the same spec)."""
+    if fmt == "dot":
+        return dot_source(graph)
+    if fmt == "mermaid":
+        return to_mermaid(graph)
+    raise UsageError(f"{fmt!r} is not a text format: use one of {', '.join(TEXT_FORMATS)}")
+
+
+def image(graph: Graph, fmt: str) -> bytes:
+    """The graph drawn by Graphviz's ``dot`` as SVG, PNG or PDF."""
+    if fmt not in IMAGE_FORMATS:
+        raise UsageError(f"{fmt!r} is not an image format: use one of {', '.join(IMAGE_FORMATS)}")
+    import graphviz
+
+    try:
+        return render_bytes(graph, fmt, PNG_DPI)
+    except graphviz.ExecutableNotFound:
+        raise GraphvizNotFound() from None

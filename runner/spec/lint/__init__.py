@@ -1,0 +1,60 @@
+"""Semantic checks of a schema-valid spec: references, expressions, the graph, effect safety.
+
+Each check is a function ``(spec) -> Iterator[Diagnostic]`` registered in :data:`CHECKS`; each
+finding carries a stable code from :mod:`ratchet_runner.spec.codes` and the JSON pointer of the
+offending node, so it is reported at its line and column. Checks never raise on odd input: the
+document already passed the schema, and every lookup tolerates a dangling reference (reported by
+another check). Every message says what is wrong and what to do about it.
+
+:mod:`~ratchet_runner.spec.lint.references` holds the E2xx/E3xx checks (references, expressions,
+the input schema), :mod:`~ratchet_runner.spec.lint.graph` the state-graph checks (E4xx/W4xx),
+:mod:`~ratchet_runner.spec.lint.effects` the effect-safety checks (E5xx/W5xx), and
+:mod:`~ratchet_runner.spec.lint.support` what they share.
+"""
+
+from __future__ import annotations
+
+from ratchet_runner.errors import Diagnostic
+from ratchet_runner.spec.lint.effects import (
+    check_approvals,
+    check_compensation,
+    check_effect_states,
+    check_idempotency_keys,
+    check_operator_actions,
+    check_retry_and_hope,
+    check_retry_owners,
+)
+from ratchet_runner.spec.lint.graph import check_event_names, check_events, check_graph
+from ratchet_runner.spec.lint.references import (
+    check_expressions,
+    check_input_schema,
+    check_references,
+)
+from ratchet_runner.spec.lint.support import Check
+from ratchet_runner.spec.model import Spec
+
+__all__ = ["CHECKS", "Check", "lint"]
+
+CHECKS: tuple[Check, ...] = (
+    check_references,
+    check_expressions,
+    check_input_schema,
+    check_graph,
+    check_events,
+    check_event_names,
+    check_effect_states,
+    check_idempotency_keys,
+    check_retry_and_hope,
+    check_retry_owners,
+    check_compensation,
+    check_approvals,
+    check_operator_actions,
+)
+
+
+def lint(spec: Spec) -> list[Diagnostic]:
+    """Every semantic finding in ``spec``, in no particular order."""
+    found: list[Diagnostic] = []
+    for check_fn in CHECKS:
+        found.extend(check_fn(spec))
+    return found

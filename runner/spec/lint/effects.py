@@ -1,0 +1,426 @@
+"""Effect-safety checks (E5xx/W5xx): what makes an effect happen once, or not at all.
+
+These are the checks behind Ratchet's promise. Each one stops a concrete way of making a change
+twice (a key that differs between attempts, a call with no write-ahead record, a retry after a
+timeout with no lookup, two layers retrying), or of making it without a decision (an approval that
+does not bind the arguments, never expires, or is never recorded).
+:mod:`ratchet_runner.spec.lint` registers them in
+:data:`ratchet_runner.spec.lint.CHECKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ratchet_runner.errors import Diagnostic
+from ratchet_runner.spec.expressions import RUN_FIELDS
+from ratchet_runner.spec.lint.support import at, at_field, at_name, col, effect_rows, line_of
+from ratchet_runner.spec.model import Adapter, Effect, Row, Spec
+
+#: More calls than this for one approved change, across all retry layers, is a warning (W508).
+MAX_CALLS_PER_EFFECT = 10
+
+#: Idempotency-key fields whose value differs between attempts, processes or machines.
+UNSTABLE_KEY_FIELDS = frozenset(
+    {"now", "time", "timestamp", "today", "attempt", "attempts", "random", "uuid", "nonce"}
+)
+#: Fields of ``run`` that differ between attempts, or between two runs for one business key.
+UNSTABLE_RUN_FIELDS = frozenset({"id", "attempts", "started_at", "version", "state"})
+#: What an idempotency-key item may start with.
+KEY_HEADS = frozenset({"business_key", "effect", "args", "input", "receipts", "run"})
+
+_OUTCOME_ROWS = ("refused", "exhausted")
+
+
+def check_effect_states(spec: Spec) -> Iterator[Diagnostic]:
+    first_row: dict[str, Row] = {}
+    for row, effect in effect_rows(spec):
+        first = first_row.setdefault(row.state, row)
+        if first.external_effect != effect.name:
+            yield at(
+                spec,
+                col(row, "external_effect"),
+                "E514",
+                f"state {row.state!r} already performs {first.external_effect!r} (line "
+                f"{line_of(spec, first)}), and one state performs one effect, so that each "
+                f"outcome says which call it was: give {effect.name!r} a state of its own, "
+                f"entered from the 'ok' row of {first.external_effect!r}",
+            )
+        kind = spec.states[row.state].kind if row.state in spec.states else "step"
+        if kind != "step":
+            yield at(
+                spec,
+                col(row, "external_effect"),
+                "E406",
+                f"only a step state performs an effect, and {row.state!r} is {kind}: move "
+                f"{effect.name!r} to a step state",
+            )
+    for state in spec.states.values():
+        if state.name not in first_row and state.kind != "compensate":
+            continue
+        events = {row.event for row in spec.rows_from(state.name)}
+        missing = " or ".join(repr(e) for e in _OUTCOME_ROWS if e not in events)
+        if not missing:
+            continue
+        what = (
+            f"{first_row[state.name].external_effect!r} is refused or its retries run out"
+            if state.name in first_row
+            else "a compensation is refused or its retries run out"
+        )
+        yield _e506(spec, state.name, first_row.get(state.name), missing, what)
+
+
+def _e506(spec: Spec, state: str, row: Row | None, missing: str, what: str) -> Diagnostic:
+    message = (
+        f"state {state!r} has no row for {missing}: when {what}, the run has nowhere to go; "
+        f"add a row for each out of {state!r} (an operator queue will do)"
+    )
+    if row is not None:
+        return at(spec, row.pointer, "E506", message)
+    return at_name(spec, spec.states[state].pointer, "E506", message)
+
+
+# -- idempotency keys ---------------------------------------------------------------------------
+
+
+def _covered(effect: Effect, key: tuple[str, ...]) -> list[str]:
+    """The effect's arguments the key names: all (``args``), by name, or by the same path."""
+    if "args" in key:
+        return list(effect.args)
+    return [
+        name
+        for name, value in effect.args.items()
+        if f"args.{name}" in key or (isinstance(value, str) and value.strip() in key)
+    ]
+
+
+def check_idempotency_keys(spec: Spec) -> Iterator[Diagnostic]:
+    for row, effect in effect_rows(spec):
+        key = row.idempotency_key
+        if key is None:
+            yield at(
+                spec,
+                row.pointer,
+                "E501",
+                f"the row performing {effect.name!r} has no idempotency_key, so nothing names "
+                "the change: every retry and every recovery after a crash could make it again; "
+                "add idempotency_key: [business_key, effect, args]",
+            )
+            continue
+        pointer = col(row, "idempotency_key")
+        for i, item in enumerate(key):
+            yield from _key_item(spec, effect, item, f"{pointer}/{i}")
+        covered = _covered(effect, key)
+        left_out = [name for name in effect.args if name not in covered]
+        if left_out:
+            yield at(
+                spec,
+                pointer,
+                "E503",
+                f"the key leaves out {effect.name!r}'s argument{'s' if len(left_out) > 1 else ''} "
+                f"{', '.join(left_out)}: a call with a "
+                "changed argument would reuse the operation ID and be taken for the one already "
+                "made; add 'args' to the key",
+            )
+        if "effect" not in key:
+            yield at(
+                spec,
+                pointer,
+                "E516",
+                "the key does not name the effect: another effect called with equal arguments "
+                f"would get the same operation ID as {effect.name!r} and be skipped as already "
+                "done; add 'effect' to the key",
+            )
+        if not _names_the_work(effect, key):
+            yield at(
+                spec,
+                pointer,
+                "W517",
+                f"the key does not name the business key: two runs calling {effect.name!r} with "
+                "equal arguments (two tickets refunding 9.95 on one order) would share one "
+                "operation ID, and the second change would be taken for the first; add "
+                "'business_key' to the key",
+            )
+
+
+def _names_the_work(effect: Effect, key: tuple[str, ...]) -> bool:
+    """Whether the key ties the operation to one piece of work: the business key, an input
+    field, or a receipt of an earlier step (directly or through an argument)."""
+    if any(item == "business_key" or item.startswith(("input.", "receipts.")) for item in key):
+        return True
+    return any(
+        isinstance(value, str) and ("receipts." in value or "business_key" in value)
+        for value in effect.args.values()
+    )
+
+
+def _key_item(spec: Spec, effect: Effect, item: str, pointer: str) -> Iterator[Diagnostic]:
+    head, _, rest = item.partition(".")
+    field = rest.split(".")[0] if rest else ""
+    if item == "run.id":
+        yield at(
+            spec,
+            pointer,
+            "E502",
+            "'run.id' is new for every run, so a second run for the same business key would "
+            "make the change again under a new operation ID: use business_key instead",
+        )
+    elif head in UNSTABLE_KEY_FIELDS or (head == "run" and field in UNSTABLE_RUN_FIELDS):
+        yield at(
+            spec,
+            pointer,
+            "E502",
+            f"{item!r} differs between attempts, processes or machines, so every retry would "
+            "get a new operation ID and make the change again: remove it and name the change "
+            "by stable fields (business_key, effect, args)",
+        )
+    elif head not in KEY_HEADS or (head in ("business_key", "effect") and rest):
+        yield at(
+            spec,
+            pointer,
+            "E306",
+            f"{item!r} is not a key field: use business_key, effect, args, args.NAME, "
+            "input.FIELD or receipts.EFFECT.FIELD",
+        )
+    elif head == "args" and field and field not in effect.args:
+        yield at(
+            spec,
+            pointer,
+            "E308",
+            f"effect {effect.name!r} has no argument {field!r}: name one of "
+            f"{', '.join(effect.args) or 'none'}, or use 'args'",
+        )
+    elif head == "receipts" and field and field not in spec.effects:
+        yield at(
+            spec,
+            pointer,
+            "E302",
+            f"unknown effect {field!r} in {item!r}: name an effect declared under effects:",
+        )
+    elif head == "run" and field not in RUN_FIELDS:
+        yield at(
+            spec,
+            pointer,
+            "E306",
+            f"{item!r} is not a field of the run (fields: {', '.join(sorted(RUN_FIELDS))})",
+        )
+    elif head == "input" and field and not _declared_input(spec, field):
+        yield at(
+            spec,
+            pointer,
+            "E306",
+            f"{item!r} names an input field the input schema does not declare: declare it "
+            "under input.properties, or name a declared one",
+        )
+
+
+def _declared_input(spec: Spec, field: str) -> bool:
+    props = spec.input_schema.get("properties") if isinstance(spec.input_schema, dict) else None
+    return not isinstance(props, dict) or field in props
+
+
+# -- retry and hope -----------------------------------------------------------------------------
+
+
+def check_retry_and_hope(spec: Spec) -> Iterator[Diagnostic]:
+    for effect in spec.effects.values():
+        if effect.reconcile is None:
+            yield at_field(
+                spec,
+                effect.pointer,
+                "reconcile",
+                "E504",
+                f"effect {effect.name!r} has no reconcile lookup: after a timeout nobody can "
+                "learn whether the call happened, so a retry may make the change a second time; "
+                "name the provider's lookup by operation ID in reconcile: OPERATION",
+            )
+    for row, effect in effect_rows(spec):
+        if "pending" not in row.durable_write:
+            yield at(
+                spec,
+                col(row, "durable_write"),
+                "E505",
+                f"the row performing {effect.name!r} does not write 'pending' before the call: "
+                "after a crash mid-call nothing shows the call was made, so recovery calls again "
+                "without reconciling; add 'pending' to durable_write",
+            )
+        if row.receipt is None:
+            yield at(
+                spec,
+                row.pointer,
+                "E513",
+                f"the row performing {effect.name!r} names no receipt, so nothing stored proves "
+                "the change happened: add receipt: FIELD, the reply field with the provider's "
+                "ID (e.g. refund_id)",
+            )
+
+
+# -- retry owners -------------------------------------------------------------------------------
+
+
+def _owner(effect: Effect, adapter: Adapter) -> str | None:
+    """Which layer retries ``effect``: runner, adapter, none, or None when both do."""
+    runner, client = effect.retry.max_attempts > 1, adapter.attempts > 1
+    if runner and client:
+        return None
+    return "runner" if runner else "adapter" if client else "none"
+
+
+def _who(owner: str, effect: Effect, adapter: Adapter) -> str:
+    if owner == "runner":
+        attempts = effect.retry.max_attempts
+        return f"the runner retries {effect.name!r} (retry max_attempts {attempts})"
+    if owner == "adapter":
+        return f"adapter {adapter.name!r} retries {effect.name!r} (attempts {adapter.attempts})"
+    return f"nothing retries {effect.name!r}"
+
+
+def check_retry_owners(spec: Spec) -> Iterator[Diagnostic]:
+    for effect in spec.effects.values():
+        adapter = spec.adapters.get(effect.adapter)
+        if adapter is None:
+            continue
+        if _owner(effect, adapter) is None:
+            yield at_field(
+                spec,
+                adapter.pointer,
+                "attempts",
+                "E507",
+                f"{effect.name!r} is retried by the runner (retry max_attempts "
+                f"{effect.retry.max_attempts}) and by adapter {adapter.name!r} (attempts "
+                f"{adapter.attempts}): the layers multiply and neither keeps the other's budget; "
+                "let one layer own the retries (set the adapter's attempts or the effect's "
+                "max_attempts to 1)",
+            )
+        calls = effect.retry.max_attempts * adapter.attempts * adapter.upstream_attempts
+        if calls > MAX_CALLS_PER_EFFECT:
+            yield at_field(
+                spec,
+                effect.pointer,
+                "retry",
+                "W508",
+                f"{effect.name!r} may reach the provider {calls} times for one change: "
+                f"{effect.retry.max_attempts} (runner) x {adapter.attempts} (adapter) x "
+                f"{adapter.upstream_attempts} (upstream) > {MAX_CALLS_PER_EFFECT}; lower the "
+                f"attempts so that the product is at most {MAX_CALLS_PER_EFFECT}",
+            )
+    declared_by_adapter: dict[str, tuple[Row, str]] = {}
+    for row, effect in effect_rows(spec):
+        adapter = spec.adapters.get(effect.adapter)
+        owner = None if adapter is None else _owner(effect, adapter)
+        if adapter is None or owner is None or row.retry_owner is None:
+            continue
+        if row.retry_owner != owner:
+            yield at(
+                spec,
+                col(row, "retry_owner"),
+                "E507",
+                f"the row says retry_owner {row.retry_owner!r}, but {_who(owner, effect, adapter)}:"
+                f" say retry_owner: {owner}, or move the retries to the {row.retry_owner}",
+            )
+            continue
+        if owner == "none":
+            continue
+        first, first_owner = declared_by_adapter.setdefault(adapter.name, (row, owner))
+        if first_owner != owner:
+            yield at(
+                spec,
+                col(row, "retry_owner"),
+                "E507",
+                f"dependency {adapter.name!r} has two retry owners: the {first_owner} for "
+                f"{first.external_effect!r} (line {line_of(spec, first)}) and the {owner} for "
+                f"{effect.name!r}; let one layer own its retries",
+            )
+
+
+# -- compensation, approvals, operator queues ---------------------------------------------------
+
+
+def check_compensation(spec: Spec) -> Iterator[Diagnostic]:
+    compensating = spec.compensating_effects
+    # A spec is a saga when a step names a compensation, or when it has a compensate state.
+    saga = bool(compensating) or any(s.kind == "compensate" for s in spec.states.values())
+    for row, effect in effect_rows(spec):
+        if effect.name in compensating:
+            continue
+        comp = row.compensation
+        if comp is None and saga:
+            yield at(
+                spec,
+                row.pointer,
+                "E509",
+                f"saga step {effect.name!r} says nothing about undoing it, so when a later step "
+                "fails it is left in place: add compensation: EFFECT (the effect that undoes "
+                "it), or 'none: REASON' / 'impossible: REASON'",
+            )
+        elif comp is not None and comp.kind != "effect" and comp.reason is None:
+            yield at(
+                spec,
+                col(row, "compensation"),
+                "E509",
+                f"compensation '{comp.kind}' gives no reason, and the operator who finds "
+                f"{effect.name!r} not undone needs one: write '{comp.kind}: WHY'",
+            )
+
+
+def check_approvals(spec: Spec) -> Iterator[Diagnostic]:
+    for approval in spec.approvals.values():
+        effect = spec.effects.get(approval.effect)
+        if effect is not None and approval.binds != "all":
+            unbound = [a for a in effect.args if a not in approval.binds]
+            if unbound:
+                yield at(
+                    spec,
+                    f"{approval.pointer}/binds",
+                    "E510",
+                    f"approval {approval.name!r} does not bind {', '.join(unbound)}, so "
+                    f"{'they' if len(unbound) > 1 else 'it'} could change after the decision and "
+                    "the effect would still run: bind 'all'",
+                )
+        if approval.expires_after is None:
+            yield at_name(
+                spec,
+                approval.pointer,
+                "E511",
+                f"approval {approval.name!r} never expires, so a decision could be used weeks "
+                "later, when the facts have changed: add expires_after: DURATION (e.g. 24h)",
+            )
+    for effect in spec.effects.values():
+        if effect.approval is None:
+            continue
+        states = {row.state for row, e in effect_rows(spec) if e.name == effect.name}
+        if spec.start in states:
+            yield at(
+                spec,
+                "/start",
+                "E515",
+                f"the run starts in {spec.start!r}, which performs {effect.name!r}, so approval "
+                f"{effect.approval!r} is never recorded: start in a pause state that asks for it, "
+                f"and enter {spec.start!r} from its approve row with durable_write: approval",
+            )
+        for row in spec.transitions:
+            if row.next_state in states and "approval" not in row.durable_write:
+                yield at(
+                    spec,
+                    row.pointer,
+                    "E515",
+                    f"this row enters {row.next_state!r}, which performs {effect.name!r}, "
+                    f"without recording approval {effect.approval!r}: add 'approval' to its "
+                    "durable_write (the row that follows the decision)",
+                )
+
+
+def check_operator_actions(spec: Spec) -> Iterator[Diagnostic]:
+    for row in spec.transitions:
+        target = spec.states.get(row.next_state)
+        if target is None or target.kind != "operator_queue":
+            continue
+        if row.operator_action is None and target.operator_action is None:
+            yield at(
+                spec,
+                row.pointer,
+                "W512",
+                f"this row ends in operator queue {target.name!r} without an operator_action, "
+                "so the person who picks the run up is not told what to do: add "
+                "operator_action: WHAT TO DO to the row (or to the state)",
+            )

@@ -1,0 +1,223 @@
+"""Reference checks (E2xx/E3xx): names that must exist, expressions that must compile, and the
+input schema, with a "did you mean" where a name is close to a known one.
+
+The registry of every check is :data:`ratchet_runner.spec.lint.CHECKS`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft7Validator
+
+from ratchet_runner.adapters import KINDS
+from ratchet_runner.errors import Diagnostic
+from ratchet_runner.spec.expressions import (
+    APPROVAL_FIELDS,
+    RUN_FIELDS,
+    ExpressionError,
+    Scope,
+    check,
+)
+from ratchet_runner.spec.lint.support import at, col
+from ratchet_runner.spec.model import Spec
+
+
+def _suggest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+# -- references ---------------------------------------------------------------------------------
+
+
+def check_references(spec: Spec) -> Iterator[Diagnostic]:
+    states, effects, approvals = spec.states, spec.effects, spec.approvals
+
+    def state_ref(name: str, pointer: str) -> Iterator[Diagnostic]:
+        if name not in states:
+            yield at(
+                spec,
+                pointer,
+                "E301",
+                f"unknown state {name!r} (declare it under states:){_suggest(name, states)}",
+            )
+
+    def effect_ref(name: str, pointer: str, what: str = "effect") -> Iterator[Diagnostic]:
+        if name not in effects:
+            yield at(
+                spec,
+                pointer,
+                "E302",
+                f"unknown {what} {name!r}: declare it under effects:, or name a declared "
+                f"effect{_suggest(name, effects)}",
+            )
+
+    yield from state_ref(spec.start, "/start")
+    for row in spec.transitions:
+        yield from state_ref(row.state, col(row, "state"))
+        yield from state_ref(row.next_state, col(row, "next_state"))
+        if row.external_effect is not None:
+            yield from effect_ref(row.external_effect, col(row, "external_effect"))
+        comp = row.compensation
+        if comp is not None and comp.effect is not None and comp.effect not in effects:
+            yield at(
+                spec,
+                col(row, "compensation"),
+                "E302",
+                f"unknown compensating effect {comp.effect!r}: declare it under effects:, or "
+                f"write 'none: REASON' / 'impossible: REASON'{_suggest(comp.effect, effects)}",
+            )
+    for effect in effects.values():
+        if effect.adapter not in spec.adapters:
+            yield at(
+                spec,
+                f"{effect.pointer}/adapter",
+                "E304",
+                f"unknown adapter {effect.adapter!r}: declare it under adapters:, or name a "
+                f"declared adapter{_suggest(effect.adapter, spec.adapters)}",
+            )
+        if effect.approval is not None and effect.approval not in approvals:
+            yield at(
+                spec,
+                f"{effect.pointer}/approval",
+                "E303",
+                f"unknown approval {effect.approval!r}: declare it under approvals:, or name a "
+                f"declared approval{_suggest(effect.approval, approvals)}",
+            )
+    for adapter in spec.adapters.values():
+        if adapter.kind not in KINDS:
+            yield at(
+                spec,
+                f"{adapter.pointer}/kind",
+                "E304",
+                f"unknown adapter kind {adapter.kind!r}: use one of {', '.join(KINDS)}"
+                f"{_suggest(adapter.kind, KINDS)}",
+            )
+    for approval in approvals.values():
+        bound = effects.get(approval.effect)
+        if bound is None:
+            yield from effect_ref(approval.effect, f"{approval.pointer}/effect")
+            continue
+        if bound.approval != approval.name:
+            yield at(
+                spec,
+                f"{approval.pointer}/effect",
+                "E303",
+                f"approval {approval.name!r} binds effect {bound.name!r}, but that effect does "
+                f"not ask for it: add approval: {approval.name} to the effect",
+            )
+        if approval.binds != "all":
+            for i, arg in enumerate(approval.binds):
+                if arg not in bound.args:
+                    yield at(
+                        spec,
+                        f"{approval.pointer}/binds/{i}",
+                        "E308",
+                        f"effect {bound.name!r} has no argument {arg!r}: bind only its arguments "
+                        f"({', '.join(bound.args) or 'none'}), or bind 'all'",
+                    )
+    for state in states.values():
+        if state.approval is not None and state.approval not in approvals:
+            yield at(
+                spec,
+                f"{state.pointer}/approval",
+                "E303",
+                f"unknown approval {state.approval!r}: declare it under approvals:, or name a "
+                f"declared approval{_suggest(state.approval, approvals)}",
+            )
+
+
+# -- expressions --------------------------------------------------------------------------------
+
+_EXPRESSION_HINTS = {
+    "E305": "; fix the syntax (CEL compares with ==, !=, <, <=, >, >=, joins with && and ||, "
+    "and quotes strings: 'CAD')",
+    "E307": "; use a CEL function (size, int, double, string, matches, startsWith, endsWith, "
+    "timestamp, duration, has)",
+}
+
+
+def _scopes(spec: Spec) -> dict[str, Scope]:
+    input_rule: Any = spec.input_schema if isinstance(spec.input_schema, dict) else None
+    receipts: dict[str, Any] = {"properties": {name: {} for name in spec.effects}}
+    base = {"input": input_rule, "receipts": receipts, "run": RUN_FIELDS, "business_key": None}
+    return {
+        "business_key": Scope({"input": input_rule}),
+        "args": Scope(base),
+        "guard": Scope({**base, "approval": APPROVAL_FIELDS, "signal": None}),
+        "until": Scope(base),
+    }
+
+
+def _expression(spec: Spec, scope: Scope, source: str, pointer: str) -> Iterator[Diagnostic]:
+    try:
+        check(source, scope)
+    except ExpressionError as exc:
+        hint = _EXPRESSION_HINTS.get(exc.code, "; name one of those, or declare it first")
+        if "simplify it" in str(exc):
+            hint = ""
+        message = str(exc).removesuffix(f": {source}")  # the parser echoes the source
+        yield at(spec, pointer, exc.code, f"{message}{hint}")
+
+
+def check_expressions(spec: Spec) -> Iterator[Diagnostic]:
+    scopes = _scopes(spec)
+    yield from _expression(spec, scopes["business_key"], spec.business_key, "/business_key")
+    for row in spec.transitions:
+        if row.guard is not None:
+            yield from _expression(spec, scopes["guard"], row.guard, col(row, "guard"))
+    for effect in spec.effects.values():
+        for name, value in effect.args.items():
+            if isinstance(value, str):
+                pointer = f"{effect.pointer}/args/{name}"
+                yield from _expression(spec, scopes["args"], value, pointer)
+    for state in spec.states.values():
+        if state.until is not None:
+            yield from _expression(spec, scopes["until"], state.until, f"{state.pointer}/until")
+
+
+_JSON_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
+
+
+def _brief(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160]
+
+
+def check_input_schema(spec: Spec) -> Iterator[Diagnostic]:
+    try:
+        Draft7Validator.check_schema(spec.input_schema)
+    except jsonschema.SchemaError as exc:
+        path = list(exc.absolute_path)
+        where = "".join(f"/{p}" for p in path)
+        if path and path[-1] == "type":
+            problem = f"{exc.instance!r} is not a JSON Schema type: use {', '.join(_JSON_TYPES)}"
+        else:
+            problem = f"{exc.message}: write it as draft-07 JSON Schema"
+        yield at(spec, f"/input{where}", "E205", f"the input schema is invalid: {problem}")
+        return
+    validator = Draft7Validator(spec.input_schema)
+    for example in spec.examples.values():
+        try:
+            errors = list(validator.iter_errors(example.input))
+        except Exception as exc:  # a $ref that points nowhere, or elsewhere
+            yield at(
+                spec,
+                "/input",
+                "E205",
+                f"the input schema cannot be applied: {_brief(exc)}; a $ref must point inside "
+                "the input schema (e.g. '#/definitions/NAME')",
+            )
+            return
+        for error in errors:
+            where = "".join(f"/{p}" for p in error.absolute_path)
+            yield at(
+                spec,
+                f"/examples/{example.name}/input{where}",
+                "E206",
+                f"example {example.name!r}: {error.message}; make the example's input match "
+                "the input schema (or fix the schema)",
+            )

@@ -1,0 +1,97 @@
+"""Validation of spec files: load safely, check the schema, build the model, lint.
+
+:func:`validate_path` never raises for a bad spec: every problem, including an unreadable or
+hostile file, comes back as a located :class:`~ratchet_runner.errors.Diagnostic`. :func:`load_spec`
+is the strict form the runner uses: it returns a :class:`~ratchet_runner.spec.model.Spec` or raises
+:class:`~ratchet_runner.errors.SpecError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ratchet_runner.errors import Diagnostic, SpecError
+from ratchet_runner.spec.lint import lint
+from ratchet_runner.spec.loader import Document, load_file, load_text
+from ratchet_runner.spec.model import Spec, build
+from ratchet_runner.spec.schema import validate_document
+
+
+@dataclass
+class Report:
+    """What validating one file found."""
+
+    file: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    spec: Spec | None = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+    def ok(self, *, strict: bool = False) -> bool:
+        return not self.errors and not (strict and self.warnings)
+
+    def to_json(self, *, strict: bool = False) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "valid": self.ok(strict=strict),
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+        }
+
+
+def validate_document_full(doc: Document) -> Report:
+    report = Report(doc.file)
+    report.diagnostics = validate_document(doc)
+    if report.diagnostics:
+        # Semantic checks assume the shapes the schema promises; fix those first.
+        report.diagnostics.sort()
+        return report
+    spec = build(doc)
+    report.diagnostics = sorted(set(lint(spec)))
+    report.spec = spec
+    return report
+
+
+def validate_path(path: str | Path, display: str | None = None) -> Report:
+    """Validate the spec file at ``path``."""
+    name = display if display is not None else str(path)
+    try:
+        doc = load_file(path, name)
+    except SpecError as exc:
+        return Report(name, exc.diagnostics)
+    return validate_document_full(doc)
+
+
+def validate_text(text: str | bytes, file: str = "<string>") -> Report:
+    """Validate spec text held in memory."""
+    try:
+        doc = load_text(text, file)
+    except SpecError as exc:
+        return Report(file, exc.diagnostics)
+    return validate_document_full(doc)
+
+
+def load_spec(path: str | Path, *, strict: bool = False) -> Spec:
+    """The spec at ``path``; raises :class:`SpecError` unless it is valid."""
+    report = validate_path(path)
+    if not report.ok(strict=strict) or report.spec is None:
+        raise SpecError(report.errors or report.diagnostics)
+    return report.spec
+
+
+def load_spec_text(text: str, name: str = "<stored spec>") -> Spec:
+    """The spec held in ``text`` (e.g. the version a run was pinned to); raises
+    :class:`SpecError` unless it is valid."""
+    report = validate_text(text, name)
+    if not report.ok() or report.spec is None:
+        raise SpecError(report.errors or report.diagnostics)
+    return report.spec

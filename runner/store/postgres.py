@@ -1,0 +1,366 @@
+"""PostgreSQL's writes in one round trip: each commit is a single statement, in autocommit.
+
+On PostgreSQL a change to a run is one statement::
+
+    WITH cas AS (UPDATE runs SET … WHERE id = … AND version = … AND <lease fence> RETURNING id),
+         ev  AS (INSERT INTO events … SELECT … FROM cas, (VALUES …)),
+         op0 AS (INSERT INTO operations … SELECT … FROM cas),
+         up0 AS (UPDATE operations SET … FROM cas WHERE operation_id = …),
+         …
+    SELECT id FROM cas
+
+Every other write selects from ``cas``, so when the compare-and-set matches no row (the run moved
+on, or its lease was lost) nothing at all is written; a constraint violation anywhere aborts the
+whole statement. A single statement is its own transaction, so the commit costs one round trip
+to the server instead of a ``BEGIN``, one per statement and a ``COMMIT``: the same atomicity, a
+third of the waiting. The SQL text depends only on the change's shape (how many events, which
+columns an update sets, …) and is cached, so psycopg prepares it on the server after a few uses.
+
+Changes this form cannot express exactly (consuming an approval or firing a timer, whose "exactly
+one row" checks need a transaction, or two writes to one operation) go through the store's ordinary
+transaction instead. The module holds SQL text only; :mod:`ratchet_runner.store.store` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import JSON, Float, Integer, Table
+
+if TYPE_CHECKING:  # runner.store imports this module
+    from ratchet_runner.store.store import Change, RunRecord
+
+#: The database's clock in epoch seconds: leases expire by it, never by a worker's clock.
+DB_NOW = "extract(epoch from clock_timestamp())"
+
+OPERATION_COLUMNS = (
+    "operation_id",
+    "effect",
+    "role",
+    "args",
+    "fingerprint",
+    "status",
+    "attempts",
+    "receipt",
+    "last_error",
+    "compensates",
+)
+_OPERATION_DEFAULTS = {"receipt": None, "last_error": None, "compensates": None}
+
+
+def sql_type(table: Table, column: str) -> str:
+    """The cast that gives a parameter the column's type (psycopg sends None untyped)."""
+    kind = table.c[column].type
+    if isinstance(kind, JSON):
+        return "json"
+    if isinstance(kind, Float):
+        return "float8"
+    if isinstance(kind, Integer):
+        return "int8"
+    return "text"
+
+
+def _quote(column: str) -> str:
+    return f'"{column}"'
+
+
+def _param(table: Table, name: str, column: str) -> str:
+    return f"%({name})s::{sql_type(table, column)}"
+
+
+def bind(table: Table, column: str, value: Any) -> Any:
+    """A value as a parameter of ``column``: JSON is sent as its text, cast by the SQL."""
+    if isinstance(table.c[column].type, JSON):
+        return json.dumps(value)
+    return value
+
+
+def _rows(
+    name: str,
+    table: Table,
+    prefix: str,
+    columns: tuple[str, ...],
+    count: int,
+    fixed: dict[str, str],
+) -> str:
+    """``name AS (INSERT INTO table … SELECT … FROM cas, (VALUES …) ORDER BY n)``: ``count``
+    rows, in order (so serial IDs follow the order the change lists them in)."""
+    values = ", ".join(
+        "("
+        + ", ".join(
+            [str(i)] + [_param(table, f"{prefix}{i}_{column}", column) for column in columns]
+        )
+        + ")"
+        for i in range(count)
+    )
+    targets = ["run_id", *fixed, *columns]
+    sources = ["cas.id", *fixed.values(), *(f"v.{_quote(column)}" for column in columns)]
+    return (
+        f"{name} AS (INSERT INTO {table.name} ({', '.join(map(_quote, targets))}) "
+        f"SELECT {', '.join(sources)} FROM cas, (VALUES {values}) "
+        f"AS v(n, {', '.join(map(_quote, columns))}) ORDER BY v.n)"
+    )
+
+
+def _row_params(
+    table: Table, prefix: str, columns: tuple[str, ...], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        f"{prefix}{i}_{column}": bind(table, column, row.get(column))
+        for i, row in enumerate(rows)
+        for column in columns
+    }
+
+
+class Tables(NamedTuple):
+    """The tables the statements write (the store's own :class:`~sqlalchemy.Table` objects)."""
+
+    runs: Table
+    events: Table
+    operations: Table
+    approvals: Table
+    timers: Table
+    signals: Table
+
+
+def _event_params(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The parameters of the ``ev`` part: each event's kind and its data as JSON text."""
+    params: dict[str, Any] = {}
+    for i, (kind, data) in enumerate(events):
+        params[f"e{i}_kind"] = kind
+        params[f"e{i}_data"] = json.dumps(data)
+    return params
+
+
+#: The shape of a change: everything its SQL text depends on.
+Shape = tuple[
+    bool,  # fenced by a lease token
+    int,  # events
+    int,  # new operations
+    tuple[tuple[str, ...], ...],  # columns of each operation update
+    bool,  # cancels the timers of a state
+    tuple[tuple[str, ...], ...],  # columns of each new timer
+    tuple[tuple[str, ...], ...],  # columns of each new signal
+    tuple[tuple[str, ...], ...],  # columns of each new approval
+]
+
+
+class Statements:
+    """The SQL text of PostgreSQL's one-statement writes, built once per shape."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+        self._commit_sql = lru_cache(maxsize=256)(self._build_commit)
+        self._create_sql = lru_cache(maxsize=64)(self._build_create)
+        run_columns = [column.name for column in tables.runs.columns]
+        self.run_columns = tuple(run_columns)
+        self.claim_sql = self._build_claim()
+
+    # -- parts shared by a commit and a run's creation ---------------------------------------
+
+    def _parts(
+        self,
+        events: int,
+        new_operations: int,
+        updates: tuple[tuple[str, ...], ...],
+        cancel: bool,
+        new_timers: tuple[tuple[str, ...], ...],
+        new_signals: tuple[tuple[str, ...], ...],
+        new_approvals: tuple[tuple[str, ...], ...],
+    ) -> list[str]:
+        t = self.t
+        parts: list[str] = []
+        if events:
+            parts.append(
+                _rows(
+                    "ev",
+                    t.events,
+                    "e",
+                    ("kind", "data"),
+                    events,
+                    {"version": "%(n_version)s::int8", "at": "%(at)s::float8"},
+                )
+            )
+        if new_operations:
+            at = "%(at)s::float8"
+            parts.append(
+                _rows(
+                    "op",
+                    t.operations,
+                    "o",
+                    OPERATION_COLUMNS,
+                    new_operations,
+                    {"created_at": at, "updated_at": at},
+                )
+            )
+        for i, columns in enumerate(updates):
+            sets = ", ".join(
+                ['"updated_at" = %(at)s::float8']
+                + [f"{_quote(c)} = {_param(t.operations, f'u{i}_{c}', c)}" for c in columns]
+            )
+            parts.append(
+                f"up{i} AS (UPDATE operations SET {sets} FROM cas "
+                f"WHERE operations.operation_id = %(u{i}__id)s::text)"
+            )
+        if cancel:
+            parts.append(
+                "tc AS (UPDATE timers SET fired_at = %(at)s::float8, outcome = 'cancelled' "
+                "FROM cas WHERE timers.run_id = cas.id AND timers.state = %(cancel_state)s::text "
+                "AND timers.fired_at IS NULL)"
+            )
+        for name, table, prefix, shapes, fixed in (
+            ("tn", t.timers, "t", new_timers, {"created_at": "%(at)s::float8"}),
+            ("sg", t.signals, "s", new_signals, {}),
+            ("ap", t.approvals, "a", new_approvals, {"consumed_at": "NULL::float8"}),
+        ):
+            for i, columns in enumerate(shapes):
+                parts.append(_rows(f"{name}{i}", table, f"{prefix}{i}", columns, 1, fixed))
+        return parts
+
+    # -- a change to a run -------------------------------------------------------------------
+
+    @staticmethod
+    def shape(change: Change) -> Shape | None:
+        """The shape of ``change``, or None when one statement cannot apply it exactly."""
+        if change.consume_approvals or change.fire_timer is not None or change.take_lease:
+            return None
+        updated = [operation_id for operation_id, _ in change.operation_updates]
+        inserted = {op["operation_id"] for op in change.new_operations}
+        if len(set(updated)) != len(updated) or inserted.intersection(updated):
+            return None
+        return (
+            change.lease_token is not None,
+            len(change.events),
+            len(change.new_operations),
+            tuple(tuple(sorted(fields)) for _, fields in change.operation_updates),
+            change.cancel_timers_of_state is not None,
+            tuple(tuple(sorted(timer)) for timer in change.new_timers),
+            tuple(tuple(sorted(signal)) for signal in change.new_signals),
+            tuple(tuple(sorted(record)) for record in change.new_approvals),
+        )
+
+    def commit(self, change: Change, after: RunRecord) -> tuple[str, dict[str, Any]] | None:
+        """The statement and parameters that apply ``change`` (moving the run to ``after``),
+        or None when it needs a transaction."""
+        shape = self.shape(change)
+        if shape is None:
+            return None
+        t = self.t
+        params: dict[str, Any] = {
+            "b_id": change.run_id,
+            "b_version": change.expected_version,
+            "b_token": change.lease_token,
+            "n_version": after.version,
+            "n_state": after.state,
+            "n_status": after.status,
+            "n_context": json.dumps(after.context),
+            "n_wake_at": after.wake_at,
+            "n_spec_digest": after.spec_digest,
+            "at": change.at,
+            "cancel_state": change.cancel_timers_of_state,
+            **_event_params(change.events),
+        }
+        if change.new_operations:
+            params.update(
+                _row_params(
+                    t.operations,
+                    "o",
+                    OPERATION_COLUMNS,
+                    [{**_OPERATION_DEFAULTS, **op} for op in change.new_operations],
+                )
+            )
+        for i, (operation_id, fields) in enumerate(change.operation_updates):
+            params[f"u{i}__id"] = operation_id
+            for column, value in fields.items():
+                params[f"u{i}_{column}"] = bind(t.operations, column, value)
+        for prefix, table, rows, shapes in (
+            ("t", t.timers, change.new_timers, shape[5]),
+            ("s", t.signals, change.new_signals, shape[6]),
+            ("a", t.approvals, change.new_approvals, shape[7]),
+        ):
+            for i, (row, columns) in enumerate(zip(rows, shapes, strict=True)):
+                params.update(_row_params(table, f"{prefix}{i}", columns, [row]))
+        return self._commit_sql(shape), params
+
+    def _build_commit(self, shape: Shape) -> str:
+        fenced, events, new_ops, updates, cancel, new_timers, new_signals, new_approvals = shape
+        fence = (
+            "lease_token = %(b_token)s::text"
+            if fenced
+            else f"(lease_token IS NULL OR lease_expires_at < {DB_NOW})"
+        )
+        # A leased commit that takes the run out of ``running`` gives the lease back with it;
+        # a commit under no lease finds none or an expired one, and clears it.
+        release = "".join(
+            f", {column} = CASE WHEN %(n_status)s::text = 'running' THEN {column} END"
+            if fenced
+            else f", {column} = NULL"
+            for column in ("lease_owner", "lease_token", "lease_expires_at")
+        )
+        cas = (
+            "cas AS (UPDATE runs SET version = %(n_version)s::int8, state = %(n_state)s::text, "
+            "status = %(n_status)s::text, context = %(n_context)s::json, "
+            "updated_at = %(at)s::float8, wake_at = %(n_wake_at)s::float8, "
+            f"spec_digest = %(n_spec_digest)s::text{release} "
+            f"WHERE id = %(b_id)s::text AND version = %(b_version)s::int8 AND {fence} "
+            "RETURNING id)"
+        )
+        parts = self._parts(
+            events, new_ops, updates, cancel, new_timers, new_signals, new_approvals
+        )
+        return "WITH " + ",\n".join([cas, *parts]) + "\nSELECT id FROM cas"
+
+    # -- a new run ---------------------------------------------------------------------------
+
+    def create(
+        self,
+        record: dict[str, Any],
+        first_events: list[tuple[str, dict[str, Any]]],
+        new_timers: list[dict[str, Any]],
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement that inserts a run with its first events and timers."""
+        t = self.t
+        timer_shapes = tuple(tuple(sorted(timer)) for timer in new_timers)
+        params = {
+            f"r_{column}": bind(t.runs, column, record.get(column)) for column in self.run_columns
+        }
+        params |= {"n_version": record["version"], "at": record["created_at"]}
+        params |= _event_params(first_events)
+        for i, (timer, columns) in enumerate(zip(new_timers, timer_shapes, strict=True)):
+            params.update(_row_params(t.timers, f"t{i}", columns, [timer]))
+        return self._create_sql(len(first_events), timer_shapes), params
+
+    def _build_create(self, events: int, new_timers: tuple[tuple[str, ...], ...]) -> str:
+        t = self.t
+        columns = ", ".join(map(_quote, self.run_columns))
+        values = ", ".join(_param(t.runs, f"r_{c}", c) for c in self.run_columns)
+        cas = f"cas AS (INSERT INTO runs ({columns}) VALUES ({values}) RETURNING id)"
+        parts = self._parts(events, 0, (), False, new_timers, (), ())
+        return "WITH " + ",\n".join([cas, *parts]) + "\nSELECT id FROM cas"
+
+    # -- claims ------------------------------------------------------------------------------
+
+    def _build_claim(self) -> str:
+        """Lease up to ``%(limit)s`` runnable runs: lock them with ``SKIP LOCKED``, bump each
+        version, set a new random token and an expiry by the database's clock, and record a
+        ``leased`` (or, over an expired lease, ``rescued``) event; return the claimed runs."""
+        returned = ", ".join(f"u.{_quote(c)}" for c in self.run_columns)
+        return (
+            "WITH c AS (SELECT id, version, lease_token, lease_owner FROM runs "
+            "WHERE status = 'running' AND (wake_at IS NULL OR wake_at <= %(now)s::float8) "
+            f"AND (lease_token IS NULL OR lease_expires_at < {DB_NOW}) "
+            "ORDER BY updated_at, id LIMIT %(limit)s::int8 FOR UPDATE SKIP LOCKED),\n"
+            "u AS (UPDATE runs SET version = runs.version + 1, lease_owner = %(owner)s::text, "
+            "lease_token = replace(gen_random_uuid()::text, '-', ''), "
+            f"lease_expires_at = {DB_NOW} + %(seconds)s::float8 "
+            "FROM c WHERE runs.id = c.id AND runs.version = c.version "
+            "RETURNING runs.*, c.lease_token AS previous_token, c.lease_owner AS previous),\n"
+            'ev AS (INSERT INTO events (run_id, version, kind, data, "at") '
+            "SELECT u.id, u.version, "
+            "CASE WHEN u.previous_token IS NULL THEN 'leased' ELSE 'rescued' END, "
+            "json_build_object('owner', %(owner)s::text, 'previous', u.previous), "
+            "%(now)s::float8 FROM u)\n"
+            f"SELECT {returned} FROM u ORDER BY u.updated_at, u.id"
+        )

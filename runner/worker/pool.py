@@ -1,0 +1,408 @@
+"""A pool of workers: claim runnable runs under leases, advance them, keep the leases alive.
+
+Each worker thread claims one run at a time (``Store.claim``: ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), advances it with every commit fenced by the lease
+token, and releases it. A heartbeat renews the leases while work goes on; leases expire by the
+database's clock. A worker that was paused past its lease (SIGSTOP, a long GC, a frozen VM)
+sends no request on waking (it checks, by its own monotonic clock, that it can still count on
+its lease before each call: :meth:`Runner.check_lease`) and its next commit affects no row
+(``LeaseLost``), so it drops the run: the worker that took it over reconciles any pending
+operation before calling, and an in-flight call of the paused one carries the same operation ID.
+
+A database restart or failover kills every connection. No thread of the pool dies of it: each
+one (opening its store, firing timers, claiming, advancing a run, renewing leases) catches the
+failure, waits (capped exponential back-off with jitter, from the poll interval up to
+:data:`MAX_BACKOFF` seconds) and tries again with new connections. The pool counts such a time
+as one *outage* of the store: it logs one line when the store stops answering and one when it
+answers again, and its :class:`PoolReport` counts the outages and the seconds they lasted. A run
+whose step an outage interrupted is not a failed run: its lease is released (or runs out) and it
+is claimed again. Any other unexpected exception a thread meets is reported once, and the thread
+goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import exc as sa_exc
+
+from ratchet_runner.engine.lifecycle import (
+    advance_leased,
+    lease_deadline,
+    validate_lease,
+    worker_identity,
+)
+from ratchet_runner.engine.runner import Runner
+from ratchet_runner.errors import RatchetError, StoreError, UsageError, VersionConflict
+from ratchet_runner.store.store import RunRecord
+
+#: The longest wait, in seconds, between two attempts to reach a store that does not answer.
+MAX_BACKOFF = 5.0
+
+#: The shortest wait, in seconds, after a failure (a pool that polls faster still waits this).
+MIN_BACKOFF = 0.05
+
+#: Errors that say the database could not be reached or dropped the connection (as opposed to
+#: refusing a value or a statement): SQLAlchemy's wrappers, and the socket errors beneath them.
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+)
+
+#: The same, as the database drivers (psycopg, sqlite3) name them, when one escapes unwrapped.
+_DRIVER_CONNECTION_ERRORS = frozenset({"OperationalError", "InterfaceError"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from or while handling, says that the
+    database could not be reached or dropped the connection: the server restarting or failing
+    over, a backend terminated, a network cut; not a value or a statement it refused."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, _CONNECTION_ERRORS):
+            return True
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return True
+        if type(current).__name__ in _DRIVER_CONNECTION_ERRORS and type(
+            current
+        ).__module__.startswith(("psycopg", "sqlite3")):
+            return True
+        pending += [current.__cause__, current.__context__]
+    return False
+
+
+@dataclass
+class PoolReport:
+    """What a pool did: runs advanced, runs fenced off (their lease was lost), timers fired,
+    runs that failed (run ID and error; an empty run ID for an error outside any run), and the
+    outages of its store: how many began, how many seconds the store was unreachable in all
+    (counting an outage still going on when the pool stopped), and whether it was unreachable
+    at the end."""
+
+    advanced: int = 0
+    fenced: int = 0
+    timers: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    outages: int = 0
+    unreachable_seconds: float = 0.0
+    unreachable: bool = False
+
+
+class _Link:
+    """One thread's hold on the store: its runner (``None`` until opened), the outage count it
+    has caught up with (an outage that began since may have killed its connections), its
+    failures in a row (how long it backs off), and the last unexpected error it reported."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.runner: Runner | None = None
+        self.epoch = 0
+        self.began = 0.0  # time.monotonic() when its current attempt began
+        self.failures = 0
+        self.unexpected: str | None = None
+        self.wake: threading.Event | None = None  # cuts its back-off short: the store is back
+
+
+class Pool:
+    """``concurrency`` worker threads in this process, each with its own runner.
+
+    ``log`` receives one line at a time about the store's outages and about unexpected errors
+    (default: standard error)."""
+
+    def __init__(
+        self,
+        make_runner: Callable[[], Runner],
+        *,
+        concurrency: int = 1,
+        lease_seconds: float = 30.0,
+        poll: float = 0.5,
+        owner: str | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise UsageError(f"a pool needs at least one worker thread, not {concurrency}")
+        self.make_runner = make_runner
+        self.concurrency = concurrency
+        self.lease_seconds = validate_lease(lease_seconds)
+        self.poll = poll
+        self.owner = owner or worker_identity()
+        self.stop = threading.Event()
+        self.report = PoolReport()
+        self._log = log or _to_stderr
+        self._held: dict[str, str] = {}
+        self._unreleased: dict[str, str] = {}  # leases an outage kept this pool from giving back
+        self._deadlines: dict[str, float] = {}  # shared by this pool's runners (see Runner)
+        self._lock = threading.Lock()
+        self._epoch = 0  # outages begun; a thread behind it drops its connections
+        self._down_since: float | None = None  # time.monotonic() when the outage began
+        self._up_at = float("-inf")  # time.monotonic() when the last outage ended
+        self._recovered = threading.Event()  # set when the current outage ends (one per outage)
+
+    def run(self, *, until_idle: bool = False) -> PoolReport:
+        """Work until :attr:`stop` is set (or, with ``until_idle``, until nothing is left)."""
+        threads = [
+            threading.Thread(target=self._work, args=(i, until_idle), name=f"ratchet-{i}")
+            for i in range(self.concurrency)
+        ]
+        beat = threading.Thread(target=self._heartbeat, name="ratchet-heartbeat", daemon=True)
+        beat.start()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.stop.set()
+        with self._lock:
+            if self._down_since is not None:  # stopped during an outage: count it so far
+                self.report.unreachable_seconds += time.monotonic() - self._down_since
+                self._down_since = None
+        return self.report
+
+    # -- the threads ----------------------------------------------------------------------------
+
+    def _work(self, index: int, until_idle: bool) -> None:
+        link = _Link(f"ratchet-{index}")
+        next_timers = 0.0
+        while not self.stop.is_set():
+            try:
+                runner = self._open(link, worker=True)
+                if self._unreleased:
+                    self._release_left(runner)
+                if index == 0 and time.monotonic() >= next_timers:
+                    # Due timers are looked for once per poll interval, not before every claim.
+                    next_timers = time.monotonic() + self.poll
+                    fired = runner.timers.fire_due()
+                    with self._lock:
+                        self.report.timers += sum(1 for f in fired if f.outcome == "fired")
+                asked = time.monotonic()  # the lease starts no earlier than the claim is sent
+                claimed = runner.store.claim(self.owner, self.lease_seconds, runner.clock.now())
+            except Exception as exc:  # the database restarted or is unreachable: try again
+                self._pause(link, self._trouble(link, exc, store_level=True))
+                continue
+            self._answered(link)
+            if not claimed:
+                if until_idle:
+                    return
+                self.stop.wait(self.poll)
+                continue
+            pause = self._advance(
+                link, runner, claimed[0], lease_deadline(asked, self.lease_seconds)
+            )
+            if pause:
+                self._pause(link, pause)
+
+    def _advance(self, link: _Link, runner: Runner, claimed: RunRecord, deadline: float) -> float:
+        """Take a claimed run as far as it goes; how long to wait before the next claim."""
+        with self._lock:
+            self._held[claimed.id] = str(claimed.lease_token)  # the heartbeat renews it
+        try:
+            advance_leased(runner, claimed, deadline)
+            with self._lock:
+                self.report.advanced += 1
+            self._answered(link)
+            return 0.0
+        except VersionConflict:  # fenced: the lease was lost, or another process moved the run
+            with self._lock:
+                self.report.fenced += 1
+            return 0.0
+        except Exception as exc:
+            if connection_lost(exc):  # not the run's fault: it is claimed again
+                with self._lock:  # as soon as the lease is given back, once the store answers
+                    self._unreleased[claimed.id] = str(claimed.lease_token)
+                return self._trouble(link, exc)
+            if isinstance(exc, RatchetError):
+                with self._lock:
+                    self.report.failed.append((claimed.id, str(exc)))
+                return 0.0
+            return self._trouble(link, exc, run_id=claimed.id)
+        finally:
+            with self._lock:
+                self._held.pop(claimed.id, None)
+                self._deadlines.pop(claimed.id, None)  # a renewal may have set it again
+
+    def _release_left(self, runner: Runner) -> None:
+        """Give back the leases of runs whose step an outage cut off (their release failed
+        with it), so that they are claimed again now rather than when the lease runs out. Safe
+        whatever happened since: a release matches only the lease token it names, and no call
+        of this pool's is in flight for such a run."""
+        with self._lock:
+            left = list(self._unreleased.items())
+            self._unreleased.clear()
+        for i, (run_id, token) in enumerate(left):
+            try:
+                runner.store.release(run_id, token)
+            except BaseException:
+                with self._lock:
+                    self._unreleased.update(left[i:])
+                raise
+
+    def _heartbeat(self) -> None:
+        link = _Link("ratchet-heartbeat")
+        beat = self.lease_seconds / 3
+        wait = beat
+        while not self.stop.wait(wait):
+            wait = beat
+            with self._lock:
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                runner = self._open(link)
+                for run_id, token in held.items():
+                    asked = time.monotonic()
+                    if runner.store.renew(run_id, token, self.lease_seconds):
+                        with self._lock:
+                            if self._held.get(run_id) == token:
+                                self._deadlines[run_id] = lease_deadline(asked, self.lease_seconds)
+            except Exception as exc:  # the database is away: try again soon; no call is made
+                wait = min(beat, self._trouble(link, exc, store_level=True))  # past its lease
+                continue
+            self._answered(link)
+
+    # -- the store's outages ----------------------------------------------------------------
+
+    def _open(self, link: _Link, *, worker: bool = False) -> Runner:
+        """The thread's runner, opened on first use (which fails while the database is away);
+        once an outage has begun since the thread last looked, its pooled connections are
+        dropped, so that its next statement opens a new one instead of finding a dead one."""
+        link.began = time.monotonic()
+        if link.runner is None:
+            link.epoch = self._epoch
+            runner = self.make_runner()
+            if worker:
+                runner.stopping = self.stop.is_set  # SIGTERM: finish the current step, release
+                runner.lease_deadlines = self._deadlines  # the heartbeat extends them
+                runner.spec_check_interval = self.poll  # a new spec version is seen within a poll
+                runner.lease_seconds = self.lease_seconds  # a call must fit in it (secure_lease)
+            link.runner = runner
+        elif link.epoch != self._epoch:
+            link.epoch = self._epoch
+            engine = getattr(link.runner.store, "engine", None)
+            if engine is not None:
+                engine.dispose()
+        return link.runner
+
+    def _pause(self, link: _Link, seconds: float) -> None:
+        """Back off for ``seconds``; less if the pool stops, or if the store answers another
+        thread again meanwhile (the pool then goes back to work at once, not thread by thread
+        as each one's back-off runs out)."""
+        wake = link.wake
+        if wake is None:
+            self.stop.wait(seconds)
+            return
+        ends = time.monotonic() + seconds
+        while not self.stop.is_set() and not wake.is_set():
+            left = ends - time.monotonic()
+            if left <= 0:
+                return
+            self.stop.wait(min(left, MIN_BACKOFF))
+
+    def _backoff(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` failures in a row: doubling from the poll interval
+        (at least :data:`MIN_BACKOFF`) up to :data:`MAX_BACKOFF`, with jitter (half to all)."""
+        base = max(MIN_BACKOFF, min(self.poll, MAX_BACKOFF))
+        ceiling = min(MAX_BACKOFF, base * 2.0 ** min(max(failures, 1) - 1, 16))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def _trouble(
+        self, link: _Link, exc: BaseException, *, store_level: bool = False, run_id: str = ""
+    ) -> float:
+        """Deal with an exception a thread met; how long it waits before it tries again.
+
+        A store error where the store itself was asked (opening it, firing timers, claiming,
+        renewing) or any error that says a connection was lost is an outage: the first thread
+        to meet it logs it, once; a thread whose connections may have died in an outage that
+        began since it last looked tries again soon with new ones. Anything else is unexpected:
+        reported once (in the log and in ``failed``) until the thread gets on again."""
+        link.failures += 1
+        outage = connection_lost(exc) or (
+            store_level and isinstance(exc, StoreError) and not isinstance(exc, VersionConflict)
+        )
+        if not outage:
+            link.wake = None
+            delay = self._backoff(link.failures)
+            where = _last_frame(exc)
+            what = f"unexpected {type(exc).__name__}: {_short(str(exc))}" + (
+                f" (at {where})" if where else ""
+            )
+            if f"{run_id} {what}" != link.unexpected:
+                link.unexpected = f"{run_id} {what}"
+                with self._lock:
+                    self.report.failed.append((run_id, what))
+                run = f" with run {run_id}" if run_id else ""
+                self._say(f"{link.name}{run}: {what}; the thread goes on in {_s(delay)} s")
+            return delay
+        with self._lock:
+            if link.epoch != self._epoch or link.began < self._up_at:
+                link.failures = 0  # it met an outage already known, now over or being retried
+                link.wake = None
+                return self._backoff(1)
+            delay = self._backoff(link.failures)
+            if self._down_since is None:
+                self._recovered = threading.Event()
+                self._epoch += 1
+                self._down_since = time.monotonic()
+                self.report.outages += 1
+                self.report.unreachable = True
+                self._say(f"store unreachable ({_short(str(exc))}); retrying in {_s(delay)} s")
+            link.wake = self._recovered
+            return delay
+
+    def _answered(self, link: _Link) -> None:
+        """The store answered the thread: an outage it had caught up with is over."""
+        link.failures = 0
+        link.unexpected = None
+        if self._down_since is None:
+            return
+        with self._lock:
+            if self._down_since is None or link.epoch != self._epoch:
+                return  # its answer may have left before the outage began
+            took = time.monotonic() - self._down_since
+            self._down_since = None
+            self._up_at = time.monotonic()
+            self.report.unreachable_seconds += took
+            self.report.unreachable = False
+            self._recovered.set()  # the other threads stop backing off
+            self._say(f"store reachable again after {_s(took)} s")
+
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(Exception):  # a log that cannot be written stops no work
+            self._log(f"worker {self.owner}: {line}")
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f}" if seconds < 1 else f"{seconds:.1f}"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _last_frame(exc: BaseException) -> str:
+    """``file:line`` where ``exc`` was raised (its traceback's innermost frame)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    name = tb.tb_frame.f_code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{name}:{tb.tb_lineno}"
