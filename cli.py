@@ -1,5 +1,8 @@
 """The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
 
+Over 500 lines because it is the whole command line: one click command per verb, each with the
+``--help`` text that teaches it; everything else is the library's.
+
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
 3 internal error · 4 the run moved on (another process changed it first). With ``--json`` only
@@ -8,53 +11,60 @@ JSON is printed on stdout; messages go to stderr.
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import io
 import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ratchet_runner.adapters.practice import (
-    FAULT_KINDS,
-    PRACTICE_SERVICES,
-    PracticeAdapter,
-    PracticeWorld,
-)
+from ratchet_runner.adapters.practice import parse_fault
 from ratchet_runner.errors import RatchetError, SpecError, UsageError, VersionConflict
 from ratchet_runner.review import table as tables
+from ratchet_runner.review import views
 from ratchet_runner.review.diagram import draw as diagrams
-from ratchet_runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS, home
+from ratchet_runner.session import Session
+from ratchet_runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS
 from ratchet_runner.spec.loader import load_file
 from ratchet_runner.spec.schema import spec_schema_text
-from ratchet_runner.spec.validate import Report, load_spec, validate_path
+from ratchet_runner.spec.validate import Report, load_spec, spec_files, validate_path
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
-    from ratchet_runner.clock import Clock
-    from ratchet_runner.engine.runner import Runner
-    from ratchet_runner.spec.model import Adapter as AdapterSpec
-    from ratchet_runner.store.store import RunRecord, Store
+    from ratchet_runner.engine.commands import CommandResult
+    from ratchet_runner.engine.runner import Runner, Strategy
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_CONFLICT = 0, 1, 2, 3, 4
 
 
-def _expand(paths: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
-    for given in paths:
-        path = Path(given)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
-            for p in found:
-                yield p, str(p)
-        else:
-            yield path, given
-
-
 def _emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _echo_lines(lines: Iterable[str], err: bool = False) -> None:
+    for line in lines:
+        click.echo(line, err=err)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _show(as_json: bool, data: Any, text: Callable[[], Iterable[str]], empty: str = "") -> None:
+    """Print ``data`` as JSON, else the lines ``text()`` makes, or (on stderr) ``empty`` when
+    there is no data and it says so."""
+    if as_json:
+        _emit_json(data)
+    elif not data and empty:
+        _say(empty)
+    else:
+        _echo_lines(text())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -101,44 +111,26 @@ def validate(specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool) -
     """
     reports: list[Report] = []
     crashed: list[str] = []
-    for path, name in _expand(specs):
+    for path, name in spec_files(specs):
         try:
             reports.append(validate_path(path, name))
         except Exception as exc:  # a bug; report it and go on with the other files
             if os.environ.get("RATCHET_DEBUG"):
                 raise
             crashed.append(name)
-            click.echo(
+            _say(
                 f"ratchet: internal error validating {name}: {type(exc).__name__}: {exc} "
-                "(please report it)",
-                err=True,
+                "(please report it)"
             )
     if not reports and not crashed:
         raise click.UsageError("no .yaml or .yml files found in the given directories")
     failed = [r for r in reports if not r.ok(strict=strict)]
     if as_json:
-        _emit_json(
-            {
-                "valid": not failed,
-                "strict": strict,
-                "files": [r.to_json(strict=strict) for r in reports],
-            }
-        )
+        _emit_json(views.validation_json(reports, strict))
     else:
-        for report in reports:
-            for diagnostic in report.diagnostics:
-                click.echo(diagnostic.format())
+        _echo_lines(d.format() for r in reports for d in r.diagnostics)
         if not quiet:
-            errors = sum(len(r.errors) for r in reports)
-            warnings = sum(len(r.warnings) for r in reports)
-            verdict = "invalid" if failed else "valid"
-            if crashed:
-                verdict = f"{len(crashed)} file(s) not checked (internal error)"
-            click.echo(
-                f"{len(reports)} file(s) checked: {errors} error(s), {warnings} warning(s): "
-                f"{verdict}",
-                err=True,
-            )
+            _say(views.validation_tally(reports, bool(failed), len(crashed)))
     sys.exit(EXIT_INTERNAL if crashed else EXIT_INVALID if failed else EXIT_OK)
 
 
@@ -174,14 +166,19 @@ def table(spec: str, fmt: str, output: str | None) -> None:
     """Print the transition table of SPEC: one row per transition, all eleven columns."""
     loaded = load_spec(spec)
     text = tables.to_markdown(loaded) if fmt == "md" else tables.to_html(loaded)
-    if output:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.FileError(output, exc.strerror or str(exc)) from None
-        click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    _write(output, text.encode("utf-8"))
+
+
+def _write(output: str | None, data: bytes) -> None:
+    """Write ``data`` to the file ``output``, or (text) to stdout."""
+    if not output:
+        click.echo(data.decode("utf-8"), nl=False)
+        return
+    try:
+        Path(output).write_bytes(data)
+    except OSError as exc:
+        raise click.FileError(output, exc.strerror or str(exc)) from None
+    _say(f"wrote {output}")
 
 
 @cli.command()
@@ -234,58 +231,15 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     if effect is not None and view != "crash-windows":
         raise click.UsageError("--effect applies to --view crash-windows only")
     loaded, flagged = diagrams.load(spec, view)
-    if effect is not None and effect not in diagrams.effect_names(loaded):
-        performed = ", ".join(diagrams.effect_names(loaded)) or "none"
-        raise click.BadParameter(
-            f"no row of {spec} performs {effect!r}; the effects rows perform: {performed}",
-            param_hint="--effect",
-        )
-    drawn = diagrams.build(loaded, view, effect=effect, diagnostics=flagged)
-    if fmt in diagrams.IMAGE_FORMATS:
-        data = diagrams.image(drawn, fmt)
-    else:
-        data = diagrams.text(drawn, fmt).encode("utf-8")
-    if output:
-        try:
-            Path(output).write_bytes(data)
-        except OSError as exc:
-            raise click.FileError(output, exc.strerror or str(exc)) from None
-        click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(data.decode("utf-8"), nl=False)
-    for diagnostic in flagged:
-        click.echo(diagnostic.format(), err=True)
+    with _hinted("--effect"):
+        drawn = diagrams.build(loaded, view, effect=effect, diagnostics=flagged)
+    _write(output, diagrams.render(drawn, fmt))
+    _echo_lines((d.format() for d in flagged), err=True)
     if any(d.severity == "error" for d in flagged):
         sys.exit(EXIT_INVALID)
 
 
 # -- running workflows ------------------------------------------------------------------------
-
-
-def _kill_at(target: str | None, leases: dict[str, str]) -> Callable[[str, str], None] | None:
-    """The ``--interrupt`` hook: SIGKILL this process at the point named. No call is in flight
-    at any of the points, so the leases this process holds (``leases``: the runner's) are given
-    back first, and ``ratchet resume`` can go on at once; a real crash leaves them behind, and
-    others wait until they run out."""
-    if target is None:
-        return None
-    point, _, effect = target.partition(":")
-
-    def interrupt(reached: str, reached_effect: str) -> None:
-        if reached == point and effect in ("", reached_effect):
-            click.echo(
-                f"interrupted at {point} of {reached_effect}: the process ends here (SIGKILL)",
-                err=True,
-            )
-            for store in _OPEN_STORES:
-                for run_id, token in list(leases.items()):
-                    with contextlib.suppress(Exception):
-                        store.release(run_id, token)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return interrupt
 
 
 def _check_interrupt(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -307,7 +261,7 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON o
 
 
 def _check_lease(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    from ratchet_runner.engine.lifecycle import validate_lease
+    from ratchet_runner.engine.lease import validate_lease
 
     try:
         return validate_lease(value)
@@ -315,15 +269,22 @@ def _check_lease(_ctx: click.Context, _param: click.Parameter, value: float) -> 
         raise click.BadParameter(exc.message) from None
 
 
-LEASE_OPTION = click.option(
-    "--lease",
-    "lease_seconds",
-    type=float,
-    default=30.0,
-    show_default=True,
+def _lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
+    return click.option(
+        "--lease",
+        "lease_seconds",
+        type=float,
+        default=30.0,
+        show_default=True,
+        envvar=envvar,
+        callback=_check_lease,
+        metavar="SECONDS",
+        help=help,
+    )
+
+
+LEASE_OPTION = _lease_option(
     envvar="RATCHET_LEASE",
-    callback=_check_lease,
-    metavar="SECONDS",
     help="How long this command leases the run while it changes it and drives it on (a "
     "heartbeat renews the lease; env RATCHET_LEASE). Workers cannot take the run meanwhile; if "
     "this process dies, they take it over once the lease has run out.",
@@ -339,125 +300,65 @@ INTERRUPT_OPTION = click.option(
 )
 
 
-_OPEN_STORES: list[Store] = []
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run command works: the lease it holds, the store, JSON or text, where to crash."""
+
+    lease_seconds: float
+    db: str | None
+    as_json: bool
+    interrupt: str | None = None
 
 
-def _open_store(db: str | None) -> Store:
-    """A store for this command; :func:`main` closes it (and its connections) at the end. The
-    default store (no --db, no RATCHET_DB: SQLite under RATCHET_HOME, beside the practice world)
-    is created as a practice store; a store named by URL is not (see ``reset --practice``)."""
-    from ratchet_runner.store.store import Store
+def run_options(*, interrupt: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a run command ``--interrupt`` (if ``interrupt``), ``--lease``, ``--db`` and
+    ``--json``, passed on to it as one ``how: RunOptions``."""
 
-    store = Store(db, practice=db is None)
-    _OPEN_STORES.append(store)
-    return store
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def wrapper(
+            *args: Any, lease_seconds: float, db: str | None, as_json: bool, **kwargs: Any
+        ) -> None:
+            how = RunOptions(lease_seconds, db, as_json, kwargs.pop("interrupt", None))
+            command(*args, how=how, **kwargs)
 
+        options = [INTERRUPT_OPTION] if interrupt else []
+        for option in reversed([*options, LEASE_OPTION, DB_OPTION, JSON_OPTION]):
+            wrapper = option(wrapper)
+        return wrapper
 
-def _clock(store: Store) -> Clock:
-    """This command's clock: RATCHET_NOW on a practice store (every event then records the real
-    time beside it), else the system clock. RATCHET_NOW on another store is refused."""
-    from ratchet_runner.clock import command_clock
-    from ratchet_runner.store.store import redact
-
-    clock, overridden = command_clock(os.environ, store.is_practice, redact(store.url))
-    store.stamp_real_time = overridden
-    return clock
+    return decorate
 
 
-def _session(
-    db: str | None, interrupt: str | None = None, naive: bool = False
-) -> tuple[Store, PracticeWorld, Runner]:
-    from ratchet_runner.engine.runner import Runner
-
-    store = _open_store(db)
-    clock = _clock(store)
-    world = PracticeWorld(home() / "practice.db")
-
-    def adapter_for(adapter: AdapterSpec) -> PracticeAdapter:
-        if adapter.kind not in PRACTICE_SERVICES:
-            raise UsageError(
-                f"adapter {adapter.name!r} is of kind {adapter.kind!r}, which has no "
-                f"implementation yet; the practice world serves {', '.join(PRACTICE_SERVICES)}"
-            )
-        return world.adapter(adapter.kind)
-
-    leases: dict[str, str] = {}
-    runner = Runner(
-        store,
-        adapter_for,
-        clock,
-        interrupt=_kill_at(interrupt, leases),
-        strategy="naive" if naive else "ratchet",
-    )
-    runner.leases = leases
-    return store, world, runner
+def _runner(session: Session, interrupt: str | None = None, naive: bool = False) -> Runner:
+    """The command's runner on the session's store, clock and practice world; ``interrupt``:
+    the ``--interrupt`` point to end the process at."""
+    strategy: Strategy = "naive" if naive else "ratchet"
+    return session.runner(interrupt=session.kill_at(interrupt, _say), strategy=strategy)
 
 
-def _summary(runner: Runner, run: RunRecord) -> dict[str, Any]:
-    from ratchet_runner.engine.approvals import pending_request
-
-    request = pending_request(runner, run) if run.status == "waiting" else None
-    queued = next(
-        (e.data for e in reversed(runner.store.history(run.id)) if e.kind == "queued"), None
-    )
-    return {
-        "run": run.id,
-        "workflow": run.workflow,
-        "business_key": run.business_key,
-        "state": run.state,
-        "status": run.status,
-        "version": run.version,
-        "waiting_for": request.to_json() if request else None,
-        "operator_action": queued.get("operator_action")
-        if queued and run.status == "needs_person"
-        else None,
-    }
-
-
-def _show(summary: dict[str, Any], as_json: bool, headline: str = "") -> None:
+def _report(
+    runner: Runner,
+    result: CommandResult,
+    as_json: bool,
+    key: str | None,
+    headline: str | None = None,
+) -> None:
+    """Show a command's result: what it did (and what happened after), then the run."""
+    summary = views.command_summary(runner, result, key)
     if as_json:
         _emit_json(summary)
-        return
-    if headline:
-        click.echo(headline)
-    click.echo(
-        f"run {summary['run']} · {summary['workflow']} {summary['business_key']} · "
-        f"{summary['state']} ({summary['status']})"
-    )
-    request = summary.get("waiting_for")
-    if request:
-        roles = ", ".join(request["roles"])
-        click.echo(f"  waiting for a decision on {request['approval']}")
-        click.echo(f"  action:  {request['action']}")
-        click.echo(f"  who:     {roles}")
-        click.echo(f"  digest:  {request['digest']}")
-        click.echo(
-            f"  approve: ratchet approve {summary['run']} --as NAME --role {request['roles'][0]}"
-        )
-        click.echo(f"  reject:  ratchet reject {summary['run']} --as NAME --reason TEXT")
-    if summary.get("operator_action"):
-        click.echo(f"  for a person: {summary['operator_action']}")
-    if summary["status"] in ("done", "needs_person"):
-        click.echo(f"  trace:   ratchet trace {summary['run']}")
+    else:
+        click.echo(views.summary_text(summary, views.command_headline(result, headline)))
 
 
-def _read_input(path: str) -> dict[str, Any]:
-    doc = load_file(path)
-    data: dict[str, Any] = doc.data
-    return data
-
-
-def _parse_fault(spec_effects: dict[str, Any], text: str) -> tuple[str, str]:
-    effect, _, kind = text.partition(":")
-    if effect not in spec_effects:
-        raise click.BadParameter(
-            f"no effect {effect!r} (effects: {', '.join(spec_effects)})", param_hint="--fault"
-        )
-    if kind not in FAULT_KINDS:
-        raise click.BadParameter(
-            f"no fault {kind!r} (faults: {', '.join(FAULT_KINDS)})", param_hint="--fault"
-        )
-    return effect, kind
+@contextmanager
+def _hinted(option: str) -> Iterator[None]:
+    """A :class:`UsageError` from the library, shown as a bad value of ``option``."""
+    try:
+        yield
+    except UsageError as exc:
+        raise click.BadParameter(exc.message, param_hint=option) from None
 
 
 @cli.command()
@@ -478,26 +379,20 @@ def _parse_fault(spec_effects: dict[str, Any], text: str) -> tuple[str, str]:
     "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply, slow_commit. "
     "Repeatable.",
 )
-@INTERRUPT_OPTION
-@LEASE_OPTION
 @click.option(
     "--naive",
     is_flag=True,
     help="DEMONSTRATION ONLY: a new operation ID on every attempt and no reconcile, "
     "as a hand-rolled retry loop does. Shows how duplicates happen.",
 )
-@DB_OPTION
-@JSON_OPTION
+@run_options(interrupt=True)
 def run(
     spec_path: str,
     input_path: str | None,
     example: str | None,
     faults: tuple[str, ...],
-    interrupt: str | None,
-    lease_seconds: float,
     naive: bool,
-    db: str | None,
-    as_json: bool,
+    how: RunOptions,
 ) -> None:
     """Start a run of SPEC and drive it until it waits, ends or needs a person.
 
@@ -514,12 +409,10 @@ def run(
         raise click.UsageError("give exactly one of --input FILE and --example NAME")
     spec = load_spec(spec_path)
     text = Path(spec_path).read_text(encoding="utf-8")
-    if example is not None and example not in spec.examples:
-        known = ", ".join(spec.examples) or "none"
-        raise click.BadParameter(
-            f"no example {example!r} (examples: {known})", param_hint="--example"
-        )
-    parsed = [_parse_fault(spec.effects, f) for f in faults]
+    with _hinted("--example"):
+        chosen = spec.example(example) if example is not None else None
+    with _hinted("--fault"):
+        parsed = [parse_fault(spec.effects, f) for f in faults]
     if naive:
         click.echo(
             "warning: --naive makes a new operation ID on every attempt and never "
@@ -528,76 +421,45 @@ def run(
         )
     from ratchet_runner.engine import commands
 
-    _, world, runner = _session(db, interrupt, naive)
-    chosen = spec.examples[example] if example is not None else None
-    data = chosen.input if chosen is not None else _read_input(str(input_path))
-
-    def prepare(_started: RunRecord, created: bool) -> None:
-        if created:
-            if chosen is not None and chosen.world:
-                world.seed(chosen.world)
-        elif parsed:
-            click.echo("note: the run already existed; --fault applies to its next calls", err=True)
-        for effect, kind in parsed:
-            world.add_fault(effect, kind)
-
-    result, created = commands.start(
-        runner, spec, text, data, lease_seconds=lease_seconds, before_drive=prepare
-    )
-    headline = "" if created else f"run {result.run.id} already existed for this business key"
-    _report(runner, result, as_json, "start", headline)
+    with Session(how.db) as session:
+        runner = _runner(session, how.interrupt, naive)
+        data: dict[str, Any] = (
+            chosen.input if chosen is not None else load_file(str(input_path)).data
+        )
+        prepare = session.practice_setup(chosen.world if chosen is not None else None, parsed, _say)
+        result, created = commands.start(
+            runner, spec, text, data, lease_seconds=how.lease_seconds, before_drive=prepare
+        )
+        headline = "" if created else f"run {result.run.id} already existed for this business key"
+        _report(runner, result, how.as_json, "start", headline)
 
 
-def _report(
-    runner: Runner, result: Any, as_json: bool, key: str | None, headline: str | None = None
-) -> None:
-    """Show a command's result: what it did (and what happened after), then the run."""
-    summary = _summary(runner, result.run)
-    if key is not None:
-        summary[key] = result.to_json()
-    lines = [result.message] if headline is None else ([headline] if headline else [])
-    if result.then:
-        lines.append(f"then: {result.then}")
-    _show(summary, as_json, "\n".join(lines))
+def _drive(how: RunOptions, key: str, act: Callable[[Runner], CommandResult]) -> None:
+    """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
+    with Session(how.db) as session:
+        runner = _runner(session, how.interrupt)
+        _report(runner, act(runner), how.as_json, key)
 
 
 def _decide(
-    run_id: str,
-    decision: str,
-    actor: str,
-    role: str | None,
-    reason: str | None,
-    interrupt: str | None,
-    lease_seconds: float,
-    db: str | None,
-    as_json: bool,
+    run_id: str, decision: str, actor: str, role: str | None, reason: str | None, how: RunOptions
 ) -> None:
     from ratchet_runner.engine import commands
 
-    _, _, runner = _session(db, interrupt)
-    result = commands.decide(
-        runner, run_id, decision, actor, role, reason, lease_seconds=lease_seconds
-    )
-    _report(runner, result, as_json, "decision")
+    def act(runner: Runner) -> CommandResult:
+        return commands.decide(
+            runner, run_id, decision, actor, role, reason, lease_seconds=how.lease_seconds
+        )
+
+    _drive(how, "decision", act)
 
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "actor", required=True, help="Who approves (recorded).")
 @click.option("--role", required=True, help="The approver's role; the spec lists who may.")
-@INTERRUPT_OPTION
-@LEASE_OPTION
-@DB_OPTION
-@JSON_OPTION
-def approve(
-    run_id: str,
-    actor: str,
-    role: str,
-    interrupt: str | None,
-    lease_seconds: float,
-    db: str | None,
-    as_json: bool,
-) -> None:
+@run_options(interrupt=True)
+def approve(run_id: str, actor: str, role: str, how: RunOptions) -> None:
     """Approve the action RUN is waiting for, then drive the run on.
 
     The approval is bound to a digest of the exact arguments shown; if they change, it no
@@ -606,7 +468,7 @@ def approve(
     for the same run meanwhile; the output says what happened after the approval ("then: ...")
     when the run did not simply go on.
     """
-    _decide(run_id, "approve", actor, role, None, interrupt, lease_seconds, db, as_json)
+    _decide(run_id, "approve", actor, role, None, how)
 
 
 @cli.command()
@@ -614,31 +476,16 @@ def approve(
 @click.option("--as", "actor", required=True, help="Who rejects (recorded).")
 @click.option("--reason", required=True, help="Why (recorded, shown in the trace).")
 @click.option("--role", help="The decider's role, checked against the spec when given.")
-@LEASE_OPTION
-@DB_OPTION
-@JSON_OPTION
-def reject(
-    run_id: str,
-    actor: str,
-    reason: str,
-    role: str | None,
-    lease_seconds: float,
-    db: str | None,
-    as_json: bool,
-) -> None:
+@run_options(interrupt=False)
+def reject(run_id: str, actor: str, reason: str, role: str | None, how: RunOptions) -> None:
     """Reject the action RUN is waiting for. Nothing is executed."""
-    _decide(run_id, "reject", actor, role, reason, None, lease_seconds, db, as_json)
+    _decide(run_id, "reject", actor, role, reason, how)
 
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
-@INTERRUPT_OPTION
-@LEASE_OPTION
-@DB_OPTION
-@JSON_OPTION
-def resume(
-    run_id: str, interrupt: str | None, lease_seconds: float, db: str | None, as_json: bool
-) -> None:
+@run_options(interrupt=True)
+def resume(run_id: str, how: RunOptions) -> None:
     """Drive RUN on from where it stopped (after a crash, an interrupt, or a fix).
 
     A pending operation with a call on record is reconciled before anything else, so a resume
@@ -649,9 +496,11 @@ def resume(
     """
     from ratchet_runner.engine import commands
 
-    _, _, runner = _session(db, interrupt)
-    result = commands.resume(runner, run_id, lease_seconds=lease_seconds)
-    _report(runner, result, as_json, "resume")
+    _drive(
+        how,
+        "resume",
+        lambda runner: commands.resume(runner, run_id, lease_seconds=how.lease_seconds),
+    )
 
 
 @cli.command("runs")
@@ -678,49 +527,18 @@ def runs_command(
     status: str | None, limit: int, stuck: bool, older_than: float, db: str | None, as_json: bool
 ) -> None:
     """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
-    store = _open_store(db)
-    if stuck:
-        now = _clock(store).now()
-        stalled = store.stuck(now, older_than)
-        if as_json:
-            _emit_json(
-                [{**_run_json(r), "why": why, "lease_owner": r.lease_owner} for r, why in stalled]
+    with Session(db) as session:
+        if stuck:
+            stalled = session.store.stuck(session.clock.now(), older_than)
+            _show(
+                as_json,
+                views.stuck_json(stalled),
+                lambda: views.stuck_lines(stalled),
+                "no stuck runs",
             )
             return
-        if not stalled:
-            click.echo("no stuck runs", err=True)
-        for r, why in stalled:
-            owner = f" (owner {r.lease_owner})" if r.lease_owner else ""
-            click.echo(
-                f"{r.id:<22} {r.workflow:<10} {r.business_key:<14} {r.state:<16} {why}{owner}"
-            )
-        return
-    found = store.list_runs(status, limit)
-    if as_json:
-        _emit_json([_run_json(r) for r in found])
-        return
-    if not found:
-        click.echo("no runs", err=True)
-        return
-    click.echo(f"{'RUN':<22} {'WORKFLOW':<10} {'KEY':<14} {'STATE':<16} {'STATUS':<13} VERSION")
-    for r in found:
-        click.echo(
-            f"{r.id:<22} {r.workflow:<10} {r.business_key:<14} {r.state:<16} "
-            f"{r.status:<13} {r.version}"
-        )
-
-
-def _run_json(r: RunRecord) -> dict[str, Any]:
-    return {
-        "run": r.id,
-        "workflow": r.workflow,
-        "business_key": r.business_key,
-        "state": r.state,
-        "status": r.status,
-        "version": r.version,
-        "created_at": r.created_at,
-        "updated_at": r.updated_at,
-    }
+        found = session.store.list_runs(status, limit)
+    _show(as_json, [views.run_json(r) for r in found], lambda: views.runs_lines(found), "no runs")
 
 
 @cli.command("status")
@@ -729,48 +547,14 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
 def status_command(db: str | None, as_json: bool) -> None:
     """Runs by status, the leases workers hold (owner, how long held, time left by the
     database's clock), and the runs whose lease expired."""
-
-    store = _open_store(db)
-    now = _clock(store).now()
-    counts = store.status_counts()
-    leases = store.leases()
-
-    def held(lease: dict[str, Any]) -> float | None:
-        taken = lease["taken_at"]
-        return None if taken is None else round(max(0.0, now - float(taken)), 1)
-
-    if as_json:
-        _emit_json(
-            {
-                "runs": counts,
-                "leases": [
-                    {
-                        "run": lease["id"],
-                        "workflow": lease["workflow"],
-                        "business_key": lease["business_key"],
-                        "state": lease["state"],
-                        "owner": lease["lease_owner"],
-                        "held_seconds": held(lease),
-                        "seconds_left": round(float(lease["left"]), 1),
-                        "expired": float(lease["left"]) < 0,
-                    }
-                    for lease in leases
-                ],
-            }
-        )
-        return
-    click.echo("runs: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"))
-    if not leases:
-        click.echo("leases: none")
-    for lease in leases:
-        left = float(lease["left"])
-        when = f"expired {-left:.0f} s ago" if left < 0 else f"{left:.0f} s left"
-        age = held(lease)
-        since = "" if age is None else f"held {age:.0f} s · "
-        click.echo(
-            f"lease  {lease['id']:<22} {lease['business_key']:<14} {lease['state']:<16} "
-            f"{lease['lease_owner']} · {since}{when}"
-        )
+    with Session(db) as session:
+        now = session.clock.now()
+        counts, leases = session.store.status_counts(), session.store.leases()
+    _show(
+        as_json,
+        views.status_json(counts, leases, now),
+        lambda: views.status_lines(counts, leases, now),
+    )
 
 
 @cli.command()
@@ -782,46 +566,25 @@ def trace(run_id: str, db: str | None, as_json: bool) -> None:
     reconcile found / not found, receipt, move."""
     from ratchet_runner.review import trace as traces
 
-    store = _open_store(db)
-    found = store.resolve(run_id)
-    history = store.history(found.id)
-    if as_json:
-        _emit_json(
-            {
-                **_run_json(found),
-                "events": [
-                    {"version": e.version, "kind": e.kind, "at": e.at, **e.data} for e in history
-                ],
-            }
-        )
-        return
-    for line in traces.lines(found, history):
-        click.echo(line)
+    with Session(db) as session:
+        found = session.store.resolve(run_id)
+        history = session.store.history(found.id)
+    _show(as_json, views.trace_json(found, history), lambda: traces.lines(found, history))
 
 
 @cli.command()
 @JSON_OPTION
 def effects(as_json: bool) -> None:
     """List the changes in the practice database, with their operation IDs and call counts."""
-    world = PracticeWorld(home() / "practice.db")
-    changes = world.changes()
-    calls = world.calls()
+    with Session() as session:
+        changes, calls = session.world.changes(), session.world.calls()
     if as_json:
-        _emit_json({"changes": [c.__dict__ for c in changes], "calls": calls})
+        _emit_json(views.effects_json(changes, calls))
         return
     if not changes:
-        click.echo("no changes in the practice database", err=True)
-    for c in changes:
-        args = " ".join(str(v) for v in c.args.values())
-        ids = [v for k, v in c.result.items() if k.endswith("_id")]
-        result = next((v for v in ids if v not in c.args.values()), ids[0] if ids else "")
-        click.echo(
-            f"#{c.seq:<3} {c.service:<9} {c.operation:<12} {args:<40} -> {result}"
-            f"  op {c.operation_id[:12]}"
-        )
-    made = sum(1 for c in calls if not c["operation"].startswith("lookup"))
-    lookups = len(calls) - made
-    click.echo(f"{len(changes)} change(s) · {made} call(s) · {lookups} lookup(s)", err=True)
+        _say("no changes in the practice database")
+    _echo_lines(views.effects_lines(changes))
+    _say(views.effects_tally(changes, calls))
 
 
 @cli.command()
@@ -847,24 +610,16 @@ def reset(everything: bool, practice: bool, db: str | None, as_json: bool) -> No
         raise click.UsageError(
             "--practice declares an emptied store a practice store: give it with --all"
         )
-    PracticeWorld(home() / "practice.db").reset()
-    if everything:
-        store = _open_store(db)
-        store.reset()
-        if practice:
-            store.mark_practice()
+    with Session(db) as session:
+        session.world.reset()
+        if everything:
+            session.store.reset()
+            if practice:
+                session.store.mark_practice()
     if as_json:
-        _emit_json(
-            {
-                "practice_world": "reset",
-                "store": "emptied" if everything else "kept",
-                **({"practice_store": True} if practice else {}),
-            }
-        )
+        _emit_json(views.reset_json(everything, practice))
     else:
-        emptied = " and store emptied" if everything else ""
-        declared = ", now a practice store" if practice else ""
-        click.echo(f"practice world reset{emptied}{declared}", err=True)
+        _say(views.reset_line(everything, practice))
 
 
 @cli.command("signal")
@@ -883,18 +638,9 @@ def reset(everything: bool, practice: bool, db: str | None, as_json: bool) -> No
     default=None,
     help="The spec version the sender means: a run pinned to another version refuses it.",
 )
-@LEASE_OPTION
-@DB_OPTION
-@JSON_OPTION
+@run_options(interrupt=False)
 def signal_command(
-    run_id: str,
-    event: str,
-    signal_id: str,
-    data: str,
-    spec_version: int | None,
-    lease_seconds: float,
-    db: str | None,
-    as_json: bool,
+    run_id: str, event: str, signal_id: str, data: str, spec_version: int | None, how: RunOptions
 ) -> None:
     """Send EVENT to a paused RUN, once per --id.
 
@@ -911,11 +657,13 @@ def signal_command(
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from None
     if not isinstance(payload, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--data")
-    _, _, runner = _session(db)
-    result = commands.signal(
-        runner, run_id, event, signal_id, payload, spec_version, lease_seconds=lease_seconds
-    )
-    _report(runner, result, as_json, "signal")
+
+    def act(runner: Runner) -> CommandResult:
+        return commands.signal(
+            runner, run_id, event, signal_id, payload, spec_version, lease_seconds=how.lease_seconds
+        )
+
+    _drive(how, "signal", act)
 
 
 @cli.command()
@@ -928,13 +676,7 @@ def signal_command(
     help="Worker threads in this process (several processes on several machines "
     "may share one PostgreSQL store).",
 )
-@click.option(
-    "--lease",
-    "lease_seconds",
-    type=float,
-    default=30.0,
-    show_default=True,
-    callback=_check_lease,
+@_lease_option(
     help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
     "longer than the longest effect timeout plus 1 s (a call is started only when the lease "
     "outlasts it).",
@@ -952,66 +694,49 @@ def worker(
     worker paused past its lease changes nothing when it wakes. Each timer fires once and never
     early. SIGTERM or Ctrl-C: finish the current step, release the leases, exit.
     """
-    if once:
-        from ratchet_runner.engine.lifecycle import worker_pass
+    with Session(db) as session:
+        if once:
+            _worker_pass(session, lease_seconds, as_json)
+        else:
+            _worker_pool(session, concurrency, lease_seconds, poll, as_json)
 
-        _, _, runner = _session(db)
-        report = worker_pass(runner, lease_seconds=lease_seconds)
-        if as_json:
-            click.echo(json.dumps(report.to_json(), ensure_ascii=False))
-            return
-        for fired in report.fired:
-            click.echo(f"timer  {fired.timer.event:<8} run {fired.timer.run_id} ({fired.outcome})")
-        for moved in report.advanced:
-            click.echo(f"run    {moved.id} -> {moved.state} ({moved.status})")
-        for run_id_, error in report.failed:
-            click.echo(f"failed {run_id_}: {error}", err=True)
-        click.echo(
-            f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced", err=True
-        )
+
+def _worker_pass(session: Session, lease_seconds: float, as_json: bool) -> None:
+    from ratchet_runner.worker.passes import worker_pass
+
+    report = worker_pass(session.runner(), lease_seconds=lease_seconds)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
+    out, err = views.pass_lines(report)
+    _echo_lines(out)
+    _echo_lines(err, err=True)
+
+
+def _worker_pool(
+    session: Session, concurrency: int, lease_seconds: float, poll: float, as_json: bool
+) -> None:
     from ratchet_runner.worker.pool import Pool
 
     # RATCHET_NOW on a store that is not a practice store is refused here, once. Otherwise the
     # pool opens the store itself: a worker started while the database is down waits for it.
     if os.environ.get("RATCHET_NOW"):
-        _clock(_open_store(db))
+        session.clock_for(session.store)
     pool = Pool(
-        lambda: _session(db)[2],
+        session.runner_factory(),
         concurrency=concurrency,
         lease_seconds=lease_seconds,
         poll=poll,
-        log=lambda line: click.echo(line, err=True),  # store outages, unexpected errors
+        log=_say,  # store outages, unexpected errors
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: pool.stop.set())
-    click.echo(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops", err=True)
+    _say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
     report = pool.run()
-    summary = {
-        "owner": pool.owner,
-        "runs_advanced": report.advanced,
-        "fenced": report.fenced,
-        "timers_fired": report.timers,
-        "failed": [{"run": r, "error": e} for r, e in report.failed],
-        "store_outages": report.outages,
-        "store_unreachable_seconds": round(report.unreachable_seconds, 2),
-        "store_unreachable": report.unreachable,
-    }
     if as_json:
-        _emit_json(summary)
+        _emit_json(views.pool_json(pool.owner, report))
     else:
-        outages = ""
-        if report.outages:
-            outages = (
-                f"; the store was unreachable {report.outages} time(s), "
-                f"{report.unreachable_seconds:.1f} s in all"
-                + (", and still was when the worker stopped" if report.unreachable else "")
-            )
-        click.echo(
-            f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
-            f"fired, {report.fenced} fenced{outages}",
-            err=True,
-        )
+        _say(views.pool_line(report))
 
 
 @cli.command("ops")
@@ -1020,18 +745,9 @@ def worker(
 @click.option("--as", "actor", required=True, help="Who acts (recorded in the history).")
 @click.option("--role", required=True, help="An operator role the spec declares.")
 @click.option("--note", help="Why (recorded).")
-@LEASE_OPTION
-@DB_OPTION
-@JSON_OPTION
+@run_options(interrupt=False)
 def ops_command(
-    action: str,
-    run_id: str,
-    actor: str,
-    role: str,
-    note: str | None,
-    lease_seconds: float,
-    db: str | None,
-    as_json: bool,
+    action: str, run_id: str, actor: str, role: str, note: str | None, how: RunOptions
 ) -> None:
     """Operator controls: pause, resume, cancel, retry, reconcile or compensate RUN.
 
@@ -1048,11 +764,12 @@ def ops_command(
     """
     from ratchet_runner.engine import commands
 
-    _, _, runner = _session(db)
-    result = commands.operate(
-        runner, run_id, action, actor, role, note, lease_seconds=lease_seconds
-    )
-    _report(runner, result, as_json, "operator")
+    def act(runner: Runner) -> CommandResult:
+        return commands.operate(
+            runner, run_id, action, actor, role, note, lease_seconds=how.lease_seconds
+        )
+
+    _drive(how, "operator", act)
 
 
 @cli.command("queue")
@@ -1061,44 +778,11 @@ def ops_command(
 def queue_command(db: str | None, as_json: bool) -> None:
     """List the runs waiting for a person: what to do, how long they have waited, and the
     evidence (what was done, undone, left, and what failed)."""
-    from ratchet_runner.engine.lifecycle import queue
+    from ratchet_runner.engine.operator_queue import queue
 
-    _, _, runner = _session(db)
-    items = queue(runner)
-    if as_json:
-        _emit_json(items)
-        return
-    if not items:
-        click.echo("nobody is needed: the queue is empty", err=True)
-    for item in items:
-        ev = item["evidence"]
-        click.echo(
-            f"{item['run']} · {item['workflow']} {item['business_key']} · {item['state']}"
-            f" · waiting {_age(item['age_seconds'])}"
-        )
-        click.echo(f"  to do:  {item['operator_action']}")
-        for label, key in (("done", "done"), ("undone", "undone")):
-            if ev[key]:
-                click.echo(f"  {label + ':':<7} " + ", ".join(e["effect"] for e in ev[key]))
-        for left in ev["left"]:
-            click.echo(f"  left:   {left['undo']} (undoes {left['effect']}; {left['status']})")
-        for kept in ev["not_undoable"]:
-            click.echo(f"  kept:   {kept['effect']} ({kept['undo']}: {kept['reason']})")
-        for failed in ev["failed"]:
-            click.echo(
-                f"  failed: {failed['effect']} {failed['status']} after "
-                f"{failed['attempts']} attempt(s): {failed['error']}"
-            )
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    with Session(db) as session:
+        items = queue(session.runner())
+    _show(as_json, items, lambda: views.queue_lines(items), "nobody is needed: the queue is empty")
 
 
 @cli.command()
@@ -1145,125 +829,36 @@ def check(
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
     the naive strategy under --compare are the point of the comparison, not failures.
     """
-    from ratchet_runner.review.check import FAULTS, WINDOWS, Case, cases, reproduce, run_cases
+    from ratchet_runner.review import check as checks
 
-    report = validate_path(spec_path)
-    if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):
-        raise SpecError(report.errors or report.diagnostics)
-    spec = report.spec
-    for diagnostic in report.errors:
-        click.echo(f"{diagnostic.format()} (checking anyway, to show what it causes)", err=True)
-    text = Path(spec_path).read_text(encoding="utf-8")
-    strategies: tuple[Any, ...] = ("ratchet", "naive") if compare else ("ratchet",)
-    if case_name:
-        parts = case_name.split(":")
-        if (
-            len(parts) != 4
-            or parts[0] not in spec.examples
-            or parts[1] not in spec.effects
-            or parts[2] not in WINDOWS
-            or parts[3] not in FAULTS
-        ):
-            raise click.BadParameter(
-                f"expected EXAMPLE:EFFECT:WINDOW:FAULT with a known example and effect, a window "
-                f"of {', '.join(WINDOWS)} and a fault of {', '.join(FAULTS)}",
-                param_hint="--case",
-            )
-        selected = [Case(*parts, strategy=s) for s in strategies]  # type: ignore[arg-type]
-    else:
-        chosen = list(examples) or list(spec.examples)
-        unknown = [e for e in chosen if e not in spec.examples]
-        if unknown or not chosen:
-            known = ", ".join(spec.examples) or "none"
-            raise click.BadParameter(
-                f"no example {unknown[0] if unknown else ''!r} (examples: {known})",
-                param_hint="--example",
-            )
-        selected = cases(spec, text, chosen, strategies)
-    show_progress = not as_json and sys.stderr.isatty()
-    with (
-        click.progressbar(length=len(selected), label="checking", file=sys.stderr, show_pos=True)
-        if show_progress
-        else _NoBar() as bar
-    ):
+    spec, text, findings = checks.load_checkable(spec_path)
+    _echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
+    strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
+    with _hinted("--case" if case_name else "--example"):
+        selected = checks.select(spec, text, examples, case_name, strategies)
+    shown = not as_json and sys.stderr.isatty()  # else the bar is drawn nowhere
+    where = sys.stderr if shown else io.StringIO()
+    with click.progressbar(
+        length=len(selected), label="checking", file=where, show_pos=True
+    ) as bar:
         results = list(
-            run_cases(spec, text, selected, kill=kill, progress=lambda _r: bar.update(1))
+            checks.run_cases(spec, text, selected, kill=kill, progress=lambda _r: bar.update(1))
         )
-    failed = [r for r in results if r.case.strategy == "ratchet" and not r.ok]
+    failed = views.failed_cases(results)
     if as_json:
-        _emit_json(
-            {
-                "spec": spec_path,
-                "kill": kill,
-                "cases": len(results),
-                "violations": sum(len(r.violations) for r in failed),
-                "results": [r.to_json() for r in results],
-            }
-        )
+        _emit_json(views.check_json(spec_path, kill, results))
     else:
-        _check_table(results, compare is not None)
-        naive_bad = sum(1 for r in results if r.case.strategy == "naive" and not r.ok)
-        mode = "killed with SIGKILL" if kill else "in-process"
-        click.echo(
-            f"{len(selected) // len(strategies)} case(s), crashes {mode}: "
-            f"{len(failed)} with violations under Ratchet's protocol"
-            + (f"; {naive_bad} under the naive strategy" if compare else "")
-        )
+        _echo_lines(views.check_table(results, compare is not None))
+        click.echo(views.check_tally(results, len(strategies), kill, compare is not None))
         for result in failed:
-            click.echo(f"VIOLATION {result.case.name}: {'; '.join(result.violations)}", err=True)
-            click.echo(f"  reproduce: {reproduce(spec_path, result.case, kill)}", err=True)
+            _say(f"VIOLATION {result.case.name}: {'; '.join(map(str, result.violations))}")
+            _say(f"  reproduce: {checks.reproduce(spec_path, result.case, kill)}")
     sys.exit(EXIT_INVALID if failed else EXIT_OK)
 
 
-class _NoBar:
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-    def update(self, _n: int) -> None:
-        return None
-
-
-def _verdict(result: Any) -> str:
-    amount = f" {result.amount:.2f}" if result.amount is not None else ""
-    verdict = (
-        "ok"
-        if result.ok
-        else "DUPLICATE"
-        if any("applied" in v or "times" in v for v in result.violations)
-        else "VIOLATION"
-    )
-    return f"{result.changes} change(s){amount} · {result.calls} call(s) · {verdict}"
-
-
-def _check_table(results: list[Any], compare: bool) -> None:
-    by_case: dict[tuple[str, str, str, str], dict[str, Any]] = {}
-    for result in results:
-        c = result.case
-        by_case.setdefault((c.example, c.effect, c.window, c.fault), {})[c.strategy] = result
-    head = f"{'EXAMPLE':<16} {'EFFECT':<18} {'WINDOW':<15} {'FAULT':<21} {'RATCHET':<36}"
-    click.echo(head + ("NAIVE" if compare else ""))
-    for (example, effect, window, fault), pair in by_case.items():
-        line = (
-            f"{example:<16} {effect:<18} {window:<15} {fault:<21} {_verdict(pair['ratchet']):<36}"
-        )
-        if compare and "naive" in pair:
-            line += _verdict(pair["naive"])
-        click.echo(line.rstrip())
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: no traceback ever reaches the user."""
-    try:
-        _main(argv)
-    finally:
-        while _OPEN_STORES:
-            _OPEN_STORES.pop().close()
-
-
-def _main(argv: list[str] | None) -> None:
+    """Entry point: no traceback ever reaches the user (each command's session has closed what
+    it opened by the time an error reaches here)."""
     try:
         cli.main(args=argv, prog_name="ratchet", standalone_mode=False)
     except click.exceptions.Abort:
@@ -1275,6 +870,8 @@ def _main(argv: list[str] | None) -> None:
     except SpecError as exc:
         for diagnostic in exc.diagnostics:
             click.echo(diagnostic.format(), err=True)
+        if not exc.diagnostics:  # e.g. an ExpressionError: nothing located in a file
+            click.echo(f"ratchet: {exc.code} {exc.message}", err=True)
         sys.exit(EXIT_INVALID)
     except VersionConflict as exc:
         click.echo(f"ratchet: {exc.code} {exc.message}; this command changed nothing", err=True)

@@ -22,11 +22,13 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ratchet_runner.errors import WorldError
 
 from .base import (
     Ambiguous,
@@ -108,10 +110,6 @@ CREATE TABLE IF NOT EXISTS faults (
 """
 
 
-class WorldError(Exception):
-    """The practice world was given something it cannot use (a bad fixture or fault)."""
-
-
 @dataclass(frozen=True)
 class Change:
     seq: int
@@ -127,6 +125,18 @@ class Change:
 def _fingerprint(args: dict[str, Any]) -> str:
     text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_fault(effects: Iterable[str], text: str) -> tuple[str, str]:
+    """``EFFECT:KIND`` (as ``ratchet run --fault`` takes it) as ``(effect, kind)``; a
+    :class:`WorldError` unless the effect is one of ``effects`` and the kind a known fault."""
+    effect, _, kind = text.partition(":")
+    known = list(effects)
+    if effect not in known:
+        raise WorldError(f"no effect {effect!r} (effects: {', '.join(known)})")
+    if kind not in FAULT_KINDS:
+        raise WorldError(f"no fault {kind!r} (faults: {', '.join(FAULT_KINDS)})")
+    return effect, kind
 
 
 class PracticeWorld:

@@ -32,9 +32,9 @@ from sqlalchemy import create_engine, text
 
 from bench.bench_steps import PG_URL, SPEC, step_rate
 from bench.harness import ROOT, Row, Section
-from ratchet_runner.engine.runner import Runner
+from ratchet_runner.adapters.noop import NoopAdapter
+from ratchet_runner.session import Session
 from ratchet_runner.spec.validate import load_spec
-from ratchet_runner.store.store import Store
 
 DBOS_VENV = ROOT / "bench" / "results" / "dbos-venv"
 DBOS_SCRIPT = ROOT / "bench" / "dbos" / "three_steps.py"
@@ -96,13 +96,12 @@ class Drain:
 
 
 def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads: int = 1) -> Drain:
-    store = Store(url)
     spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
-    runner = Runner(store, lambda _: None)  # type: ignore[arg-type,return-value]
-    prefix = f"p{time.time_ns()}"
-    for i in range(runs):
-        runner.start(spec, spec_text, {"key": f"{prefix}-{i}"})
-    store.close()
+    with Session(url) as session:  # the runs to drain, started (not driven: no call is made)
+        runner = session.runner(adapters=lambda _: NoopAdapter())
+        prefix = f"p{time.time_ns()}"
+        for i in range(runs):
+            runner.start(spec, spec_text, {"key": f"{prefix}-{i}"})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     children = [
         subprocess.Popen(
@@ -131,9 +130,8 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
         finished.append(float(out.split()[-1]))
     elapsed = max(finished) - start
     after = _busy()
-    check = Store(url)
-    left = check.status_counts().get("running", 0)
-    check.close()
+    with Session(url) as check:
+        left = check.store.status_counts().get("running", 0)
     if left:
         raise RuntimeError(f"{left} run(s) were left running")
     busy = None
@@ -145,10 +143,10 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
 
 def _claim_seconds(backlog: int, claims: int) -> float:
     """Median seconds per claim (one worker) with ``backlog`` runnable runs waiting."""
-    store = Store(_fresh_pg_database("ratchet_bench_claims"))
-    try:
+    with Session(_fresh_pg_database("ratchet_bench_claims")) as session:
+        store = session.store
         spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
-        Runner(store, lambda _: None).start(spec, spec_text, {"key": "seed"})  # type: ignore[arg-type,return-value]
+        session.runner(adapters=lambda _: NoopAdapter()).start(spec, spec_text, {"key": "seed"})
         with store.engine.begin() as conn:
             conn.execute(
                 text(
@@ -166,16 +164,11 @@ def _claim_seconds(backlog: int, claims: int) -> float:
             store.claim("bench", 30.0, time.time())
             times.append(time.perf_counter() - start)
         return statistics.median(times)
-    finally:
-        store.close()
 
 
 def _steps(url: str, runs: int) -> float:
-    store = Store(url)
-    try:
-        return step_rate(store, runs)
-    finally:
-        store.close()
+    with Session(url) as session:
+        return step_rate(session, runs)
 
 
 def _alternate(

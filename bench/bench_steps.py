@@ -20,7 +20,7 @@ from sqlalchemy import Column, Integer, MetaData, Table, insert, text, update
 
 from bench.harness import ROOT, Row, Section
 from ratchet_runner.adapters.noop import NoopAdapter
-from ratchet_runner.engine.runner import Runner
+from ratchet_runner.session import Session
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.store import Store
 
@@ -64,11 +64,11 @@ def commit_rate(store: Store, seconds: float) -> float:
     return done / elapsed
 
 
-def step_rate(store: Store, runs: int) -> float:
+def step_rate(session: Session, runs: int) -> float:
     spec = load_spec(SPEC)
     spec_text = SPEC.read_text(encoding="utf-8")
     adapter = NoopAdapter()
-    runner = Runner(store, lambda _: adapter)
+    runner = session.runner(adapters=lambda _: adapter)
     prefix = f"b{time.time_ns()}"
     start = time.perf_counter()
     for i in range(runs):
@@ -85,17 +85,14 @@ def _measure(
 ) -> None:
     """Alternate ceiling and workload ``rounds`` times; report the median of each and of the
     per-round ratios, so load that comes and goes on the machine hits both alike."""
-    store = Store(url)
     ceilings, steps, ratios = [], [], []
-    try:
+    with Session(url) as session:
         for _ in range(rounds):
-            ceiling = commit_rate(store, seconds) / COMMITS_PER_STEP
-            rate = step_rate(store, runs)
+            ceiling = commit_rate(session.store, seconds) / COMMITS_PER_STEP
+            rate = step_rate(session, runs)
             ceilings.append(ceiling)
             steps.append(rate)
             ratios.append(rate / ceiling)
-    finally:
-        store.close()
     ratio = statistics.median(ratios)
     row = Row(
         f"{label}: durable effect steps/s (ceiling = commits/s ÷ 5/3; medians of {rounds} "
@@ -130,10 +127,8 @@ def run(quick: bool = False) -> Section:
             rounds=rounds,
         )
     try:
-        probe = Store(PG_URL)
-        with probe.engine.connect() as conn:
+        with Session(PG_URL) as probe, probe.store.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-        probe.close()
     except Exception as exc:  # report it; the SQLite figures still stand
         section.rows.append(Row(f"PostgreSQL: not measured ({str(exc)[:60]})", float("nan"), ""))
         return section

@@ -10,8 +10,7 @@ import time
 
 from ratchet_runner.adapters.base import Call, LookupResult, Outcome
 from ratchet_runner.adapters.noop import NoopAdapter
-from ratchet_runner.engine.runner import Runner
-from ratchet_runner.store.store import Store
+from ratchet_runner.session import Session
 from ratchet_runner.worker.pool import Pool
 
 
@@ -35,15 +34,18 @@ def main(url: str, delay_ms: float = 0.0, threads: int = 1) -> None:
     """Get ready (imports, the store's connection), say so, wait for ``go`` on stdin, drain the
     queue, and print the wall-clock time it finished: the parent times the draining only, not
     each interpreter's start."""
-    store = Store(url)
-    store.status_counts()  # connect now, not on the clock
     adapter = SlowNoop(delay_ms / 1000) if delay_ms else NoopAdapter()
-    pool = Pool(lambda: Runner(store, lambda _: adapter), concurrency=threads, lease_seconds=30)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    pool.run(until_idle=True)
-    print(f"done {time.time()!r}", flush=True)
-    store.close()
+    with Session(url) as session:
+        session.store.status_counts()  # connect now, not on the clock
+        pool = Pool(  # the threads share the session's store (and its connection pool)
+            lambda options: session.runner(adapters=lambda _: adapter, options=options),
+            concurrency=threads,
+            lease_seconds=30,
+        )
+        print("ready", flush=True)
+        sys.stdin.readline()
+        pool.run(until_idle=True)
+        print(f"done {time.time()!r}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,1 +1,210 @@
-"""Ratchet: durable workflows whose external effects happen exactly once."""
+"""Ratchet: durable workflows whose external effects happen exactly once.
+
+The public API is the names in ``__all__``, documented in ``docs/reference/python-api.md``;
+everything else (any module path below this package) may change without notice. The names are
+imported lazily (PEP 562): ``import ratchet_runner`` loads nothing else, and a name's module is
+imported when the name is first used, so ``ratchet validate`` never pays for the store, the
+engine or the database drivers it does not use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a test checks)
+    from ratchet_runner.adapters.base import (
+        Adapter,
+        Ambiguous,
+        Call,
+        Done,
+        Found,
+        LookupFailed,
+        LookupResult,
+        NotFound,
+        Outcome,
+        Refused,
+        Transient,
+        receipt_of,
+    )
+    from ratchet_runner.adapters.practice import PracticeWorld
+
+    from .clock import Clock, FakeClock, SystemClock
+    from .engine.commands import CommandResult
+    from .engine.commands import decide as decide_run
+    from .engine.commands import operate as operate_run
+    from .engine.commands import resume as resume_run
+    from .engine.commands import signal as signal_run
+    from .engine.commands import start as start_run
+    from .engine.runner import Runner
+    from .errors import (
+        ApprovalError,
+        ApprovalExpired,
+        ApprovalStale,
+        Diagnostic,
+        DuplicateOperation,
+        ExpressionError,
+        GraphvizNotFound,
+        LeaseLost,
+        LeaseTooShort,
+        OperatorRefused,
+        RatchetError,
+        RunBusy,
+        RunError,
+        RunNotFound,
+        SignalRefused,
+        SpecError,
+        StepFailed,
+        StoreError,
+        UsageError,
+        VersionConflict,
+        WorldError,
+    )
+    from .session import Session
+    from .spec.model import Spec
+    from .spec.validate import (
+        Report,
+        load_spec,
+        load_spec_text,
+        validate_path,
+        validate_text,
+    )
+    from .store.records import RunRecord
+    from .store.store import Store
+
+__all__ = [  # the public API, grouped in docs/reference/python-api.md
+    "Adapter",
+    "Ambiguous",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalStale",
+    "Call",
+    "Clock",
+    "CommandResult",
+    "Diagnostic",
+    "Done",
+    "DuplicateOperation",
+    "ExpressionError",
+    "FakeClock",
+    "Found",
+    "GraphvizNotFound",
+    "LeaseLost",
+    "LeaseTooShort",
+    "LookupFailed",
+    "LookupResult",
+    "NotFound",
+    "OperatorRefused",
+    "Outcome",
+    "PracticeWorld",
+    "RatchetError",
+    "Refused",
+    "Report",
+    "RunBusy",
+    "RunError",
+    "RunNotFound",
+    "RunRecord",
+    "Runner",
+    "Session",
+    "SignalRefused",
+    "Spec",
+    "SpecError",
+    "StepFailed",
+    "Store",
+    "StoreError",
+    "SystemClock",
+    "Transient",
+    "UsageError",
+    "VersionConflict",
+    "WorldError",
+    "decide_run",
+    "load_spec",
+    "load_spec_text",
+    "operate_run",
+    "receipt_of",
+    "resume_run",
+    "signal_run",
+    "start_run",
+    "validate_path",
+    "validate_text",
+]
+
+#: The module each public name lives in; a name is imported under its own name there, but for
+#: the command functions, whose names there are bare verbs (:data:`_RENAMED`).
+_HOMES: dict[str, tuple[str, ...]] = {
+    "ratchet_runner.spec.validate": (
+        "Report",
+        "load_spec",
+        "load_spec_text",
+        "validate_path",
+        "validate_text",
+    ),
+    "ratchet_runner.spec.model": ("Spec",),
+    "ratchet_runner.session": ("Session",),
+    "ratchet_runner.engine.runner": ("Runner",),
+    "ratchet_runner.engine.commands": ("CommandResult",),
+    "ratchet_runner.store.store": ("Store",),
+    "ratchet_runner.store.records": ("RunRecord",),
+    "ratchet_runner.adapters.practice": ("PracticeWorld",),
+    "ratchet_runner.adapters.base": (
+        "Adapter",
+        "Ambiguous",
+        "Call",
+        "Done",
+        "Found",
+        "LookupFailed",
+        "LookupResult",
+        "NotFound",
+        "Outcome",
+        "Refused",
+        "Transient",
+        "receipt_of",
+    ),
+    "ratchet_runner.clock": ("Clock", "FakeClock", "SystemClock"),
+    "ratchet_runner.errors": (
+        "Diagnostic",
+        "ApprovalError",
+        "ApprovalExpired",
+        "ApprovalStale",
+        "DuplicateOperation",
+        "ExpressionError",
+        "GraphvizNotFound",
+        "LeaseLost",
+        "LeaseTooShort",
+        "OperatorRefused",
+        "RatchetError",
+        "RunBusy",
+        "RunError",
+        "RunNotFound",
+        "SignalRefused",
+        "SpecError",
+        "StepFailed",
+        "StoreError",
+        "UsageError",
+        "VersionConflict",
+        "WorldError",
+    ),
+}
+_RENAMED = {
+    f"{verb}_run": ("ratchet_runner.engine.commands", verb)
+    for verb in ("start", "resume", "decide", "signal", "operate")
+}
+#: Each public name -> (its module, its name there).
+_EXPORTS: dict[str, tuple[str, str]] = {
+    **{name: (module, name) for module, names in _HOMES.items() for name in names},
+    **_RENAMED,
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module when the name is first used, and keep the name."""
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from ratchet_runner.errors import UsageError
+from .errors import UsageError
 
 #: Sets "now" for practice: epoch seconds or an ISO 8601 time.
 ENV_NOW = "RATCHET_NOW"

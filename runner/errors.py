@@ -1,20 +1,33 @@
 """Ratchet's exceptions and diagnostics.
 
-Every error Ratchet raises derives from :class:`RatchetError` and carries a stable ``code``.
-The class docstring is the default message::
+Every error Ratchet raises to its user derives from :class:`RatchetError` and carries a stable
+``code`` (``R`` and three digits: the hundreds name the family, ``R1xx`` spec, ``R2xx`` usage,
+``R3xx`` store, ``R4xx`` run; a code once given is never reused or renumbered). The class
+docstring is the default message. The whole tree, with each code (a test keeps this drawing true)::
 
-    RatchetError
-    ├── SpecError            a spec cannot be loaded or is invalid (carries diagnostics)
-    ├── UsageError           the caller asked for something that cannot be done
-    ├── StoreError           the store could not do what was asked
-    │   ├── VersionConflict  another worker moved the run first (compare-and-set lost)
-    │   │   └── LeaseLost    another worker holds (or took over) the run's lease
-    │   │       └── RunBusy  a live lease of another process holds the run: it carries it on
-    │   ├── RunNotFound      no run has that ID
-    │   └── DuplicateOperation  an operation ID is already recorded (idempotency is data)
-    └── RunError             a run cannot take that step
-        ├── ApprovalError    no valid approval covers the effect, or a decision is refused
-        └── SignalRefused    the signal does not fit the run's state
+    RatchetError                R000  Ratchet failed
+    ├── SpecError               R100  a spec cannot be loaded or is invalid (carries diagnostics)
+    │   └── ExpressionError     R101  an expression does not compile or cannot be evaluated
+    ├── UsageError              R200  the caller asked for something that cannot be done
+    │   ├── GraphvizNotFound    R201  an SVG, PNG or PDF diagram needs Graphviz's dot program
+    │   └── WorldError          R202  the practice world was given a fixture or fault it cannot use
+    ├── StoreError              R300  the store could not do what was asked
+    │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
+    │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
+    │   │       └── RunBusy     R305  another process holds the run under a live lease
+    │   ├── RunNotFound         R302  no run has that ID
+    │   └── DuplicateOperation  R303  an operation ID is already recorded (idempotency is data)
+    └── RunError                R400  a run cannot take that step
+        ├── ApprovalError       R401  no valid approval covers the effect, or a decision is refused
+        │   ├── ApprovalExpired R403  the approval expired before the effect ran
+        │   └── ApprovalStale   R404  the approval no longer covers what would run
+        ├── SignalRefused       R402  the signal does not fit the run's state
+        ├── OperatorRefused     R405  an operator control was refused; nothing changed
+        ├── LeaseTooShort       R406  no lease this process takes covers the effect's timeout
+        └── StepFailed          R407  a step failed for good: the run waits for a person
+
+``docs/reference/errors.md`` documents every code and the exit status the CLI gives it. This
+module imports nothing else of the package, so adapters and plugins may import it.
 
 A :class:`Diagnostic` is one located problem in a spec: ``FILE:LINE:COL: CODE message``. Codes
 starting with ``E`` are errors, codes starting with ``W`` are warnings; the full list is in
@@ -84,10 +97,45 @@ class SpecError(RatchetError):
         super().__init__(message or first)
 
 
+class ExpressionError(SpecError):
+    """An expression does not compile, names what does not exist, or cannot be evaluated.
+
+    ``lint_code`` is the code the validator reports it under (``E305``, ``E306``, ...);
+    ``column`` is where in the expression, when known. It carries no diagnostics: it is raised
+    before (or after) anything is located in a file."""
+
+    code = "R101"
+
+    def __init__(self, lint_code: str, message: str, column: int | None = None) -> None:
+        super().__init__([], message)
+        self.lint_code = lint_code
+        self.column = column
+
+
 class UsageError(RatchetError):
     """The request cannot be carried out as given."""
 
     code = "R200"
+
+
+class GraphvizNotFound(UsageError):
+    """Graphviz's dot program was not found, and SVG, PNG and PDF need it."""
+
+    code = "R201"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Graphviz's `dot` program was not found on PATH, and --format svg, png and pdf need "
+            "it to draw. Install Graphviz: `apt-get install graphviz` (Debian, Ubuntu), "
+            "`brew install graphviz` (macOS), or see https://graphviz.org/download/. "
+            "--format dot and --format mermaid print text and need no Graphviz."
+        )
+
+
+class WorldError(UsageError):
+    """The practice world was given something it cannot use (a bad fixture or fault)."""
+
+    code = "R202"
 
 
 class StoreError(RatchetError):
@@ -159,3 +207,29 @@ class SignalRefused(RunError):
     """The signal does not fit the run's current state."""
 
     code = "R402"
+
+
+class OperatorRefused(RunError):
+    """The operator control was refused; nothing changed."""
+
+    code = "R405"
+
+
+class LeaseTooShort(RunError):
+    """No lease this process takes covers the effect's timeout: run with a longer --lease."""
+
+    code = "R406"
+
+
+class StepFailed(RunError):
+    """A step failed with an error the run cannot recover from by itself: the run was moved to
+    the operator queue with the error as evidence.
+
+    ``run`` is the run record as parked (a ``RunRecord``; typed loosely because this module
+    imports nothing else of the package)."""
+
+    code = "R407"
+
+    def __init__(self, message: str, run: Any) -> None:
+        super().__init__(message)
+        self.run = run

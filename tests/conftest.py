@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.runner import Runner, Strategy
+from ratchet_runner.engine.runner import Runner, RunnerOptions, Strategy
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec, load_spec_text
 from ratchet_runner.store.store import Store
@@ -107,7 +107,9 @@ MakeRunner = Callable[..., Runner]
 @pytest.fixture
 def make_runner(store: Store, world: PracticeWorld, clock: FakeClock) -> MakeRunner:
     def make(
-        strategy: Strategy = "ratchet", interrupt: Callable[[str], None] | None = None
+        strategy: Strategy = "ratchet",
+        interrupt: Callable[[str], None] | None = None,
+        options: RunnerOptions | None = None,
     ) -> Runner:
         return Runner(
             store,
@@ -115,6 +117,7 @@ def make_runner(store: Store, world: PracticeWorld, clock: FakeClock) -> MakeRun
             clock,
             strategy=strategy,
             interrupt=interrupt,
+            options=options,
         )
 
     return make

@@ -3,8 +3,10 @@
 The digest (:func:`ratchet_runner.engine.identity.approval_digest`) covers the workflow, the run,
 the spec and policy versions, the effect and its normalised arguments. An effect that needs approval
 runs only with an unconsumed, unexpired approval whose digest matches the arguments it is about to
-send (:meth:`ratchet_runner.engine.runner.Runner.valid_approval`), and that approval is consumed in
-the same transaction that writes the operation's pending record.
+send (:func:`valid_approval`, a plain function of the run's approval records and the time), and
+that approval is consumed in the same transaction that writes the operation's pending record.
+Recording a decision (:func:`decide`) works against a :class:`~ratchet_runner.engine.host.RunHost`
+(the runner), not the runner's class.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from ratchet_runner.clock import format_time
-from ratchet_runner.engine.identity import approval_digest, describe_action, evaluate_args
-from ratchet_runner.engine.machine import machine_for
-from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import ApprovalError, VersionConflict
-from ratchet_runner.spec.model import Approval, Effect, Spec
-from ratchet_runner.store.store import RunRecord, TimerRecord
+from ..clock import format_time
+from ..errors import (
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalStale,
+    VersionConflict,
+)
+from ..spec.model import Approval, Effect, Spec
+from ..store.records import ApprovalRecord, Change, RunRecord, TimerRecord
+from .activation import activation
+from .host import RunHost, StepHost
+from .identity import approval_digest, describe_action, evaluate_args
+from .machine import machine_for, status_of
+from .timers import on_move
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,74 @@ class Decision:
     message: str
 
 
+def valid_approval(
+    records: list[ApprovalRecord],
+    spec: Spec,
+    run_id: str,
+    effect: Effect,
+    args: dict[str, Any],
+    now: float,
+) -> ApprovalRecord:
+    """Of the run's approval ``records`` (oldest first), the unconsumed one that covers exactly
+    these arguments of ``effect``, unexpired at ``now``; else :class:`ApprovalError` (rejected,
+    or none given), :class:`ApprovalExpired` or :class:`ApprovalStale` (given for other
+    arguments, another spec version or another policy)."""
+    assert effect.approval is not None
+    digest = approval_digest(spec, run_id, effect.approval, effect, args)
+    stale: ApprovalRecord | None = None
+    for record in reversed(records):
+        if record.name != effect.approval:
+            continue
+        if record.decision == "rejected":
+            raise ApprovalError(f"{effect.name} was rejected by {record.actor}: {record.reason}")
+        if record.consumed_at is not None:
+            continue
+        if record.digest != digest:
+            stale = stale or record
+            continue
+        if record.expires_at is not None and record.expires_at <= now:
+            raise ApprovalExpired(
+                f"the approval by {record.actor} expired before {effect.name} ran"
+            )
+        return record
+    if stale is not None:
+        raise ApprovalStale(
+            f"the approval by {stale.actor} covers other arguments or another policy than "
+            f"{describe_action(effect, args)} (policy {spec.policy_version})"
+        )
+    raise ApprovalError(
+        f"{describe_action(effect, args)} has no valid approval (digest {digest[:12]}): "
+        "nothing was executed"
+    )
+
+
+def last_consumed(records: list[ApprovalRecord], name: str) -> ApprovalRecord | None:
+    """The approval ``name`` most recently consumed (by an attempt of its effect), if any."""
+    consumed = [
+        a
+        for a in records
+        if a.name == name and a.decision == "approved" and a.consumed_at is not None
+    ]
+    return consumed[-1] if consumed else None
+
+
+def ask_again(
+    host: StepHost, run: RunRecord, spec: Spec, effect: Effect, change: Change, why: Exception
+) -> RunRecord:
+    """An approval that no longer covers ``effect``: commit ``change`` moving the run back to
+    the state that asks for it (``decision_needed``); :class:`ApprovalStale` if none does."""
+    asking = next(
+        (s for s in spec.states.values() if s.kind == "pause" and s.approval == effect.approval),
+        None,
+    )
+    if asking is None:
+        raise ApprovalStale(str(why))
+    change.state, change.status = asking.name, status_of(asking)
+    change.event("decision_needed", reason=str(why), to=asking.name, effect=effect.name)
+    on_move(run, spec, asking, change)
+    return host.store.commit(change)
+
+
 def _waiting_for(spec: Spec, run: RunRecord) -> Approval | None:
     state = spec.states[run.state]
     if state.kind != "pause" or state.approval is None:
@@ -63,9 +140,9 @@ def _waiting_for(spec: Spec, run: RunRecord) -> Approval | None:
     return spec.approvals.get(state.approval)
 
 
-def _request(runner: Runner, run: RunRecord, spec: Spec, approval: Approval) -> ApprovalRequest:
+def _request(run: RunRecord, spec: Spec, approval: Approval) -> ApprovalRequest:
     effect: Effect = spec.effects[approval.effect]
-    args = evaluate_args(effect, runner.context(run, spec))
+    args = evaluate_args(effect, activation(run, spec))
     return ApprovalRequest(
         run.id,
         approval.name,
@@ -78,14 +155,14 @@ def _request(runner: Runner, run: RunRecord, spec: Spec, approval: Approval) -> 
     )
 
 
-def pending_request(runner: Runner, run: RunRecord) -> ApprovalRequest | None:
+def pending_request(runner: RunHost, run: RunRecord) -> ApprovalRequest | None:
     """The decision ``run`` is waiting for, if any."""
     spec = runner.spec_of(run)
     approval = _waiting_for(spec, run)
-    return None if approval is None else _request(runner, run, spec, approval)
+    return None if approval is None else _request(run, spec, approval)
 
 
-def expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | None:
+def expired_pause(runner: RunHost, run: RunRecord, now: float) -> TimerRecord | None:
     """The pause's ``expired`` timer, if it is due at ``now`` and has not fired yet."""
     for timer in runner.store.timers(run.id):
         if (
@@ -99,7 +176,7 @@ def expired_pause(runner: Runner, run: RunRecord, now: float) -> TimerRecord | N
 
 
 def apply_expiry(
-    runner: Runner, run: RunRecord, spec: Spec, timer: TimerRecord, now: float, **refused: Any
+    runner: RunHost, run: RunRecord, spec: Spec, timer: TimerRecord, now: float, **refused: Any
 ) -> tuple[RunRecord, str]:
     """Fire the pause's due ``expired`` timer now, as a worker would (claiming the timer in the
     move's transaction, so it fires once even if a worker fires it at the same moment), with a
@@ -121,7 +198,7 @@ def apply_expiry(
 
 
 def _refuse_after_expiry(
-    runner: Runner,
+    runner: RunHost,
     run: RunRecord,
     spec: Spec,
     timer: TimerRecord,
@@ -144,7 +221,7 @@ def _refuse_after_expiry(
 
 
 def decide(
-    runner: Runner,
+    runner: RunHost,
     run_id: str,
     decision: str,
     actor: str,
@@ -155,7 +232,7 @@ def decide(
 
     Refused with no change: a run not waiting for a decision, a role the spec does not allow, an
     ``approve`` row whose guard does not hold. A repeated decision changes nothing and says so. The
-    pause's deadline is checked now, by :meth:`~ratchet_runner.engine.runner.Runner.decision_now`: a
+    pause's deadline is checked now, by the host's ``decision_now``: a
     decision that comes after it is refused, and the expiry the timer has not fired yet is applied
     instead (the run moves by ``expired``).
     """
@@ -189,7 +266,7 @@ def decide(
     lapsed = expired_pause(runner, run, now)
     if lapsed is not None:
         _refuse_after_expiry(runner, run, spec, lapsed, decision, actor, role, now)
-    request = _request(runner, run, spec, approval)
+    request = _request(run, spec, approval)
     expires_at = now + approval.expires_after if approval.expires_after else None
     record = {
         "actor": actor,
@@ -199,7 +276,7 @@ def decide(
         "digest": request.digest,
         "name": approval.name,
     }
-    ctx = runner.context(run, spec, approval=record)
+    ctx = activation(run, spec, approval=record)
     row, errors = machine_for(spec).fire(run.state, decision, ctx)
     if row is None:
         why = "; ".join(errors) if errors else "no row's guard holds"

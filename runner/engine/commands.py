@@ -7,7 +7,8 @@ with every commit fenced by that lease, keeps the lease alive with a heartbeat w
 gives it back at the end. So a worker (or a second command) cannot claim the run while the
 command's request may still be in flight, find nothing yet on the provider's side, and call
 again: it waits until the lease is released, or has expired — and a lease is only trusted for a
-call that ends (by its timeout) well before it does (:meth:`Runner.secure_lease`).
+call that ends (by its timeout) well before it does
+(:meth:`~ratchet_runner.engine.lease.Lease.secure`).
 
 A command that finds the run held by another live process does not race it: it waits a moment
 (:data:`PATIENCE`) for the lease to come free, and otherwise says who is carrying the run on and
@@ -25,11 +26,13 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from ratchet_runner.engine.lifecycle import carry_on, migrate, validate_lease, worker_identity
-from ratchet_runner.engine.runner import LEASE_SAFETY, Runner
-from ratchet_runner.errors import RunBusy, StoreError, VersionConflict
-from ratchet_runner.spec.model import Spec
-from ratchet_runner.store.store import RunRecord
+from ..errors import RunBusy, StoreError, VersionConflict
+from ..spec.model import Spec
+from ..store.records import RunRecord
+from .drive import carry_on
+from .lease import Lease, owner_identity, validate_lease
+from .runner import Runner
+from .versions import migrate
 
 #: How long a command leases a run for by default; a heartbeat renews it while the command works,
 #: so this is how long a killed command keeps others off the run.
@@ -66,7 +69,7 @@ class CommandResult:
 
 def command_owner(command: str) -> str:
     """The lease owner a command records: ``ratchet COMMAND host:pid:nonce``."""
-    return f"ratchet {command} {worker_identity()}"
+    return f"ratchet {command} {owner_identity()}"
 
 
 # -- the lease a command holds --------------------------------------------------------------
@@ -92,34 +95,32 @@ def holding(
     another live process holds it."""
     lease_seconds = validate_lease(lease_seconds)
     run_id = run.id
-    asked = runner.monotonic()
+    monotonic = runner.options.monotonic
+    asked = monotonic()
     give_up = asked + max(0.0, patience)
     while run.status == "running":
-        asked = runner.monotonic()
+        asked = monotonic()
         try:
             run = runner.store.claim_run(run_id, owner, lease_seconds, runner.clock.now())
             break
         except (RunBusy, VersionConflict):
-            if runner.monotonic() >= give_up:
+            if monotonic() >= give_up:
                 raise
             time.sleep(0.05)
             run = runner.store.get_run(run_id)  # the holder may have finished it meanwhile
     if run.lease_owner == owner:
-        token = str(run.lease_token)
+        lease = Lease.asked(run_id, str(run.lease_token), lease_seconds, asked)
     else:  # not running: nothing is in flight; the first commit takes the lease
-        token = uuid.uuid4().hex
-        runner.taking[run_id] = (owner, lease_seconds)
-    runner.leases[run_id] = token
-    runner.lease_seconds = lease_seconds
-    runner.lease_deadlines[run_id] = asked + lease_seconds * LEASE_SAFETY
+        lease = Lease.asked(run_id, uuid.uuid4().hex, lease_seconds, asked, take_as=owner)
+    runner.leases.hold(lease)
     stop = threading.Event()
     beat = threading.Thread(
-        target=_heartbeat,
-        args=(runner, run_id, token, lease_seconds, stop),
+        target=heartbeat,
+        args=(runner, lease, stop),
         name=f"ratchet-lease-{run_id}",
         daemon=True,
     )
-    if runner.heartbeat:
+    if runner.options.heartbeat:
         beat.start()
     try:
         yield run
@@ -127,24 +128,22 @@ def holding(
         stop.set()
         if beat.is_alive():
             beat.join()
-        runner.leases.pop(run_id, None)
-        runner.taking.pop(run_id, None)
-        runner.lease_deadlines.pop(run_id, None)
+        runner.leases.drop(run_id)
         with suppress(StoreError):  # the store is away: the lease runs out by itself
-            runner.store.release(run_id, token)  # a no-op if a commit already gave it back
+            runner.store.release(run_id, lease.token)  # a no-op if a commit already gave it back
 
 
-def _heartbeat(
-    runner: Runner, run_id: str, token: str, lease_seconds: float, stop: threading.Event
-) -> None:
-    while not stop.wait(lease_seconds / 3):
-        asked = runner.monotonic()
+def heartbeat(runner: Runner, lease: Lease, stop: threading.Event) -> None:
+    """Renew ``lease`` every third of its length until ``stop`` is set, and record each renewal
+    in the runner's leases (while it still holds that lease)."""
+    while not stop.wait(lease.seconds / 3):
+        asked = runner.options.monotonic()
         try:
-            renewed = runner.store.renew(run_id, token, lease_seconds)
+            renewed = runner.store.renew(lease.run_id, lease.token, lease.seconds)
         except Exception:  # the store is away: the lease runs out; no call is started past it
             continue
-        if renewed and runner.leases.get(run_id) == token:
-            runner.lease_deadlines[run_id] = asked + lease_seconds * LEASE_SAFETY
+        if renewed:
+            runner.leases.renewed(lease.run_id, lease.token, asked)
 
 
 def _act(
@@ -250,7 +249,7 @@ def decide(
     """``ratchet approve`` / ``reject``: record the decision and drive the run on, under the
     run's lease. A refused decision changes nothing
     (:class:`~ratchet_runner.errors.ApprovalError`)."""
-    from ratchet_runner.engine.approvals import decide as record_decision
+    from .approvals import decide as record_decision
 
     def act(run: RunRecord) -> CommandResult:
         recorded = record_decision(runner, run.id, decision, actor, role, reason)
@@ -284,7 +283,7 @@ def signal(
 ) -> CommandResult:
     """``ratchet signal``: deliver the signal once per ID and drive the run on, under its
     lease."""
-    from ratchet_runner.engine.lifecycle import send_signal
+    from .signals import send_signal
 
     def act(run: RunRecord) -> CommandResult:
         outcome = send_signal(runner, run.id, event, signal_id, data, spec_version)
@@ -314,8 +313,8 @@ def operate(
     owner: str | None = None,
 ) -> CommandResult:
     """``ratchet ops ACTION``: the operator control, under the run's lease (see
-    :func:`ratchet_runner.engine.lifecycle.operate`)."""
-    from ratchet_runner.engine.lifecycle import operate as carry_out
+    :func:`ratchet_runner.engine.controls.operate`)."""
+    from .controls import operate as carry_out
 
     def act(run: RunRecord) -> CommandResult:
         outcome = carry_out(runner, run.id, action, actor, role, note)

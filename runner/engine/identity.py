@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ratchet_runner.errors import RunError
-from ratchet_runner.spec.expressions import ExpressionError, compile_expression
-from ratchet_runner.spec.model import Effect, Row, Spec, canonical_json
+from ..errors import ExpressionError, RunError
+from ..spec.expressions import compile_expression
+from ..spec.model import Effect, Row, Spec, canonical_json
 
 
 def sha256(value: Any) -> str:

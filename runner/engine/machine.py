@@ -3,7 +3,8 @@
 One Machine is built per spec version (by digest) and cached. A run is bound to it only for the
 duration of one :meth:`StepMachine.fire` and unbound at once. The Machine owns the graph and guard
 dispatch; it writes nothing durable: its one callback notes, in memory, which row fired, and the
-runner then commits that move through the store.
+runner then commits that move through the store. :func:`status_of` says which status a run
+standing in a state has.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 
 from transitions import Machine, MachineError
 
-from ratchet_runner.spec.expressions import Expression, ExpressionError, compile_expression
-from ratchet_runner.spec.model import Row, Spec
+from ..errors import ExpressionError
+from ..spec.expressions import Expression, compile_expression
+from ..spec.model import Row, Spec, State
 
 
 class _Cursor:
@@ -95,3 +97,21 @@ def machine_for(spec: Spec) -> StepMachine:
     if machine is None:
         machine = _MACHINES[spec.digest] = StepMachine(spec)
     return machine
+
+
+#: The run status a state of each kind puts a run in.
+_STATUS = {
+    "step": "running",
+    "compensate": "running",
+    "pause": "waiting",
+    "wait": "waiting",
+    "success": "done",
+    "cancelled": "done",
+    "compensated": "done",
+    "operator_queue": "needs_person",
+}
+
+
+def status_of(state: State) -> str:
+    """The status of a run standing in ``state``."""
+    return _STATUS[state.kind]

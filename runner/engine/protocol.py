@@ -1,18 +1,24 @@
 """One effect, performed by the protocol: forward effects and the compensations that undo them.
 
 :class:`EffectStep` takes a run that stands in a state performing an effect through the protocol
-described in :mod:`ratchet_runner.engine.runner`. :class:`CompensationStep` does the same for one
-registered compensation while the run stands in a ``compensate`` state: the same operation-ID
+described in :mod:`ratchet_runner.engine.runner`.
+:class:`~ratchet_runner.engine.compensation.CompensationStep` does the same for one registered
+compensation while the run stands in a ``compensate`` state: the same operation-ID
 discipline, write-ahead record, reconcile-before-retry and persisted attempts; it differs only in
 what happens at the end (no move on success; the compensate state's ``refused`` / ``exhausted`` row
 on failure).
+
+A step works against a :class:`~ratchet_runner.engine.host.StepHost` (the runner that hosts it),
+and decides with plain functions: the retry budget (:mod:`~ratchet_runner.engine.budget`), the
+activation (:mod:`~ratchet_runner.engine.activation`) and approval validity
+(:func:`~ratchet_runner.engine.approvals.valid_approval`).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ratchet_runner.adapters.base import (
     Ambiguous,
@@ -25,16 +31,9 @@ from ratchet_runner.adapters.base import (
     Refused,
     Transient,
 )
-from ratchet_runner.clock import format_time
-from ratchet_runner.engine.identity import (
-    approval_digest,
-    compensation_id,
-    describe_action,
-    evaluate_args,
-    operation_id,
-    sha256,
-)
-from ratchet_runner.errors import (
+
+from ..clock import format_time
+from ..errors import (
     ApprovalError,
     ApprovalExpired,
     ApprovalStale,
@@ -42,11 +41,27 @@ from ratchet_runner.errors import (
     RunError,
     VersionConflict,
 )
-from ratchet_runner.spec.model import Effect, Row, Spec
-from ratchet_runner.store.store import ApprovalRecord, Change, OperationRecord, RunRecord
-
-if TYPE_CHECKING:
-    from ratchet_runner.engine.runner import Runner
+from ..spec.model import Effect, Row, Spec
+from ..store.records import (
+    ApprovalRecord,
+    Change,
+    NewOperation,
+    OperationRecord,
+    OperationUpdate,
+    RunRecord,
+)
+from .activation import activation
+from .approvals import ask_again, last_consumed, valid_approval
+from .budget import backoff, count_attempt, max_attempts, run_budget_spent
+from .host import StepHost
+from .identity import (
+    approval_digest,
+    describe_action,
+    evaluate_args,
+    operation_id,
+    sha256,
+)
+from .write_ahead import operation_fields, register_compensation, write_ahead
 
 
 @dataclass
@@ -69,16 +84,16 @@ class EffectStep:
 
     role = "forward"
 
-    def __init__(self, runner: Runner, run: RunRecord, spec: Spec, effect: Effect) -> None:
-        self.runner = runner
+    def __init__(self, host: StepHost, run: RunRecord, spec: Spec, effect: Effect) -> None:
+        self.host = host
         self.run = run
         self.spec = spec
         self.effect = effect
-        self.ctx = runner.context(run, spec)
+        self.ctx = activation(run, spec)
         self.args = evaluate_args(effect, self.ctx)
         self.log = Notes()
-        self.adapter = runner.adapter(spec, effect.adapter)
-        self.naive = runner.strategy == "naive"
+        self.adapter = host.adapter(spec, effect.adapter)
+        self.naive = host.strategy == "naive"
         self.row: Row | None = None
         self.operation_id = self._name()
 
@@ -99,7 +114,7 @@ class EffectStep:
         return self.row.receipt if self.row is not None else self.effect.receipt
 
     def _change(self) -> Change:
-        return self.log.flush_into(self.runner.change(self.run))
+        return self.log.flush_into(self.host.change(self.run))
 
     # -- the protocol -----------------------------------------------------------------------
 
@@ -108,11 +123,11 @@ class EffectStep:
         # transaction as each record: an ID it does not list has no record to read.
         if self.naive:
             return self._perform_naive()
-        ahead = self.runner.written_ahead(self.run)
+        ahead = self.host.written_ahead(self.run)
         if ahead is not None and ahead.operation_id == self.operation_id:
             return self._call(ahead)  # written with the move into this state, not yet called
         known = self.operation_id in self.run.context.get("operations", ())
-        op = self.runner.store.operation(self.operation_id) if known else None
+        op = self.host.store.operation(self.operation_id) if known else None
         if op is None or op.status == "registered":
             return self._begin(op)
         if op.status == "done":
@@ -132,91 +147,49 @@ class EffectStep:
         new name (the attempt before may have made the change already)."""
         earlier = [
             op
-            for op in self.runner.store.operations(self.run.id)
+            for op in self.host.store.operations(self.run.id)
             if op.effect == self.effect.name and op.role == self.role and op.status == "pending"
         ]
         if not earlier:
             return self._begin(None)
         return self._attempts(earlier[-1])
 
-    def _fields(self, attempts: int) -> dict[str, Any]:
-        return {
-            "operation_id": self.operation_id,
-            "effect": self.effect.name,
-            "role": self.role,
-            "args": self.args,
-            "fingerprint": sha256(self.args),
-            "status": "pending",
-            "attempts": attempts,
-        }
+    def _fields(self, attempts: int) -> NewOperation:
+        return operation_fields(self.operation_id, self.effect, self.role, self.args, attempts)
 
     def _write_ahead(self, change: Change, registered: OperationRecord | None) -> OperationRecord:
         """Add the pending record, first attempt counted, to ``change``; return it as stored."""
         fields = self._fields(attempts=1)
-        if registered is None:
-            change.new_operations.append(fields)
-            base = OperationRecord(
-                run_id=self.run.id,
-                receipt=None,
-                last_error=None,
-                compensates=None,
-                created_at=change.at,
-                updated_at=change.at,
-                **fields,
-            )
-        else:
-            update = {
-                k: v for k, v in fields.items() if k not in ("operation_id", "effect", "role")
-            }
-            change.operation_updates.append((self.operation_id, update))
-            base = replace(registered, updated_at=change.at, **update)
-        change.event(
-            "pending",
-            operation_id=self.operation_id,
-            effect=self.effect.name,
-            role=self.role,
-            action=describe_action(self.effect, self.args),
-            strategy=self.runner.strategy,
-        )
-        change.event("call", operation_id=self.operation_id, attempt=1)
-        self.runner.count_attempt(self.run, self.spec, self.effect, change)
-        self._list(change, self.operation_id)
-        return base
-
-    def _list(self, change: Change, *operation_ids: str) -> None:
-        context = change.context if change.context is not None else self.run.context
-        listed = list(context.get("operations", ()))
-        listed += [i for i in operation_ids if i not in listed]
-        change.context = {**context, "operations": listed}
+        return write_ahead(change, self.run, self.effect, fields, registered, self.host.strategy)
 
     def _begin(self, registered: OperationRecord | None) -> RunRecord:
         change = self._change()
         if self.effect.approval is not None and self.role == "forward":
             try:
-                approval = self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
+                approval = self._valid_approval()
             except ApprovalError as refused:
                 # Another worker may have consumed the approval and moved the run meanwhile:
                 # that is a lost race, not a missing approval.
-                if self.runner.store.get_run(self.run.id).version != self.run.version:
+                if self.host.store.get_run(self.run.id).version != self.run.version:
                     raise VersionConflict(
                         f"run {self.run.id} has moved on (another process took this step)"
                     ) from None
                 if isinstance(refused, ApprovalExpired):
                     change.event("approval_expired", effect=self.effect.name, reason=str(refused))
-                    return self.runner.move(self.run, self.spec, "expired", change, self.ctx)
+                    return self.host.move(self.run, self.spec, "expired", change, self.ctx)
                 if isinstance(refused, ApprovalStale):
-                    return self.runner.ask_again(self.run, self.spec, self.effect, change, refused)
+                    return ask_again(self.host, self.run, self.spec, self.effect, change, refused)
                 raise
             change.consume_approvals.append(approval.id)
-        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+        if run_budget_spent(self.run, self.spec, self.effect):
             op = self._write_ahead(change, registered)
             change.events = [e for e in change.events if e[0] != "call"]
-            self.run = self.runner.store.commit(change)
+            self.run = self.host.store.commit(change)
             return self._outcome(op, "exhausted", "the run's budget is spent")
-        self.runner.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
+        self.host.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
         op = self._write_ahead(change, registered)
         self._register_compensation(change)
-        self.run = self.runner.store.commit(change)
+        self.run = self.host.store.commit(change)
         return self._call(op)
 
     def write_ahead_into(self, change: Change) -> OperationRecord | None:
@@ -225,10 +198,10 @@ class EffectStep:
         its own: an operation already on record, or the run's budget spent."""
         if self.naive or self.operation_id in self.run.context.get("operations", ()):
             return None
-        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+        if run_budget_spent(self.run, self.spec, self.effect):
             return None
         try:
-            self.runner.secure_lease(self.run.id, self.effect.timeout)
+            self.host.secure_lease(self.run.id, self.effect.timeout)
         except (LeaseLost, RunError):  # the step itself says so, before committing anything
             return None
         op = self._write_ahead(change, None)
@@ -238,66 +211,37 @@ class EffectStep:
     def _register_compensation(self, change: Change) -> None:
         """A done effect whose undo is unknown must never exist: register the undo with it."""
         comp = self.row.compensation if self.row is not None else None
-        if comp is None or self.naive:
-            return
-        if comp.effect is None:
-            change.event(
-                "no_compensation",
-                operation_id=self.operation_id,
-                effect=self.effect.name,
-                undo=comp.kind,
-                reason=comp.reason,
-            )
-            return
-        comp_id = compensation_id(self.operation_id, comp.effect)
-        change.new_operations.append(
-            {
-                "operation_id": comp_id,
-                "effect": comp.effect,
-                "role": "compensation",
-                "args": {},
-                "fingerprint": "",
-                "status": "registered",
-                "attempts": 0,
-                "compensates": self.operation_id,
-            }
-        )
-        self._list(change, comp_id)
-        change.event(
-            "compensation_registered",
-            operation_id=comp_id,
-            effect=comp.effect,
-            compensates=self.operation_id,
-        )
+        if comp is not None and not self.naive:
+            register_compensation(change, self.run, comp, self.operation_id, self.effect.name)
 
     def _attempts(self, op: OperationRecord) -> RunRecord:
-        if op.attempts >= self.runner.max_attempts(self.run, self.effect, op):
+        if op.attempts >= max_attempts(self.run, self.effect, op):
             return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
-        if self.runner.run_budget_spent(self.run, self.spec, self.effect):
+        if run_budget_spent(self.run, self.spec, self.effect):
             return self._outcome(op, "exhausted", "the run's budget is spent")
         renewed = self._approval_for_resend(op)
         if isinstance(renewed, RunRecord):
             return renewed  # no approval covers sending it now: the run has moved
-        self.runner.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
+        self.host.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
         if self.naive:  # a new name for every attempt: the bug this demonstrates
-            fresh = EffectStep(self.runner, self.run, self.spec, self.effect)
+            fresh = EffectStep(self.host, self.run, self.spec, self.effect)
             fresh.log = self.log
             return fresh._begin_naive(op)
         change = self._change()
-        update: dict[str, Any] = {"attempts": op.attempts + 1}
+        update: OperationUpdate = {"attempts": op.attempts + 1}
         if renewed is not None:  # a newer approval covers it: consumed with this attempt
             change.consume_approvals.append(renewed.id)
             update["status"] = "pending"
         change.operation_updates.append((op.operation_id, update))
         change.event("call", operation_id=op.operation_id, attempt=op.attempts + 1)
-        self.runner.count_attempt(self.run, self.spec, self.effect, change)
-        self.run = self.runner.store.commit(change)
+        count_attempt(self.run, self.effect, change)
+        self.run = self.host.store.commit(change)
         return self._call(replace(op, attempts=op.attempts + 1, status="pending"))
 
     def _approval_for_resend(self, op: OperationRecord) -> ApprovalRecord | RunRecord | None:
         """Before a forward effect that needs an approval is sent again (a retry, a resume that
         reconciled and found nothing, an operator's retry), check now, by
-        :meth:`~ratchet_runner.engine.runner.Runner.decision_now`, that an approval still covers it.
+        :meth:`~ratchet_runner.engine.host.StepHost.decision_now`, that an approval still covers it.
 
         None: the approval consumed when its pending record was written still does (unexpired,
         same digest). An approval: a newer, unconsumed one does; the attempt consumes it. A run:
@@ -308,25 +252,21 @@ class EffectStep:
         if self.effect.approval is None or self.role != "forward" or self.naive:
             return None
         name = self.effect.approval
-        consumed = [
-            a
-            for a in self.runner.store.approvals(self.run.id)
-            if a.name == name and a.decision == "approved" and a.consumed_at is not None
-        ]
-        used = consumed[-1] if consumed else None
-        now = self.runner.decision_now()
+        used = last_consumed(self.host.store.approvals(self.run.id), name)
+        now = self.host.decision_now()
         digest = approval_digest(self.spec, self.run.id, name, self.effect, self.args)
         expired = used is not None and used.expires_at is not None and used.expires_at <= now
         if used is not None and used.digest == digest and not expired and op.status != "expired":
             return None
         try:
-            return self.runner.valid_approval(self.run, self.spec, self.effect, self.args)
+            return self._valid_approval()
         except ApprovalError as refused:
             if used is None:
                 raise
             change = self._change()
             if used.digest != digest:
-                return self.runner.ask_again(
+                return ask_again(
+                    self.host,
                     self.run,
                     self.spec,
                     self.effect,
@@ -351,7 +291,13 @@ class EffectStep:
                 operation_id=op.operation_id,
                 reason=reason,
             )
-            return self.runner.move(self.run, self.spec, "expired", change, self.ctx)
+            return self.host.move(self.run, self.spec, "expired", change, self.ctx)
+
+    def _valid_approval(self) -> ApprovalRecord:
+        """The approval that covers these arguments now (:func:`valid_approval`), or raise."""
+        records = self.host.store.approvals(self.run.id)
+        now = self.host.decision_now()
+        return valid_approval(records, self.spec, self.run.id, self.effect, self.args, now)
 
     def _begin_naive(self, previous: OperationRecord) -> RunRecord:
         change = self._change()
@@ -359,8 +305,8 @@ class EffectStep:
         fields = self._fields(attempts=previous.attempts + 1)
         change.new_operations.append(fields)
         change.event("call", operation_id=self.operation_id, attempt=fields["attempts"])
-        self.runner.count_attempt(self.run, self.spec, self.effect, change)
-        self.run = self.runner.store.commit(change)
+        count_attempt(self.run, self.effect, change)
+        self.run = self.host.store.commit(change)
         op = OperationRecord(
             run_id=self.run.id,
             receipt=None,
@@ -381,13 +327,13 @@ class EffectStep:
             timeout=self.effect.timeout,
             attempt=op.attempts,
         )
-        self.runner.interrupt("before-write", self.effect.name)
-        self.runner.secure_lease(self.run.id, self.effect.timeout)  # still covers the call?
+        self.host.interrupt("before-write", self.effect.name)
+        self.host.secure_lease(self.run.id, self.effect.timeout)  # still covers the call?
         try:
             outcome: Outcome = self.adapter.call(request)
         except Exception as exc:  # an adapter bug or a raw network error: outcome unknown
             outcome = Ambiguous(f"adapter raised {type(exc).__name__}: {exc}")
-        self.runner.interrupt("after-write", self.effect.name)
+        self.host.interrupt("after-write", self.effect.name)
         if isinstance(outcome, Done) and not self._proves(outcome.receipt):
             outcome = Ambiguous(f"malformed reply: no {self.receipt_field!r} in it")
         if isinstance(outcome, Done):
@@ -409,10 +355,10 @@ class EffectStep:
         return self.receipt_field is None or bool(receipt.get(self.receipt_field))
 
     def _retry(self, op: OperationRecord) -> RunRecord:
-        if op.attempts < self.runner.max_attempts(self.run, self.effect, op):
-            delay = self.runner.backoff(self.effect, op.attempts)
+        if op.attempts < max_attempts(self.run, self.effect, op):
+            delay = backoff(self.effect, op.attempts, self.host.rng)
             self.log.note("backoff", seconds=round(delay, 3), next_attempt=op.attempts + 1)
-            if not self.runner.wait_inline(delay):
+            if not self.host.wait_inline(delay):
                 return self._schedule(op, delay)
         return self._attempts(op)
 
@@ -422,7 +368,7 @@ class EffectStep:
         wake = change.at + delay
         change.context = {**self.run.context, "wake_at": wake}
         change.event("retry_scheduled", operation_id=op.operation_id, wake_at=wake)
-        self.run = self.runner.store.commit(change)
+        self.run = self.host.store.commit(change)
         return self.run
 
     def _reconcile(self, op: OperationRecord) -> RunRecord | None:
@@ -479,9 +425,9 @@ class EffectStep:
             "completed": completed,
             "wake_at": None,
         }
-        ctx = self.runner.context(self.run, self.spec, receipts=receipts)
-        moved = self.runner.move(self.run, self.spec, "ok", change, ctx, write_ahead_next=True)
-        self.runner.interrupt("after-receipt", self.effect.name)
+        ctx = activation(self.run, self.spec, receipts=receipts)
+        moved = self.host.move(self.run, self.spec, "ok", change, ctx, write_ahead_next=True)
+        self.host.interrupt("after-receipt", self.effect.name)
         return moved
 
     def _outcome(
@@ -505,35 +451,4 @@ class EffectStep:
             reason=reason,
             evidence=evidence or {},
         )
-        return self.runner.move(self.run, self.spec, event, change, self.ctx)
-
-
-class CompensationStep(EffectStep):
-    """One registered compensation, run while the run stands in a ``compensate`` state."""
-
-    role = "compensation"
-
-    def __init__(
-        self, runner: Runner, run: RunRecord, spec: Spec, registered: OperationRecord
-    ) -> None:
-        self.registered = registered
-        super().__init__(runner, run, spec, spec.effects[registered.effect])
-
-    def _name(self) -> str:
-        return self.registered.operation_id
-
-    def perform(self) -> RunRecord:
-        op = self.runner.store.operation(self.operation_id) or self.registered
-        if op.status in ("refused", "exhausted", "unknown"):
-            return self._outcome(op, op.status, op.last_error or op.status)
-        return super().perform()
-
-    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
-        change = self._done_change(op, receipt, via)
-        undone = list(self.run.context.get("undone", []))
-        if op.operation_id not in undone:
-            undone.append(op.operation_id)
-        change.context = {**self.run.context, "undone": undone, "wake_at": None}
-        self.run = self.runner.store.commit(change)
-        self.runner.interrupt("after-receipt", self.effect.name)
-        return self.run
+        return self.host.move(self.run, self.spec, event, change, self.ctx)

@@ -4,18 +4,10 @@ For each example of a spec, each effect it reaches (forward and compensating), e
 and each fault (the single faults, and each ambiguous fault paired with a failing lookup), the
 checker runs the example on a fresh store and a fresh practice world, crashes
 at that window (in-process by an exception, or with ``kill=True`` in a child process killed with
-SIGKILL), resumes in a new runner to the end (approving what waits for a decision), and checks:
-
-* at most one applied change per operation ID, and per effect of a run (a retry that renamed the
-  change shows up here); exactly one for each effect a completed run needed;
-* every applied change preceded by a committed pending record of its operation;
-* every stored receipt equal to what the practice database holds;
-* attempts within budget;
-* no run lost or stuck (it ends done, or with a person holding an operator item);
-* in a saga that compensated (it entered a ``compensate`` state), every forward effect applied in
-  the practice world is undone exactly once, or kept on purpose (its compensation is ``none`` or
-  ``impossible``, recorded in the history), or named by the open operator item the run ends in:
-  a run never ends compensated, or cancelled, with a change still made.
+SIGKILL), resumes in a new runner to the end (approving what waits for a decision), and checks
+the invariants of :mod:`~ratchet_runner.review.invariants`: each broken one is a
+:class:`~ratchet_runner.review.invariants.Violation` of one
+:class:`~ratchet_runner.review.invariants.ViolationKind`.
 
 The checker uses an example's input and world. Of the example's faults it keeps the refusals,
 which define the scenario (a hotel that is full); the transient ones are left out, since each
@@ -29,21 +21,22 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ratchet_runner.adapters.base import Call, LookupResult, Outcome
-from ratchet_runner.adapters.practice import Change, PracticeAdapter, PracticeWorld
-from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.approvals import decide, pending_request
-from ratchet_runner.engine.identity import compensation_id
-from ratchet_runner.engine.runner import Runner, Strategy
-from ratchet_runner.errors import RatchetError
-from ratchet_runner.spec.model import Compensation, Spec
-from ratchet_runner.store.store import EventRecord, OperationRecord, RunRecord, Store
+from ratchet_runner.adapters.practice import PracticeAdapter, PracticeWorld
+
+from ..clock import FakeClock
+from ..engine.approvals import decide, pending_request
+from ..engine.runner import Runner, Strategy
+from ..errors import Diagnostic, RatchetError, SpecError, UsageError
+from ..session import Session
+from ..spec.model import Spec
+from ..store.records import RunRecord
+from .invariants import Violation, ViolationKind, verify
 
 #: The four crash windows of an effect, and the runner point each crashes at.
 WINDOWS: dict[str, str | None] = {
@@ -92,7 +85,7 @@ class Case:
 @dataclass
 class Result:
     case: Case
-    violations: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
     changes: int = 0
     amount: float | None = None
     calls: int = 0
@@ -103,6 +96,9 @@ class Result:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    def flag(self, kind: ViolationKind, message: str) -> None:
+        self.violations.append(Violation(kind, message))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,23 +113,18 @@ class Result:
             "amount": self.amount,
             "calls": self.calls,
             "final": {"state": self.state, "status": self.status},
-            "violations": self.violations,
+            "violations": [v.message for v in self.violations],
+            "violation_kinds": [v.kind.value for v in self.violations],
         }
 
 
 def reached_effects(spec: Spec, text: str, example: str) -> list[str]:
     """The effects the example calls when nothing goes wrong, in call order."""
-    with tempfile.TemporaryDirectory(prefix="ratchet-check-") as tmp:
-        world = PracticeWorld(Path(tmp) / "practice.db")
-        _seed(world, spec, Case(example, "", "none", "none"))
-        store = Store(f"sqlite:///{Path(tmp) / 'store.db'}")
-        try:
-            drive(
-                _runner(store, world, Case(example, "", "none", "none"), None), spec, text, example
-            )
-        finally:
-            store.close()
-        return list(dict.fromkeys(str(c["effect"]) for c in world.calls()))
+    clean = Case(example, "", "none", "none")
+    with tempfile.TemporaryDirectory(prefix="ratchet-check-") as tmp, _session(tmp) as session:
+        _seed(session.world, spec, clean)
+        drive(_runner(session, clean, None), spec, text, example)
+        return list(dict.fromkeys(str(c["effect"]) for c in session.world.calls()))
 
 
 def cases(
@@ -148,6 +139,61 @@ def cases(
         for fault in FAULTS
         for strategy in strategies
     ]
+
+
+def load_checkable(spec_path: str) -> tuple[Spec, str, list[Diagnostic]]:
+    """The spec at ``spec_path``, its text, and its errors: only effect-safety findings (``E5``),
+    which a check runs anyway to show what they cause; any other error is a :class:`SpecError`."""
+    from ..spec.validate import validate_path
+
+    report = validate_path(spec_path)
+    if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):
+        raise SpecError(report.errors or report.diagnostics)
+    return report.spec, Path(spec_path).read_text(encoding="utf-8"), report.errors
+
+
+def case_named(spec: Spec, name: str, strategies: tuple[Strategy, ...]) -> list[Case]:
+    """The case ``EXAMPLE:EFFECT:WINDOW:FAULT`` (as :func:`reproduce` prints it), once per
+    strategy; a :class:`UsageError` if it names no known example, effect, window or fault."""
+    parts = name.split(":")
+    if (
+        len(parts) != 4
+        or parts[0] not in spec.examples
+        or parts[1] not in spec.effects
+        or parts[2] not in WINDOWS
+        or parts[3] not in FAULTS
+    ):
+        raise UsageError(
+            f"expected EXAMPLE:EFFECT:WINDOW:FAULT with a known example and effect, a window "
+            f"of {', '.join(WINDOWS)} and a fault of {', '.join(FAULTS)}"
+        )
+    example, effect, window, fault = parts
+    return [Case(example, effect, window, fault, s) for s in strategies]
+
+
+def select(
+    spec: Spec,
+    text: str,
+    examples: Sequence[str],
+    case_name: str | None,
+    strategies: tuple[Strategy, ...],
+) -> list[Case]:
+    """The cases ``ratchet check`` runs: the one ``case_name`` names (once per strategy), or every
+    case of the ``examples`` asked for (default: all); a :class:`UsageError` for an unknown one."""
+    if case_name:
+        return case_named(spec, case_name, strategies)
+    return cases(spec, text, examples_to_check(spec, examples), strategies)
+
+
+def examples_to_check(spec: Spec, examples: Sequence[str]) -> list[str]:
+    """The examples asked for (default: every example of the spec); a :class:`UsageError` for
+    one the spec does not have, or when it has none."""
+    chosen = list(examples) or list(spec.examples)
+    unknown = [e for e in chosen if e not in spec.examples]
+    if unknown or not chosen:
+        known = ", ".join(spec.examples) or "none"
+        raise UsageError(f"no example {unknown[0] if unknown else ''!r} (examples: {known})")
+    return chosen
 
 
 # -- one case ---------------------------------------------------------------------------------
@@ -171,13 +217,16 @@ class _InFlight:
         return self.inner.lookup(operation, operation_id, effect)
 
 
-def _runner(
-    store: Store, world: PracticeWorld, case: Case, die: Callable[[], None] | None
-) -> Runner:
+def _session(home: str | Path) -> Session:
+    """A case's store and practice world in ``home``, on a fake clock of its own."""
+    return Session(f"sqlite:///{Path(home) / 'store.db'}", home=Path(home), clock=FakeClock())
+
+
+def _runner(session: Session, case: Case, die: Callable[[], None] | None) -> Runner:
     point = WINDOWS.get(case.window)
     fired = {"done": False}
-    clock = FakeClock()
-    world.sleep = clock.sleep  # a slow reply moves the case's clock; it never sleeps for real
+    world = session.world
+    world.sleep = session.clock.sleep  # a slow reply moves the case's clock; it never sleeps
 
     def adapter_for(adapter: Any) -> Any:
         inner = world.adapter(adapter.kind)
@@ -196,7 +245,7 @@ def _runner(
             fired["done"] = True
             die()
 
-    return Runner(store, adapter_for, clock, interrupt=interrupt, strategy=case.strategy)
+    return session.runner(adapters=adapter_for, interrupt=interrupt, strategy=case.strategy)
 
 
 def _seed(world: PracticeWorld, spec: Spec, case: Case) -> None:
@@ -228,35 +277,39 @@ def _crash() -> None:
 
 def run_case(spec: Spec, text: str, case: Case, *, kill: bool = False) -> Result:
     """Run one case on a fresh store and practice world; check the invariants."""
+    result = Result(case)
     with tempfile.TemporaryDirectory(prefix="ratchet-check-") as tmp:
-        store_url = f"sqlite:///{Path(tmp) / 'store.db'}"
-        world_path = Path(tmp) / "practice.db"
-        world = PracticeWorld(world_path)
-        _seed(world, spec, case)
-        result = Result(case)
-        if kill and WINDOWS.get(case.window) is not None:
-            result.crashed = _run_child(tmp, text, case, store_url, world_path)
-        else:  # in-process (a case with no crash window runs here under --kill too)
-            store = Store(store_url)
+        with _session(tmp) as crashing:  # the process that crashes at the window
+            _seed(crashing.world, spec, case)
+            if kill and WINDOWS.get(case.window) is not None:
+                result.crashed = _run_child(tmp, text, case)
+            else:  # in-process (a case with no crash window runs here under --kill too)
+                try:
+                    drive(_runner(crashing, case, _crash), spec, text, case.example)
+                except Crash:
+                    result.crashed = True
+        with _session(tmp) as resuming:  # a new process on the same store and world
             try:
-                drive(_runner(store, world, case, _crash), spec, text, case.example)
-            except Crash:
-                result.crashed = True
-            finally:
-                store.close()
-        store = Store(store_url)
-        try:
-            runner = _runner(store, world, case, None)
-            final = drive(runner, spec, text, case.example)
-            _verify(result, spec, runner, world, final)
-        except RatchetError as exc:
-            result.violations.append(f"resuming failed: {exc}")
-        finally:
-            store.close()
-        return result
+                runner = _runner(resuming, case, None)
+                final = drive(runner, spec, text, case.example)
+                _tally(result, resuming.world, final)
+                result.violations += verify(spec, runner, resuming.world, final)
+            except RatchetError as exc:
+                result.flag(ViolationKind.RESUME_FAILED, f"resuming failed: {exc}")
+    return result
 
 
-def _run_child(tmp: str, text: str, case: Case, store_url: str, world_path: Path) -> bool:
+def _tally(result: Result, world: PracticeWorld, run: RunRecord) -> None:
+    """What the case left: the changes made (and their amount), the calls, where the run is."""
+    changes = world.changes()
+    result.changes = len(changes)
+    result.calls = sum(1 for c in world.calls() if not str(c["operation"]).startswith("lookup"))
+    amounts = [float(c.args["amount"]) for c in changes if "amount" in c.args]
+    result.amount = round(sum(amounts), 2) if amounts else None
+    result.state, result.status = run.state, run.status
+
+
+def _run_child(tmp: str, text: str, case: Case) -> bool:
     spec_path = Path(tmp) / "spec.yaml"
     spec_path.write_text(text, encoding="utf-8")
     child = subprocess.run(
@@ -265,8 +318,7 @@ def _run_child(tmp: str, text: str, case: Case, store_url: str, world_path: Path
             "-m",
             "ratchet_runner.review.check",
             str(spec_path),
-            store_url,
-            str(world_path),
+            tmp,
             case.example,
             case.effect,
             case.window,
@@ -284,149 +336,22 @@ def _run_child(tmp: str, text: str, case: Case, store_url: str, world_path: Path
 
 
 def _child(argv: list[str]) -> None:
-    """``python -m ratchet_runner.review.check SPEC STORE WORLD EXAMPLE EFFECT WINDOW FAULT
-    STRATEGY``: drive the case until its window, then die by SIGKILL (no cleanup, as a real
-    crash)."""
-    from ratchet_runner.spec.validate import validate_path
+    """``python -m ratchet_runner.review.check SPEC HOME EXAMPLE EFFECT WINDOW FAULT STRATEGY``:
+    drive the case (its store and practice world in HOME) until its window, then die by SIGKILL
+    (no cleanup, as a real crash)."""
+    from ..spec.validate import validate_path
 
-    spec_path, store_url, world_path, example, effect, window, fault, strategy = argv
+    spec_path, tmp, example, effect, window, fault, strategy = argv
     report = validate_path(spec_path)
     assert report.spec is not None
-    case = Case(example, effect, window, fault, strategy)  # type: ignore[arg-type]
+    case = Case(example, effect, window, fault, "naive" if strategy == "naive" else "ratchet")
 
     def die() -> None:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    store = Store(store_url)
-    world = PracticeWorld(world_path)
-    drive(_runner(store, world, case, die), report.spec, Path(spec_path).read_text(), example)
-
-
-# -- the invariants ---------------------------------------------------------------------------
-
-
-def _verify(
-    result: Result, spec: Spec, runner: Runner, world: PracticeWorld, run: RunRecord
-) -> None:
-    store = runner.store
-    changes = world.changes()
-    operations = {op.operation_id: op for op in store.operations(run.id)}
-    result.changes = len(changes)
-    result.calls = sum(1 for c in world.calls() if not str(c["operation"]).startswith("lookup"))
-    amounts = [float(c.args["amount"]) for c in changes if "amount" in c.args]
-    result.amount = round(sum(amounts), 2) if amounts else None
-    result.state, result.status = run.state, run.status
-    v = result.violations
-
-    per_id = Counter(c.operation_id for c in changes)
-    v += [f"operation {i[:12]} applied {n} times" for i, n in per_id.items() if n > 1]
-    forward = Counter(c.effect for c in changes if c.operation != "release")
-    per_target = Counter(str(c.args.get("hold_id")) for c in changes if c.operation == "release")
-    v += [f"{effect} applied {n} times" for effect, n in forward.items() if n > 1]
-    v += [f"hold {hold} released {n} times" for hold, n in per_target.items() if n > 1]
-
-    for change in changes:
-        op = operations.get(change.operation_id)
-        if op is None:
-            v.append(
-                f"{change.effect} applied with no pending record (op {change.operation_id[:12]})"
-            )
-        elif op.status == "done" and op.receipt != change.result and per_id[op.operation_id] == 1:
-            v.append(f"{change.effect}: the stored receipt differs from the practice database")
-    for op in operations.values():
-        limit = spec.effects[op.effect].retry.max_attempts + int(
-            run.context.get("grants", {}).get(op.operation_id, 0)
-        )
-        if op.attempts > limit:
-            v.append(f"{op.effect}: {op.attempts} attempts, above its budget of {limit}")
-        if op.status == "done" and op.operation_id not in per_id and op.role == "forward":
-            v.append(f"{op.effect} recorded done but the provider has no such change")
-
-    if run.status not in ("done", "needs_person", "cancelled"):
-        v.append(f"the run is stuck in {run.state} ({run.status})")
-    if run.status == "done" and spec.states[run.state].kind == "success":
-        needed = {op.effect for op in operations.values() if op.role == "forward"}
-        v += [
-            f"{e} was needed but never applied"
-            for e in needed
-            if forward[e] == 0 and not any(c.effect == e for c in changes)
-        ]
-    if _compensated(spec, store.history(run.id)):
-        _verify_saga(result, spec, runner, operations, changes, run)
-
-
-def _compensated(spec: Spec, history: list[EventRecord]) -> bool:
-    """Whether the run entered a ``compensate`` state."""
-    return any(
-        e.kind == "moved"
-        and str(e.data.get("to")) in spec.states
-        and spec.states[str(e.data.get("to"))].kind == "compensate"
-        for e in history
-    )
-
-
-def _verify_saga(
-    result: Result,
-    spec: Spec,
-    runner: Runner,
-    operations: dict[str, OperationRecord],
-    changes: list[Change],
-    run: RunRecord,
-) -> None:
-    """Every forward effect applied in the practice world is undone exactly once, kept on
-    purpose (and recorded as kept), or named by the operator item the run is left in."""
-    applied = {c.operation_id for c in changes}
-    history = runner.store.history(run.id)
-    kept = {e.data.get("operation_id") for e in history if e.kind == "no_compensation"}
-    named = _named_in_queue(runner, run) if run.status == "needs_person" else set()
-    ending = f"the run ended {run.state} ({run.status})"
-    for op in operations.values():
-        if op.role != "forward" or op.operation_id not in applied:
-            continue
-        where = f"{op.effect} (op {op.operation_id[:12]})"
-        declared = _declared_undo(spec, op.effect)
-        if declared is not None and declared.effect is None:  # none / impossible
-            if op.operation_id not in kept:
-                result.violations.append(
-                    f"{where} is kept ({declared.kind}) but the run never recorded it as kept"
-                )
-            continue
-        undo_ids = {u.operation_id for u in operations.values() if u.compensates == op.operation_id}
-        if declared is not None and declared.effect is not None:
-            undo_ids.add(compensation_id(op.operation_id, declared.effect))
-        undone = sum(1 for c in changes if c.operation_id in undo_ids)
-        if undone > 1:
-            result.violations.append(f"{op.effect} undone {undone} times")
-        elif undone == 0 and run.status != "needs_person":
-            result.violations.append(f"{where} was made and never undone, yet {ending}")
-        elif undone == 0 and op.effect not in named and op.operation_id not in named:
-            result.violations.append(
-                f"{where} was made and never undone, and the operator item {run.id} is left in "
-                "does not name it"
-            )
-
-
-def _declared_undo(spec: Spec, effect: str) -> Compensation | None:
-    for row in spec.transitions:
-        if row.external_effect == effect and row.compensation is not None:
-            return row.compensation
-    return None
-
-
-def _named_in_queue(runner: Runner, run: RunRecord) -> set[str]:
-    """The effects and operation IDs the run's operator item names: in its evidence (left to
-    undo, or failed), or in what it asks the person to do."""
-    from ratchet_runner.engine.lifecycle import evidence
-
-    found = evidence(runner, run)
-    named = {str(d["effect"]) for d in found["left"]} | {str(d["effect"]) for d in found["failed"]}
-    queued = next(
-        (e.data for e in reversed(runner.store.history(run.id)) if e.kind in ("queued", "stuck")),
-        {},
-    )
-    named |= {str(queued[k]) for k in ("effect", "operation_id") if queued.get(k)}
-    return named
+    with _session(tmp) as session:
+        drive(_runner(session, case, die), report.spec, Path(spec_path).read_text(), example)
 
 
 # -- many cases -------------------------------------------------------------------------------

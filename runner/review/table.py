@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ratchet_runner.spec.model import COLUMNS, Compensation, Row, Spec
+from ..spec.model import COLUMNS, Compensation, Row, Spec
 
 
 def _cell(value: Any) -> str:

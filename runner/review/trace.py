@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ratchet_runner.store.store import EventRecord, RunRecord
+from ..store.records import EventRecord, RunRecord
 
 
 def _op(data: dict[str, Any]) -> str:

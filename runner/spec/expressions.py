@@ -24,6 +24,8 @@ from celpy import celparser
 from celpy.celparser import CELParseError
 from lark import Lark, Token, Tree
 
+from ..errors import ExpressionError
+
 
 def _cache_dir() -> Path | None:
     configured = os.environ.get("RATCHET_CACHE_DIR")
@@ -95,15 +97,6 @@ APPROVAL_FIELDS = frozenset({"actor", "role", "decided_at", "expires_at", "diges
 RUN_FIELDS = frozenset(
     {"id", "state", "version", "started_at", "spec_version", "policy_version", "attempts"}
 )
-
-
-class ExpressionError(Exception):
-    """An expression does not compile, or names what does not exist (carries a code)."""
-
-    def __init__(self, code: str, message: str, column: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.column = column
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,15 @@ from typing import Any
 
 import yaml
 
-from ratchet_runner.errors import Diagnostic, SpecError
+from ..errors import Diagnostic, SpecError
 
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NUMBER_CHARS = 40
 
-# CBaseLoader is libyaml's parser with PyYAML's inert base constructor; only its events are used.
-_Parser: Any = getattr(yaml, "CBaseLoader", None) or yaml.BaseLoader
+#: The YAML parser whose events the loader reads: libyaml's (``CBaseLoader``, with PyYAML's inert
+#: base constructor) when installed, else the pure-Python one; tests swap it to compare the two.
+YAML_PARSER: Any = getattr(yaml, "CBaseLoader", None) or yaml.BaseLoader
 
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -254,7 +255,7 @@ def _compose(file: str, text: str) -> Document:
     root: Any = None
     end: Position | None = None
 
-    parser = _Parser(text)
+    parser = YAML_PARSER(text)
     try:
         while parser.check_event():
             event = parser.get_event()

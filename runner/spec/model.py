@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from ratchet_runner.spec.loader import Document
+from ..errors import UsageError
+from .loader import Document
 
 #: The eleven columns of a transition row, in table order.
 COLUMNS = (
@@ -196,6 +197,13 @@ class Spec:
     title: str | None = None
     digest: str = ""
     document: Document | None = field(default=None, repr=False, compare=False)
+
+    def example(self, name: str) -> Example:
+        """The example called ``name``; a :class:`UsageError` naming the known ones if none is."""
+        if name not in self.examples:
+            known = ", ".join(self.examples) or "none"
+            raise UsageError(f"no example {name!r} (examples: {known})")
+        return self.examples[name]
 
     @cached_property
     def _rows_by_state(self) -> dict[str, list[Row]]:

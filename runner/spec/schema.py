@@ -13,8 +13,8 @@ import fastjsonschema
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError, best_match
 
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.spec.loader import Document, pointer_join
+from ..errors import Diagnostic
+from .loader import Document, pointer_join
 
 SCHEMA_RESOURCE = "spec.schema.json"
 

@@ -8,15 +8,16 @@ is the strict form the runner uses: it returns a :class:`~ratchet_runner.spec.mo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner.errors import Diagnostic, SpecError
-from ratchet_runner.spec.lint import lint
-from ratchet_runner.spec.loader import Document, load_file, load_text
-from ratchet_runner.spec.model import Spec, build
-from ratchet_runner.spec.schema import validate_document
+from ..errors import Diagnostic, SpecError
+from .lint import lint
+from .loader import Document, load_file, load_text
+from .model import Spec, build
+from .schema import validate_document
 
 
 @dataclass
@@ -59,6 +60,18 @@ def validate_document_full(doc: Document) -> Report:
     report.diagnostics = sorted(set(lint(spec)))
     report.spec = spec
     return report
+
+
+def spec_files(paths: Iterable[str]) -> Iterator[tuple[Path, str]]:
+    """Each given path with the name to report it by; a directory stands for every ``.yaml`` and
+    ``.yml`` file under it, in sorted order."""
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for found in sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")):
+                yield found, str(found)
+        else:
+            yield path, given
 
 
 def validate_path(path: str | Path, display: str | None = None) -> Report:

@@ -1,4 +1,4 @@
-"""PostgreSQL's writes in one round trip: each commit is a single statement, in autocommit.
+"""PostgreSQL's writer: each write one statement, in autocommit, where one statement can say it.
 
 On PostgreSQL a change to a run is one statement::
 
@@ -15,22 +15,29 @@ whole statement. A single statement is its own transaction, so the commit costs 
 to the server instead of a ``BEGIN``, one per statement and a ``COMMIT``: the same atomicity, a
 third of the waiting. The SQL text depends only on the change's shape (how many events, which
 columns an update sets, …) and is cached, so psycopg prepares it on the server after a few uses.
+A new run and a claim (``FOR UPDATE SKIP LOCKED``) are one statement each too.
 
 Changes this form cannot express exactly (consuming an approval or firing a timer, whose "exactly
-one row" checks need a transaction, or two writes to one operation) go through the store's ordinary
-transaction instead. The module holds SQL text only; :mod:`ratchet_runner.store.store` runs it.
+one row" checks need a transaction, taking a lease, or two writes to one operation) go through
+the transactional :class:`~ratchet_runner.store.writer.Writer` this writer extends.
+:class:`Statements` builds the SQL text; :class:`PostgresWriter` runs it. Leases expire by the
+server's clock (:data:`DB_NOW`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, Float, Integer, Table
+from sqlalchemy import JSON, Engine, Float, Integer, Table
 
-if TYPE_CHECKING:  # runner.store imports this module
-    from ratchet_runner.store.store import Change, RunRecord
+from ..clock import Clock
+from . import tables as schema
+from .dialects import Dialect, failures
+from .records import Change, Event, NewRun, NewTimer, RunRecord
+from .writer import Writer, recording
 
 #: The database's clock in epoch seconds: leases expire by it, never by a worker's clock.
 DB_NOW = "extract(epoch from clock_timestamp())"
@@ -105,7 +112,7 @@ def _rows(
 
 
 def _row_params(
-    table: Table, prefix: str, columns: tuple[str, ...], rows: list[dict[str, Any]]
+    table: Table, prefix: str, columns: tuple[str, ...], rows: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     return {
         f"{prefix}{i}_{column}": bind(table, column, row.get(column))
@@ -125,10 +132,10 @@ class Tables(NamedTuple):
     signals: Table
 
 
-def _event_params(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def _event_params(history: Sequence[Event]) -> dict[str, Any]:
     """The parameters of the ``ev`` part: each event's kind and its data as JSON text."""
     params: dict[str, Any] = {}
-    for i, (kind, data) in enumerate(events):
+    for i, (kind, data) in enumerate(history):
         params[f"e{i}_kind"] = kind
         params[f"e{i}_data"] = json.dumps(data)
     return params
@@ -316,9 +323,9 @@ class Statements:
 
     def create(
         self,
-        record: dict[str, Any],
-        first_events: list[tuple[str, dict[str, Any]]],
-        new_timers: list[dict[str, Any]],
+        record: Mapping[str, Any],
+        first_events: Sequence[Event],
+        new_timers: Sequence[NewTimer],
     ) -> tuple[str, dict[str, Any]]:
         """The statement that inserts a run with its first events and timers."""
         t = self.t
@@ -364,3 +371,50 @@ class Statements:
             "%(now)s::float8 FROM u)\n"
             f"SELECT {returned} FROM u ORDER BY u.updated_at, u.id"
         )
+
+
+class PostgresWriter(Writer):
+    """Writes a change, a new run and a claim as one statement each, in autocommit."""
+
+    def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
+        super().__init__(engine, dialect, clock)
+        self._single = self._reader  # autocommit: the statement is its own transaction
+        self.statements = Statements(
+            Tables(
+                schema.runs,
+                schema.events,
+                schema.operations,
+                schema.approvals,
+                schema.timers,
+                schema.signals,
+            )
+        )
+
+    def db_now(self) -> float:
+        """Now by the server's ``clock_timestamp()``: one round trip."""
+        with failures(), self._reader.connect() as conn:
+            return float(conn.exec_driver_sql(f"SELECT {DB_NOW}").scalar_one())
+
+    def create_run(self, new: NewRun, history: list[Event]) -> None:
+        sql, params = self.statements.create(new.record().__dict__, history, new.timers)
+        with self._write_one() as conn:
+            conn.exec_driver_sql(sql, params)
+
+    def commit(self, change: Change, after: RunRecord) -> None:
+        one = self.statements.commit(change, after)
+        if one is None:  # it needs a transaction
+            super().commit(change, after)
+            return
+        with recording(), self._write_one() as conn:
+            if conn.exec_driver_sql(*one).first() is None:
+                self._refused(conn, change, change.lease_token is not None)
+
+    def claim(
+        self, owner: str, lease_seconds: float, now: float, limit: int = 1
+    ) -> list[RunRecord]:
+        """Lease up to ``limit`` runnable runs in one statement (``FOR UPDATE SKIP LOCKED``:
+        concurrent claims pass each other by instead of queueing)."""
+        params = {"now": now, "limit": limit, "owner": owner, "seconds": lease_seconds}
+        with self._write_one() as conn:
+            rows = conn.exec_driver_sql(self.statements.claim_sql, params).fetchall()
+        return [RunRecord(**row._mapping) for row in rows]

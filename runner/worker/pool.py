@@ -5,7 +5,8 @@ PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), advances it with every commit fenced
 token, and releases it. A heartbeat renews the leases while work goes on; leases expire by the
 database's clock. A worker that was paused past its lease (SIGSTOP, a long GC, a frozen VM)
 sends no request on waking (it checks, by its own monotonic clock, that it can still count on
-its lease before each call: :meth:`Runner.check_lease`) and its next commit affects no row
+its lease before each call: :meth:`~ratchet_runner.engine.lease.Lease.check`) and its next commit
+affects no row
 (``LeaseLost``), so it drops the run: the worker that took it over reconciles any pending
 operation before calling, and an in-flight call of the paused one carries the same operation ID.
 
@@ -29,18 +30,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy import exc as sa_exc
 
-from ratchet_runner.engine.lifecycle import (
-    advance_leased,
-    lease_deadline,
-    validate_lease,
-    worker_identity,
-)
-from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import RatchetError, StoreError, UsageError, VersionConflict
-from ratchet_runner.store.store import RunRecord
+from ..engine.lease import Lease, Leases, owner_identity, validate_lease
+from ..engine.runner import Runner, RunnerOptions
+from ..errors import RatchetError, StoreError, UsageError, VersionConflict
+from ..store.records import RunRecord
+from .passes import advance_leased, fire_due
 
 #: The longest wait, in seconds, between two attempts to reach a store that does not answer.
 MAX_BACKOFF = 5.0
@@ -103,6 +101,13 @@ class PoolReport:
     unreachable: bool = False
 
 
+class RunnerFactory(Protocol):
+    """Makes a worker thread's runner (on its own store connection), set to work by the pool's
+    ``options``."""
+
+    def __call__(self, *, options: RunnerOptions) -> Runner: ...
+
+
 class _Link:
     """One thread's hold on the store: its runner (``None`` until opened), the outage count it
     has caught up with (an outage that began since may have killed its connections), its
@@ -121,12 +126,14 @@ class _Link:
 class Pool:
     """``concurrency`` worker threads in this process, each with its own runner.
 
-    ``log`` receives one line at a time about the store's outages and about unexpected errors
-    (default: standard error)."""
+    ``make_runner(options=...)`` makes each thread's runner with the options the pool sets: stop
+    after the current step once the pool stops, and look for a newer spec version once per poll
+    interval. ``log`` receives one line at a time about the store's outages and about unexpected
+    errors (default: standard error)."""
 
     def __init__(
         self,
-        make_runner: Callable[[], Runner],
+        make_runner: RunnerFactory,
         *,
         concurrency: int = 1,
         lease_seconds: float = 30.0,
@@ -140,13 +147,16 @@ class Pool:
         self.concurrency = concurrency
         self.lease_seconds = validate_lease(lease_seconds)
         self.poll = poll
-        self.owner = owner or worker_identity()
+        self.owner = owner or owner_identity()
         self.stop = threading.Event()
+        # SIGTERM: finish the current step, release; a new spec version is seen within a poll
+        self.options = RunnerOptions(stopping=self.stop.is_set, spec_check_interval=poll)
         self.report = PoolReport()
         self._log = log or _to_stderr
-        self._held: dict[str, str] = {}
+        # run ID -> the lease a worker thread holds on it, and the leases of its runner, where
+        # the heartbeat records each renewal
+        self._held: dict[str, tuple[Lease, Leases]] = {}
         self._unreleased: dict[str, str] = {}  # leases an outage kept this pool from giving back
-        self._deadlines: dict[str, float] = {}  # shared by this pool's runners (see Runner)
         self._lock = threading.Lock()
         self._epoch = 0  # outages begun; a thread behind it drops its connections
         self._down_since: float | None = None  # time.monotonic() when the outage began
@@ -179,13 +189,13 @@ class Pool:
         next_timers = 0.0
         while not self.stop.is_set():
             try:
-                runner = self._open(link, worker=True)
+                runner = self._open(link)
                 if self._unreleased:
                     self._release_left(runner)
                 if index == 0 and time.monotonic() >= next_timers:
                     # Due timers are looked for once per poll interval, not before every claim.
                     next_timers = time.monotonic() + self.poll
-                    fired = runner.timers.fire_due()
+                    fired = fire_due(runner)
                     with self._lock:
                         self.report.timers += sum(1 for f in fired if f.outcome == "fired")
                 asked = time.monotonic()  # the lease starts no earlier than the claim is sent
@@ -199,18 +209,18 @@ class Pool:
                     return
                 self.stop.wait(self.poll)
                 continue
-            pause = self._advance(
-                link, runner, claimed[0], lease_deadline(asked, self.lease_seconds)
-            )
+            run = claimed[0]
+            lease = Lease.asked(run.id, str(run.lease_token), self.lease_seconds, asked)
+            pause = self._advance(link, runner, run, lease)
             if pause:
                 self._pause(link, pause)
 
-    def _advance(self, link: _Link, runner: Runner, claimed: RunRecord, deadline: float) -> float:
+    def _advance(self, link: _Link, runner: Runner, claimed: RunRecord, lease: Lease) -> float:
         """Take a claimed run as far as it goes; how long to wait before the next claim."""
         with self._lock:
-            self._held[claimed.id] = str(claimed.lease_token)  # the heartbeat renews it
+            self._held[claimed.id] = (lease, runner.leases)  # the heartbeat renews it
         try:
-            advance_leased(runner, claimed, deadline)
+            advance_leased(runner, claimed, lease)
             with self._lock:
                 self.report.advanced += 1
             self._answered(link)
@@ -232,7 +242,6 @@ class Pool:
         finally:
             with self._lock:
                 self._held.pop(claimed.id, None)
-                self._deadlines.pop(claimed.id, None)  # a renewal may have set it again
 
     def _release_left(self, runner: Runner) -> None:
         """Give back the leases of runs whose step an outage cut off (their release failed
@@ -262,12 +271,10 @@ class Pool:
                 continue
             try:
                 runner = self._open(link)
-                for run_id, token in held.items():
+                for run_id, (lease, leases) in held.items():
                     asked = time.monotonic()
-                    if runner.store.renew(run_id, token, self.lease_seconds):
-                        with self._lock:
-                            if self._held.get(run_id) == token:
-                                self._deadlines[run_id] = lease_deadline(asked, self.lease_seconds)
+                    if runner.store.renew(run_id, lease.token, lease.seconds):
+                        leases.renewed(run_id, lease.token, asked)  # if the thread still holds it
             except Exception as exc:  # the database is away: try again soon; no call is made
                 wait = min(beat, self._trouble(link, exc, store_level=True))  # past its lease
                 continue
@@ -275,20 +282,14 @@ class Pool:
 
     # -- the store's outages ----------------------------------------------------------------
 
-    def _open(self, link: _Link, *, worker: bool = False) -> Runner:
+    def _open(self, link: _Link) -> Runner:
         """The thread's runner, opened on first use (which fails while the database is away);
         once an outage has begun since the thread last looked, its pooled connections are
         dropped, so that its next statement opens a new one instead of finding a dead one."""
         link.began = time.monotonic()
         if link.runner is None:
             link.epoch = self._epoch
-            runner = self.make_runner()
-            if worker:
-                runner.stopping = self.stop.is_set  # SIGTERM: finish the current step, release
-                runner.lease_deadlines = self._deadlines  # the heartbeat extends them
-                runner.spec_check_interval = self.poll  # a new spec version is seen within a poll
-                runner.lease_seconds = self.lease_seconds  # a call must fit in it (secure_lease)
-            link.runner = runner
+            link.runner = self.make_runner(options=self.options)
         elif link.epoch != self._epoch:
             link.epoch = self._epoch
             engine = getattr(link.runner.store, "engine", None)

@@ -9,11 +9,13 @@ import pytest
 
 from ratchet_runner import cli as cli_module
 from ratchet_runner.adapters import practice
+from ratchet_runner.adapters.base import Call, Done
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.review.check import Case, cases, run_case
+from ratchet_runner.review.invariants import ViolationKind
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import validate_text
-from ratchet_runner.store.store import RunRecord
+from ratchet_runner.store.records import RunRecord
 from tests.conftest import ROOT, spec_and_text
 
 REFUND = ROOT / "specs" / "refund.yaml"
@@ -82,7 +84,8 @@ def test_a_refund_without_an_idempotency_key_is_flagged_and_check_finds_its_dupl
     assert report.spec is not None
     result = run_case(report.spec, text, Case("T-90104", "request_refund", "response-lost", "none"))
     assert result.changes == 2
-    assert any("applied 2 times" in v for v in result.violations)
+    assert any("applied 2 times" in v.message for v in result.violations)
+    assert {v.kind for v in result.violations} == {ViolationKind.DUPLICATE}
 
 
 def test_a_booking_without_a_reconcile_lookup_is_flagged_and_check_finds_the_double_hold() -> None:
@@ -91,7 +94,8 @@ def test_a_booking_without_a_reconcile_lookup_is_flagged_and_check_finds_the_dou
     assert "E504" in {d.code for d in report.errors}
     assert report.spec is not None
     result = run_case(report.spec, text, Case("happy", "hold_flight", "response-lost", "none"))
-    assert any("hold_flight applied 2 times" in v for v in result.violations)
+    assert any("hold_flight applied 2 times" in v.message for v in result.violations)
+    assert ViolationKind.DUPLICATE in {v.kind for v in result.violations}
 
 
 def test_the_check_command_reports_a_violation_with_the_command_that_reproduces_it(
@@ -209,3 +213,42 @@ def test_a_slow_reply_case_runs_on_the_case_clock_and_never_sleeps(
     result = run_case(spec, text, Case("happy", "hold_hotel", "none", "slow_reply"))
     assert (result.state, result.violations) == ("confirmed", [])
     assert practice.SLOW_REPLY_SECONDS not in slept
+
+
+def _says_done_and_makes_nothing(_self: practice.PracticeAdapter, request: Call) -> Done:
+    """A provider that answers every call "done" and makes no change."""
+    return Done({"refund_id": "re_never_made", "amount": request.args.get("amount")})
+
+
+def test_a_change_never_applied_is_labeled_never_applied_not_duplicate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table's verdict is the violation's kind, never words in its message: "was needed but
+    never applied" once read as DUPLICATE, because the message says "applied"."""
+    monkeypatch.setattr(practice.PracticeAdapter, "call", _says_done_and_makes_nothing)
+    case = "T-90104:request_refund:none:none"
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(["check", str(REFUND), "--case", case])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 1
+    assert "request_refund was needed but never applied" in err
+    [row] = [line for line in out.splitlines() if line.startswith("T-90104")]
+    assert "DUPLICATE" not in row
+    assert row.endswith("· NEVER APPLIED")
+
+
+def test_check_json_carries_each_violations_kind(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(practice.PracticeAdapter, "call", _says_done_and_makes_nothing)
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(
+            ["check", str(REFUND), "--case", "T-90104:request_refund:none:none", "--json"]
+        )
+    assert exited.value.code == 1
+    [result] = json.loads(capsys.readouterr().out)["results"]
+    kinds = dict(zip(result["violations"], result["violation_kinds"], strict=True))
+    assert kinds == {
+        "request_refund recorded done but the provider has no such change": "done_without_change",
+        "request_refund was needed but never applied": "never_applied",
+    }

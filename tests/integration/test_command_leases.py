@@ -19,10 +19,12 @@ from ratchet_runner.adapters.base import Call, LookupResult, Outcome
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine import commands
-from ratchet_runner.engine.lifecycle import validate_lease, worker_pass
+from ratchet_runner.engine.lease import validate_lease
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import UsageError
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker.passes import worker_pass
 from tests.conftest import MakeRunner, spec_and_text
 
 

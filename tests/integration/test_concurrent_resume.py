@@ -25,7 +25,8 @@ from ratchet_runner.clock import Clock, FakeClock, SystemClock
 from ratchet_runner.engine.approvals import decide
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import VersionConflict
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import ROOT, spec_and_text
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from ratchet_runner.store.store import OperationRecord, Store
+from ratchet_runner.store.records import OperationRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -41,7 +41,8 @@ from ratchet_runner.engine.approvals import decide, pending_request
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import RatchetError
 from ratchet_runner.spec.model import Spec
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import PG_URL, RATCHET, ROOT, postgres_url, spec_and_text
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

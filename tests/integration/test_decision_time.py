@@ -19,11 +19,14 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock, SystemClock
 from ratchet_runner.engine.approvals import decide
-from ratchet_runner.engine.lifecycle import OperatorRefused, migrate, operate, worker_pass
+from ratchet_runner.engine.controls import operate
 from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import ApprovalError
+from ratchet_runner.engine.versions import migrate
+from ratchet_runner.errors import ApprovalError, OperatorRefused
 from ratchet_runner.spec.validate import load_spec_text
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker.passes import fire_due, worker_pass
 from tests.conftest import MakeRunner, spec_and_text
 
 AGENT = ("agent-7", "agent")
@@ -125,7 +128,7 @@ def test_a_decision_racing_a_worker_that_fires_the_same_expiry_fires_it_once(
 
     def timers_then_the_worker_fires(run_id: str) -> Any:
         found = read_timers(run_id)  # the decision sees the timer due and not fired ...
-        fired.extend(f.timer.id for f in worker.timers.fire_due())  # ... then a worker fires it
+        fired.extend(f.timer.id for f in fire_due(worker))  # ... then a worker fires it
         return found
 
     monkeypatch.setattr(store, "timers", timers_then_the_worker_fires)

@@ -15,12 +15,16 @@ from ratchet_runner.adapters.base import Adapter
 from ratchet_runner.adapters.practice import PRACTICE_SERVICES, PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine import commands
-from ratchet_runner.engine.lifecycle import carry_on, operate, worker_pass
+from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.drive import carry_on
+from ratchet_runner.engine.lease import Lease
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import UsageError, VersionConflict
 from ratchet_runner.spec.model import Adapter as AdapterSpec
 from ratchet_runner.spec.validate import load_spec_text
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker.passes import fire_due, worker_pass
 from tests.conftest import SPECS, MakeRunner, run_cli, spec_and_text
 
 
@@ -139,8 +143,8 @@ def test_a_worker_past_its_lease_commits_no_attempt_it_will_not_send(
     runner = make_runner()
     run = label_run(runner, world)
     (claimed,) = store.claim("worker-a", 30.0, runner.clock.now())
-    runner.leases[run.id] = str(claimed.lease_token)
-    runner.lease_deadlines[run.id] = time.monotonic() - 1.0  # paused past its lease
+    paused_past_it = time.monotonic() - 1.0  # paused past its lease
+    runner.leases.hold(Lease(run.id, str(claimed.lease_token), 30.0, paused_past_it))
     with pytest.raises(VersionConflict):
         runner.advance(claimed)
     assert world.calls() == []
@@ -257,5 +261,5 @@ def test_a_signal_after_the_pause_expired_is_refused_and_the_expiry_applies_once
     after = store.get_run(run.id)
     assert (after.state, after.status) == ("needs_person", "needs_person")
     assert store.signal(run.id, "carrier-1") is None  # not delivered
-    assert [f.outcome for f in runner.timers.fire_due()] == []  # the expiry fired once
+    assert [f.outcome for f in fire_due(runner)] == []  # the expiry fired once
     assert [e.kind for e in store.history(run.id)].count("timer") == 1

@@ -8,11 +8,12 @@ import sys
 import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.engine.approvals import decide, pending_request
+from ratchet_runner.engine.approvals import decide, pending_request, valid_approval
 from ratchet_runner.engine.identity import evaluate_args, operation_id
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import ApprovalError, ApprovalStale
-from ratchet_runner.store.store import Change, RunRecord, Store
+from ratchet_runner.store.records import Change, RunRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
 
@@ -298,9 +299,10 @@ def test_a_one_cent_change_to_the_amount_needs_a_new_approval(
     spec = runner.spec_of(moved)
     effect = spec.effects["request_refund"]
     approved = {"order": "LK-793996", "amount": 9.95, "currency": "CAD", "reason": "RFD-LATE"}
-    assert runner.valid_approval(moved, spec, effect, approved).actor == "agent-7"
+    records, now = store.approvals(moved.id), runner.decision_now()
+    assert valid_approval(records, spec, moved.id, effect, approved, now).actor == "agent-7"
     with pytest.raises(ApprovalStale, match="covers other arguments"):
-        runner.valid_approval(moved, spec, effect, {**approved, "amount": 9.96})
+        valid_approval(records, spec, moved.id, effect, {**approved, "amount": 9.96}, now)
     assert world.changes() == []
 
 

@@ -192,7 +192,7 @@ def test_each_hostile_file_reports_the_same_first_error_as_json(
 def test_libyaml_and_the_pure_python_parser_report_the_same_first_error(name: str) -> None:
     found = []
     for parser in (yaml.CBaseLoader, yaml.BaseLoader):
-        with mock.patch.object(loader, "_Parser", parser):
+        with mock.patch.object(loader, "YAML_PARSER", parser):
             first = validate_path(CORPUS / name).diagnostics[0]
         found.append((first.code, first.line))
     assert found[0] == found[1]

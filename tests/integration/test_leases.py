@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.engine.runner import Runner
+from ratchet_runner.engine.lease import Lease
+from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.errors import LeaseLost, StoreError, VersionConflict
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker import pool as pool_module
 from ratchet_runner.worker.pool import Pool
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
@@ -86,7 +89,7 @@ def test_a_worker_paused_past_its_lease_commits_nothing_when_it_wakes(
     slow = make_runner(interrupt=freeze)
     (run,) = labels(slow, world, 1)
     (claimed,) = store.claim("worker-a", 0.5, slow.clock.now())
-    slow.leases[run.id] = str(claimed.lease_token)
+    slow.leases.hold(Lease(run.id, str(claimed.lease_token), 0.5))  # not counted: no deadline
     outcome: list[BaseException | RunRecord] = []
 
     def work() -> None:
@@ -101,7 +104,7 @@ def test_a_worker_paused_past_its_lease_commits_nothing_when_it_wakes(
     time.sleep(0.8)  # the lease expires by the database's clock
     (rescued,) = store.claim("worker-b", 30.0, slow.clock.now())
     other = make_runner()
-    other.leases[run.id] = str(rescued.lease_token)
+    other.leases.hold(Lease(run.id, str(rescued.lease_token), 30.0))
     done = other.advance(run.id)
     assert done.state == "labelled"
     resume.set()
@@ -121,7 +124,7 @@ def test_a_worker_frozen_before_its_request_past_its_lease_never_sends_it(
     worker rescues the run, reconciles (nothing found) and makes the label. The warehouse does
     not deduplicate by key, so had the frozen worker sent its request on waking, there would be
     two labels; it checks its lease by its own clock first, and sends nothing."""
-    from ratchet_runner.engine.lifecycle import PassReport, worker_pass
+    from ratchet_runner.worker.passes import PassReport, worker_pass
 
     paused, resume = threading.Event(), threading.Event()
 
@@ -264,7 +267,7 @@ def test_status_and_runs_stuck_show_a_lease_whose_worker_died(
 
 
 def worker_pass_once(runner: Runner) -> list[str]:
-    from ratchet_runner.engine.lifecycle import worker_pass
+    from ratchet_runner.worker.passes import worker_pass
 
     return [r.id for r in worker_pass(runner).advanced]
 
@@ -272,16 +275,20 @@ def worker_pass_once(runner: Runner) -> list[str]:
 def test_a_pool_runner_asks_for_the_newest_spec_version_once_per_interval(
     make_runner: MakeRunner, store: Store
 ) -> None:
-    runner = make_runner()
+    now = [0.0]
+    runner = make_runner(
+        options=RunnerOptions(spec_check_interval=3600.0, monotonic=lambda: now[0])
+    )
     spec, text = spec_and_text("returns")
     runner.start(spec, text, {**spec.examples["T-90604"].input, "ticket": "T-1"})
-    runner.spec_check_interval = 3600.0
     assert runner.latest_spec("returns") == (spec.digest, spec.spec_version)
 
     store.save_spec("e" * 64, "returns", spec.spec_version + 1, "1", text, 0.0)  # elsewhere
+    now[0] = 3599.0
     assert runner.latest_spec("returns") == (spec.digest, spec.spec_version)  # known
-    runner.spec_check_interval = 0.0
+    now[0] = 3600.0
     assert runner.latest_spec("returns") == ("e" * 64, spec.spec_version + 1)  # asked again
+    assert make_runner().latest_spec("returns") == ("e" * 64, spec.spec_version + 1)  # no wait
 
 
 def test_the_heartbeat_keeps_a_long_step_leased_even_after_a_failed_renewal(
@@ -307,7 +314,10 @@ def test_the_heartbeat_keeps_a_long_step_leased_even_after_a_failed_renewal(
 
     monkeypatch.setattr(store, "renew", flaky)
     report = Pool(
-        lambda: make_runner(interrupt=slow), concurrency=1, lease_seconds=1.5, poll=0.01
+        lambda options: make_runner(interrupt=slow, options=options),
+        concurrency=1,
+        lease_seconds=1.5,
+        poll=0.01,
     ).run(until_idle=True)
 
     assert (report.advanced, report.fenced, report.failed) == (1, 0, [])
@@ -322,13 +332,9 @@ def test_a_busy_pool_looks_for_due_timers_once_per_poll_interval_not_per_claim(
     labels(make_runner(), world, 20)
     looked: list[int] = []
 
-    def make() -> Runner:
-        runner = make_runner()
-        fire_due = runner.timers.fire_due
-        monkeypatch.setattr(runner.timers, "fire_due", lambda *a: looked.append(1) or fire_due(*a))
-        return runner
-
-    report = Pool(make, concurrency=1, lease_seconds=10.0, poll=60.0).run(until_idle=True)
+    fire_due = pool_module.fire_due
+    monkeypatch.setattr(pool_module, "fire_due", lambda *a: looked.append(1) or fire_due(*a))
+    report = Pool(make_runner, concurrency=1, lease_seconds=10.0, poll=60.0).run(until_idle=True)
 
     assert report.advanced == 20
     assert len(looked) == 1  # 20 claims within one poll interval: one look

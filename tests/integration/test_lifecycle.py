@@ -7,11 +7,15 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.approvals import decide
-from ratchet_runner.engine.lifecycle import OperatorRefused, migrate, operate, queue, worker_pass
+from ratchet_runner.engine.approvals import decide, valid_approval
+from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.operator_queue import queue
 from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import ApprovalError, VersionConflict
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.engine.versions import migrate
+from ratchet_runner.errors import ApprovalError, OperatorRefused, VersionConflict
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker.passes import worker_pass
 from tests.conftest import MakeRunner, spec_and_text
 
 AGENT = ("agent-7", "agent")
@@ -322,7 +326,7 @@ def test_case_8_for_the_refund_a_none_compensation_is_shown_as_kept(
 ) -> None:
     runner = make_runner()
     run = approve(runner, waiting(runner, world, CASES["refund"]), AGENT)
-    from ratchet_runner.engine.lifecycle import evidence
+    from ratchet_runner.engine.operator_queue import evidence
 
     kept = evidence(runner, run)["not_undoable"]
     assert kept == [
@@ -352,7 +356,7 @@ def test_an_approval_from_another_run_is_not_accepted(
     effect = spec.effects["request_refund"]
     args = {"order": "LK-793996", "amount": 9.95, "currency": "CAD", "reason": "RFD-LATE"}
     copied = store.approvals(first.id)[0]
-    from ratchet_runner.store.store import Change
+    from ratchet_runner.store.records import Change
 
     forged = Change(other.id, other.version, other.updated_at, other)
     forged.new_approvals.append(
@@ -375,7 +379,9 @@ def test_an_approval_from_another_run_is_not_accepted(
     )
     other = store.commit(forged)
     with pytest.raises(ApprovalError):
-        runner.valid_approval(other, spec, effect, args)
+        valid_approval(
+            store.approvals(other.id), spec, other.id, effect, args, runner.decision_now()
+        )
 
 
 # -- timers and signals -----------------------------------------------------------------------
@@ -497,7 +503,7 @@ def test_a_run_budget_caps_calls_across_resumes(
 def test_signal_ids_are_per_run(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
-    from ratchet_runner.engine.lifecycle import send_signal
+    from ratchet_runner.engine.signals import send_signal
     from ratchet_runner.spec.validate import load_spec
     from tests.conftest import ROOT
 

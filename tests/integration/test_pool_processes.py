@@ -112,7 +112,7 @@ def test_workers_killed_at_random_moments_leave_every_change_made_exactly_once(
 def test_a_timer_due_while_every_worker_was_down_fires_exactly_once_when_they_return(
     store_url: str, tmp_path: Path
 ) -> None:
-    from ratchet_runner.engine.lifecycle import send_signal
+    from ratchet_runner.engine.signals import send_signal
     from ratchet_runner.spec.validate import load_spec
 
     home = tmp_path / "home"

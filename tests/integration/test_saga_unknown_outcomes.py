@@ -13,8 +13,10 @@ import subprocess
 from pathlib import Path
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.engine.lifecycle import operate, queue
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.operator_queue import queue
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import RATCHET, ROOT, MakeRunner, spec_and_text
 
 OPS = ("ops-1", "travel_ops")

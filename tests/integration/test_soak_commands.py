@@ -47,7 +47,8 @@ from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import SystemClock
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.validate import load_spec
-from ratchet_runner.store.store import EventRecord, Store
+from ratchet_runner.store.records import EventRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import ROOT, ratchet_process, spec_and_text
 from tests.integration.test_soak import _size
 

@@ -12,7 +12,8 @@ from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.validate import load_spec
-from ratchet_runner.store.store import Change, RunRecord, Store
+from ratchet_runner.store.records import Change, RunRecord
+from ratchet_runner.store.store import Store
 from ratchet_runner.worker.pool import Pool
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
@@ -137,7 +138,12 @@ def test_a_stopping_pool_finishes_the_step_it_wrote_ahead_then_releases_the_run(
             pools[0].stop.set()
 
     pools.append(
-        Pool(lambda: Runner(store, lambda _: adapter, interrupt=stop_after_first), poll=0.01)
+        Pool(
+            lambda options: Runner(
+                store, lambda _: adapter, interrupt=stop_after_first, options=options
+            ),
+            poll=0.01,
+        )
     )
     pools[0].run()
 
@@ -146,7 +152,9 @@ def test_a_stopping_pool_finishes_the_step_it_wrote_ahead_then_releases_the_run(
     assert adapter.calls == 2
     assert [op.effect for op in store.operations(run.id)] == ["first", "second"]
 
-    Pool(lambda: Runner(store, lambda _: adapter), poll=0.01).run(until_idle=True)
+    Pool(lambda options: Runner(store, lambda _: adapter, options=options), poll=0.01).run(
+        until_idle=True
+    )
 
     assert store.get_run(run.id).state == "done"
     assert adapter.calls == 3

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ratchet_runner.engine import commands
-from ratchet_runner.engine.lifecycle import worker_pass
 from ratchet_runner.engine.runner import Runner
+from ratchet_runner.worker.passes import worker_pass
 from tests.property.sim_profiles import Workload, load
 from tests.property.sim_world import short
 
@@ -157,7 +157,8 @@ class _Stop:
         self.sim, self.command, self.run_id, self.token = sim, command, run_id, token
 
     def is_set(self) -> bool:
-        return self.command.done or self.command.runner.leases.get(self.run_id) != self.token
+        held = self.command.runner.leases.get(self.run_id)
+        return self.command.done or held is None or held.token != self.token
 
     def wait(self, seconds: float) -> bool:
         clock = self.sim.clock
@@ -172,17 +173,17 @@ class _Stop:
 
 def heartbeat(sim: Simulation, command: Driver) -> Callable[[Runner], str]:
     """A command's heartbeat thread, scheduled like any driver and killed with its command: the
-    real ``ratchet_runner.engine.commands._heartbeat``, over a stop event that sleeps on the
+    real ``ratchet_runner.engine.commands.heartbeat``, over a stop event that sleeps on the
     simulated clock."""
 
     def body(runner: Runner) -> str:
         held = 0
         while not command.done:
             if runner.leases:
-                run_id, token = next(iter(runner.leases.items()))
-                stop = _Stop(sim, command, run_id, token)
-                beat: Any = commands._heartbeat  # its stop is a threading.Event; this is _Stop
-                beat(runner, run_id, token, runner.lease_seconds, stop)
+                lease = runner.leases.held()[0]
+                stop = _Stop(sim, command, lease.run_id, lease.token)
+                beat: Any = commands.heartbeat  # its stop is a threading.Event; this is _Stop
+                beat(runner, lease, stop)
                 held += 1
             sim.park(
                 "waits for its command to hold a lease",

@@ -24,7 +24,8 @@ from ratchet_runner.adapters.base import (
 )
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.model import Spec
-from ratchet_runner.store.store import Change, OperationRecord, RunRecord, Store
+from ratchet_runner.store.records import Change, OperationRecord, RunRecord
+from ratchet_runner.store.store import Store
 from tests.property.sim_profiles import loaded
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 One *schedule* interleaves several drivers — ``ratchet run``
 (:func:`ratchet_runner.engine.commands.start`), ``approve``/``reject``
 (:func:`ratchet_runner.engine.commands.decide`), ``resume``, ``ops`` and worker passes
-(:func:`ratchet_runner.engine.lifecycle.worker_pass`), among them a late "rescuer" that starts after
+(:func:`ratchet_runner.worker.passes.worker_pass`), among them a late "rescuer" that starts after
 the clock has jumped past every lease — over one or two runs of the shipped specs, against simulated
 providers that commit late, lose replies, are unavailable, refuse and fail lookups. Between any two
 steps the scheduler may let another driver go on, let a provider commit a request it holds, jump the
@@ -15,7 +15,7 @@ How it is deterministic:
 
 * Each driver runs the real code (``ratchet_runner.engine.runner.Runner``,
 ``ratchet_runner.engine.commands``,
-  ``ratchet_runner.engine.lifecycle``) in its own thread, but only one thread runs at a time. A
+  ``ratchet_runner.worker.passes``) in its own thread, but only one thread runs at a time. A
   driver hands control back at every *yield point*: every call to the store (through
   :class:`StoreProxy`), every adapter call and lookup (:class:`SimAdapter`), every sleep. A call is
   *in flight* from the step that sends it until the provider has settled it, which the scheduler
@@ -24,7 +24,7 @@ How it is deterministic:
   on, which provider fate each request meets, which clock jump or kill happens, and the run IDs
   and lease tokens (``uuid.uuid4`` is seeded while a schedule runs).
 * Time is one simulated clock (:class:`SimClock`): the runners' clock, their monotonic clock
-  (``Runner.monotonic``) and the store's lease clock (``Store(..., clock=...)``) all read it.
+  (``RunnerOptions.monotonic``) and the store's lease clock (``Store(..., clock=...)``) all read it.
 
 A **kill** is SIGKILL: the driver never runs again; every later store or adapter call from its
 thread raises :class:`Killed` before touching anything (so ``finally:`` blocks that would give a
@@ -52,11 +52,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ratchet_runner.engine import commands as real_commands
-from ratchet_runner.engine.runner import Runner
+from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.errors import RatchetError
 from ratchet_runner.spec.model import Adapter as AdapterSpec
 from ratchet_runner.spec.model import Spec
-from ratchet_runner.store.store import OperationRecord, RunRecord, Store
+from ratchet_runner.store.records import OperationRecord, RunRecord
+from ratchet_runner.store.store import Store
 from tests.property.sim_drivers import (
     Arrival,
     Driver,
@@ -212,16 +213,17 @@ class Simulation:
         return SimAdapter(self, provider)
 
     def runner(self, name: str) -> Runner:
-        runner = SimRunner(
+        return SimRunner(
             StoreProxy(self.store, self),  # type: ignore[arg-type]
             self.adapter,
             self.clock,
             rng=random.Random(f"{self.seed}/{name}"),
-            inline_wait=self.inline_wait,
+            options=RunnerOptions(
+                inline_wait=self.inline_wait,
+                monotonic=self.clock.now,
+                heartbeat=False,  # renewed by a companion driver (``sim_drivers.heartbeat``)
+            ),
         )
-        runner.monotonic = self.clock.now
-        runner.heartbeat = False  # renewed by a companion driver (``sim_drivers.heartbeat``)
-        return runner
 
     def command_options(self, name: str) -> dict[str, Any]:
         """A command's lease, owner and patience: none, as a command that waited would only

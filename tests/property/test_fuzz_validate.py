@@ -265,7 +265,7 @@ def test_validation_never_raises_on_spliced_or_truncated_bytes(
     # also as text: undecodable bytes become lone surrogates, which no UTF-8 file can hold
     source = data.draw(st.sampled_from([raw, raw.decode("utf-8", "surrogateescape")]))
 
-    with mock.patch.object(loader, "_Parser", parser):
+    with mock.patch.object(loader, "YAML_PARSER", parser):
         report = validate_text(source, FILE)
 
     assert_well_formed(report, source)

@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 
 from ratchet_runner.engine.approvals import decide as record_decision
-from ratchet_runner.engine.lifecycle import migrate
 from ratchet_runner.engine.runner import Runner
+from ratchet_runner.engine.versions import migrate
 from ratchet_runner.spec.model import Spec
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import SUMMARY
 from tests.property.simulation import Result, run_schedule, simulation_store
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,8 +21,10 @@ from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
 from ratchet_runner.errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
-from ratchet_runner.store import store as store_module
-from ratchet_runner.store.store import Change, RunRecord, Store
+from ratchet_runner.store import dialects
+from ratchet_runner.store.postgres import PostgresWriter
+from ratchet_runner.store.records import Change, NewRun, RunRecord
+from ratchet_runner.store.store import Store
 from tests.conftest import PG_URL, ROOT, MakeRunner, postgres_url
 
 DIGEST = "d" * 64
@@ -53,7 +56,7 @@ def new_run(
 ) -> RunRecord:
     store.save_spec(DIGEST, workflow, 1, "1", "name: refund\n", T0)
     run, created = store.create_run(
-        run_id, workflow, DIGEST, business_key, "proposed", status, input or {}, T0
+        NewRun(run_id, workflow, DIGEST, business_key, "proposed", status, input or {}, T0)
     )
     assert created
     return run
@@ -248,13 +251,72 @@ def _between_commit_and_next_read(store: Store, act: Callable[[], object]) -> di
 # -- runs, specs, approvals -----------------------------------------------------------------
 
 
+def test_a_new_run_is_stored_as_its_record_says_with_its_first_events_and_timers(
+    store: Store,
+) -> None:
+    """``create_run`` takes a :class:`NewRun`: the run comes back as ``NewRun.record()`` says,
+    its history is ``created`` and then its own events, and the timers it arms are armed at its
+    time (one statement on PostgreSQL, a transaction on SQLite: the same rows either way)."""
+    store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
+    pause = {"state": "awaiting_approval", "since": T0, "resumes_on": ["approve"]}
+    new = NewRun(
+        "run_new",
+        "refund",
+        DIGEST,
+        "T-new",
+        "awaiting_approval",
+        "waiting",
+        {"amount": 9.95},
+        T0,
+        context={"timers_of": "awaiting_approval", "pause": pause},
+        timers=[{"state": "awaiting_approval", "event": "expired", "due_at": T0 + 3600}],
+        events=[("paused", pause)],
+    )
+
+    run, created = store.create_run(new)
+
+    assert created
+    assert run == new.record() == store.get_run("run_new")
+    assert (run.version, run.created_at, run.updated_at, run.context) == (1, T0, T0, new.context)
+    assert [(e.kind, e.version, e.data, e.at) for e in store.history(run.id)] == [
+        ("created", 1, {"state": "awaiting_approval", "business_key": "T-new"}, T0),
+        ("paused", 1, pause, T0),
+    ]
+    (timer,) = store.timers(run.id)
+    assert (timer.state, timer.event, timer.due_at, timer.created_at, timer.fired_at) == (
+        "awaiting_approval",
+        "expired",
+        T0 + 3600,
+        T0,
+        None,
+    )
+
+
+def test_under_practice_time_a_new_runs_events_also_record_the_real_time(store: Store) -> None:
+    store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
+    store.stamp_real_time = True
+    events = [("noted", {"by": "test"})]
+    new = NewRun("run_p", "refund", DIGEST, "T-p", "proposed", "running", {}, T0, events=events)
+
+    before = time.time()
+    store.create_run(new)
+    after = time.time()
+
+    history = store.history("run_p")
+    assert [e.kind for e in history] == ["created", "noted"]
+    assert all(e.at == T0 and before <= e.data["real_at"] <= after for e in history)
+    assert history[1].data["by"] == "test"
+
+
 def test_creating_a_run_twice_for_one_business_key_returns_the_first_run_uncreated(
     store: Store,
 ) -> None:
     first = new_run(store, "run_1", "T-90104", input={"amount": 9.95})
 
     again, created = store.create_run(
-        "run_2", "refund", DIGEST, "T-90104", "proposed", "waiting", {"amount": 19.9}, T0 + 5
+        NewRun(
+            "run_2", "refund", DIGEST, "T-90104", "proposed", "waiting", {"amount": 19.9}, T0 + 5
+        )
     )
 
     assert created is False
@@ -263,7 +325,7 @@ def test_creating_a_run_twice_for_one_business_key_returns_the_first_run_uncreat
     with pytest.raises(RunNotFound):
         store.get_run("run_2")
     other_workflow, created = store.create_run(
-        "run_3", "returns", DIGEST, "T-90104", "deciding", "running", {}, T0
+        NewRun("run_3", "returns", DIGEST, "T-90104", "deciding", "running", {}, T0)
     )
     assert created is True
     assert other_workflow.id == "run_3"
@@ -288,7 +350,8 @@ def test_two_workers_creating_one_business_key_at_once_get_one_run(store_url: st
 
 
 def _create(store: Store, run_id: str, key: str, results: list[tuple[RunRecord, bool]]) -> None:
-    results.append(store.create_run(run_id, "refund", DIGEST, key, "proposed", "waiting", {}, T0))
+    new = NewRun(run_id, "refund", DIGEST, key, "proposed", "waiting", {}, T0)
+    results.append(store.create_run(new))
 
 
 def test_the_exact_spec_text_stays_under_its_digest_after_the_spec_file_changes(
@@ -399,7 +462,7 @@ def test_a_business_key_the_database_cannot_hold_is_refused_as_a_store_error(
     store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
     try:
         _, created = store.create_run(
-            "run_nul", "refund", DIGEST, "T-1\u0000x", "proposed", "waiting", {}, T0
+            NewRun("run_nul", "refund", DIGEST, "T-1\u0000x", "proposed", "waiting", {}, T0)
         )
     except StoreError:
         with pytest.raises(RunNotFound):
@@ -579,7 +642,7 @@ def test_a_postgresql_connection_the_server_dropped_while_idle_is_replaced_unsee
 ) -> None:
     """Pooled connections are not pinged on every use (that would double a commit's round
     trips); one idle for longer than ``IDLE_PING_SECONDS`` is, and a dead one is replaced."""
-    monkeypatch.setattr(store_module, "IDLE_PING_SECONDS", 0.0)
+    monkeypatch.setattr(dialects, "IDLE_PING_SECONDS", 0.0)
     store = Store(postgres_url())
     try:
         run = new_run(store)
@@ -599,7 +662,7 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
     """The one-statement form writes every part of a change only when its compare-and-set
     matches; the forms it cannot express exactly go through a transaction."""
     from ratchet_runner.store.postgres import Statements, Tables
-    from ratchet_runner.store.store import approvals, events, operations, runs, signals, timers
+    from ratchet_runner.store.tables import approvals, events, operations, runs, signals, timers
 
     statements = Statements(Tables(runs, events, operations, approvals, timers, signals))
     change = Change("run_1", 3, T0, lease_token="t" * 32)
@@ -683,8 +746,9 @@ def _claim_from_a_backlog(store: Store) -> None:
             "FROM generate_series(1, 20000) AS g"
         )
         conn.exec_driver_sql("ANALYZE runs")
-    assert store._pg is not None
-    sql = store._pg.claim_sql % {"now": "1e12", "limit": "1", "owner": "'me'", "seconds": "30"}
+    assert isinstance(store._writer, PostgresWriter)
+    claim_sql = store._writer.statements.claim_sql
+    sql = claim_sql % {"now": "1e12", "limit": "1", "owner": "'me'", "seconds": "30"}
     with store.engine.begin() as conn:
         plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
         conn.rollback()

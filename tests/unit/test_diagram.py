@@ -17,6 +17,7 @@ from pathlib import Path
 import graphviz
 import pytest
 
+from ratchet_runner.errors import GraphvizNotFound
 from ratchet_runner.review.diagram import draw as diagram
 from ratchet_runner.review.diagram.dot import RED
 from ratchet_runner.review.diagram.mermaid import mermaid_escape
@@ -546,5 +547,5 @@ def test_without_dot_the_dot_and_mermaid_formats_still_work(
         code, out, _ = run(capsys, "diagram", refund, "--view", "crash-windows", "--format", fmt)
         assert code == 0
         assert out
-    with pytest.raises(diagram.GraphvizNotFound, match="apt-get install graphviz"):
+    with pytest.raises(GraphvizNotFound, match="apt-get install graphviz"):
         diagram.image(diagram.build(shipped("refund"), "states"), "png")

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from ratchet_runner.cli import cli
 from ratchet_runner.spec.codes import CODES
 from ratchet_runner.spec.expressions import APPROVAL_FIELDS, FUNCTIONS, RUN_FIELDS
-from ratchet_runner.spec.lint.references import _scopes
+from ratchet_runner.spec.lint.references import expression_scopes
 from ratchet_runner.spec.loader import load_file, load_text
 from ratchet_runner.spec.model import RUNNER_EVENTS
 from ratchet_runner.spec.schema import spec_schema
@@ -370,7 +370,7 @@ def test_the_spec_reference_lists_the_fields_of_run_and_approval_that_are_checke
 def test_the_spec_reference_lists_the_variables_each_kind_of_expression_may_name() -> None:
     spec = validate_path(ROOT / "specs" / "refund.yaml").spec
     assert spec is not None
-    scopes = _scopes(spec)
+    scopes = expression_scopes(spec)
     places = {
         "business_key": "business_key",
         "effects.<name>.args.<arg>": "args",

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ratchet_runner.spec.expressions import (
-    APPROVAL_FIELDS,
-    ExpressionError,
-    Scope,
-    check,
-    compile_expression,
-)
+from ratchet_runner.errors import ExpressionError
+from ratchet_runner.spec.expressions import APPROVAL_FIELDS, Scope, check, compile_expression
 
 SCOPE = Scope(
     {
@@ -31,7 +26,7 @@ SCOPE = Scope(
 def code(source: str) -> str:
     with pytest.raises(ExpressionError) as caught:
         check(source, SCOPE)
-    return caught.value.code
+    return caught.value.lint_code
 
 
 def test_a_guard_over_known_names_compiles_and_evaluates() -> None:

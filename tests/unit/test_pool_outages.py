@@ -24,10 +24,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DataError, OperationalError
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.engine.runner import Runner
+from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.errors import StoreError
 from ratchet_runner.spec.validate import load_spec_text
-from ratchet_runner.store.store import RunRecord, Store
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from ratchet_runner.worker import pool as pool_module
+from ratchet_runner.worker.passes import Fired
 from ratchet_runner.worker.pool import Pool, PoolReport, connection_lost
 from tests.conftest import RATCHET, ROOT, MakeRunner, spec_and_text
 
@@ -121,10 +124,10 @@ def test_threads_that_cannot_open_their_store_wait_and_finish_the_work_when_it_a
     opened: list[str] = []
     stores: list[Store] = []
 
-    def make() -> Runner:
+    def make(options: RunnerOptions) -> Runner:
         stores.append(Store(store.url))  # fails while the store is down
         opened.append(threading.current_thread().name)
-        return Runner(stores[-1], lambda a: world.adapter(a.kind))
+        return Runner(stores[-1], lambda a: world.adapter(a.kind), options=options)
 
     log: list[str] = []
     outage.want = 12  # several attempts from each of the three threads
@@ -190,7 +193,7 @@ def test_a_step_cut_off_by_a_lost_connection_is_taken_again_and_its_change_made_
 
     log: list[str] = []
     report = Pool(
-        lambda: make_runner(interrupt=after_the_call),
+        lambda options: make_runner(interrupt=after_the_call, options=options),
         concurrency=1,
         lease_seconds=LEASE,
         poll=0.01,
@@ -222,13 +225,13 @@ def test_the_heartbeat_outlives_a_store_it_cannot_open_and_renews_once_it_can(
             renewed.set()
         return done
 
-    def make() -> Runner:
+    def make(options: RunnerOptions) -> Runner:
         nonlocal heartbeat_opens
         if threading.current_thread().name == "ratchet-heartbeat":
             heartbeat_opens += 1
             if heartbeat_opens <= 2:
                 raise StoreError("cannot open the store: connection refused")
-        return make_runner(interrupt=held_up)
+        return make_runner(interrupt=held_up, options=options)
 
     def held_up(point: str, effect: str) -> None:
         if point == "before-write":  # the step waits for the heartbeat's first renewal
@@ -248,26 +251,21 @@ def test_the_heartbeat_outlives_a_store_it_cannot_open_and_renews_once_it_can(
 
 
 def test_an_unexpected_error_is_reported_once_and_the_thread_goes_on(
-    make_runner: MakeRunner, world: PracticeWorld, store: Store
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs = labels(make_runner(), world, 3)
     raised: list[int] = []
+    fire_due = pool_module.fire_due
 
-    def make() -> Runner:
-        runner = make_runner()
-        fire_due = runner.timers.fire_due
+    def broken(runner: Runner, limit: int = 500) -> list[Fired]:
+        if len(raised) < 3:
+            raised.append(1)
+            raise RuntimeError("a bug in the timers")
+        return fire_due(runner, limit)
 
-        def broken(*args: object) -> object:
-            if len(raised) < 3:
-                raised.append(1)
-                raise RuntimeError("a bug in the timers")
-            return fire_due(*args)  # type: ignore[arg-type]
-
-        runner.timers.fire_due = broken  # type: ignore[method-assign,assignment]
-        return runner
-
+    monkeypatch.setattr(pool_module, "fire_due", broken)
     log: list[str] = []
-    pool = Pool(make, concurrency=1, lease_seconds=LEASE, poll=0.01, log=log.append)
+    pool = Pool(make_runner, concurrency=1, lease_seconds=LEASE, poll=0.01, log=log.append)
     report = pool.run(until_idle=True)
 
     assert len(raised) == 3

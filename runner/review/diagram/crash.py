@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.review.diagram.model import Builder, Graph, Line, duration, wrap
-from ratchet_runner.spec.codes import CODES
-from ratchet_runner.spec.model import Effect, Row, Spec
+from ...errors import Diagnostic
+from ...spec.codes import CODES
+from ...spec.model import Effect, Row, Spec
+from .model import Builder, Graph, Line, duration, wrap
 
 #: The codes that make an effect row unsafe to crash in, drawn on the row.
 UNSAFE_CODES = ("E501", "E502", "E503", "E504", "E505", "E513", "E516", "W517")

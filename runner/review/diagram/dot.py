@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from ratchet_runner.review.diagram.model import Edge, Graph, LegendEntry, Line, Node
+from .model import Edge, Graph, LegendEntry, Line, Node
 
 if TYPE_CHECKING:
     import graphviz

@@ -10,28 +10,29 @@ Three layers, as in ``transitions``' diagrams, so that each can be tested alone:
 
 The DOT and Mermaid texts are pure functions of the spec (generated node IDs, one font, one
 direction, no timestamps), so they are compared as golden files; drawing SVG, PNG or PDF needs
-Graphviz's ``dot`` program, and :class:`GraphvizNotFound` says how to install it.
+Graphviz's ``dot`` program, and :class:`~ratchet_runner.errors.GraphvizNotFound` says how to
+install it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ratchet_runner.errors import Diagnostic, SpecError, UsageError
-from ratchet_runner.review.diagram.crash import (
+from ...errors import Diagnostic, GraphvizNotFound, SpecError, UsageError
+from ...spec.lint import lint
+from ...spec.model import Spec
+from ...spec.validate import validate_path
+from .crash import (
     UNSAFE_CODES,
     crash_windows_graph,
     effect_rows,
     findings,
 )
-from ratchet_runner.review.diagram.dot import dot_source, render_bytes
-from ratchet_runner.review.diagram.mermaid import to_mermaid
-from ratchet_runner.review.diagram.model import Graph
-from ratchet_runner.review.diagram.saga import saga_graph
-from ratchet_runner.review.diagram.states import states_graph
-from ratchet_runner.spec.lint import lint
-from ratchet_runner.spec.model import Spec
-from ratchet_runner.spec.validate import validate_path
+from .dot import dot_source, render_bytes
+from .mermaid import to_mermaid
+from .model import Graph
+from .saga import saga_graph
+from .states import states_graph
 
 __all__ = [
     "FORMATS",
@@ -40,7 +41,6 @@ __all__ = [
     "UNSAFE_CODES",
     "VIEWS",
     "Graph",
-    "GraphvizNotFound",
     "build",
     "drawn_findings",
     "effect_names",
@@ -66,18 +66,6 @@ SUFFIXES = {
 }
 #: PNGs are drawn at this resolution: readable on a page, a few hundred kilobytes at most.
 PNG_DPI = 110
-
-
-class GraphvizNotFound(UsageError):
-    """Graphviz's dot program was not found, and SVG, PNG and PDF need it."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "Graphviz's `dot` program was not found on PATH, and --format svg, png and pdf need "
-            "it to draw. Install Graphviz: `apt-get install graphviz` (Debian, Ubuntu), "
-            "`brew install graphviz` (macOS), or see https://graphviz.org/download/. "
-            "--format dot and --format mermaid print text and need no Graphviz."
-        )
 
 
 def effect_names(spec: Spec) -> list[str]:
@@ -116,7 +104,11 @@ def build(
     diagnostics: list[Diagnostic] | None = None,
 ) -> Graph:
     """The plain graph of ``view`` (one of :data:`VIEWS`). ``diagnostics`` are the findings to
-    draw on crash windows; by default the spec is linted for them."""
+    draw on crash windows; by default the spec is linted for them. ``effect`` limits the
+    crash-windows view to the rows that perform it (a :class:`UsageError` if none does)."""
+    if effect is not None and effect not in effect_names(spec):
+        performed = ", ".join(effect_names(spec)) or "none"
+        raise UsageError(f"no row performs {effect!r}; the effects rows perform: {performed}")
     if view == "states":
         return states_graph(spec)
     if view == "saga":
@@ -132,6 +124,11 @@ def build(
 def format_for(output: str | None) -> str | None:
     """The format ``output``'s suffix names (``.svg`` → ``svg``), if any."""
     return SUFFIXES.get(Path(output).suffix.lower()) if output else None
+
+
+def render(graph: Graph, fmt: str) -> bytes:
+    """The graph in ``fmt``: DOT or Mermaid text (UTF-8), or an image Graphviz draws."""
+    return image(graph, fmt) if fmt in IMAGE_FORMATS else text(graph, fmt).encode("utf-8")
 
 
 def text(graph: Graph, fmt: str) -> str:

@@ -8,8 +8,8 @@ cannot end a statement, and no text can spell markup.
 
 from __future__ import annotations
 
-from ratchet_runner.review.diagram.dot import CLUSTER_STYLES, EDGE_STYLES, NODE_STYLES
-from ratchet_runner.review.diagram.model import Graph, Line, Node
+from .dot import CLUSTER_STYLES, EDGE_STYLES, NODE_STYLES
+from .model import Graph, Line, Node
 
 #: Characters that mean something to Mermaid, as its entity codes. ``#`` itself is escaped, so
 #: that no text can spell an entity, and so are the words its pre-parser looks for.

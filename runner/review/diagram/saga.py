@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ratchet_runner.review.diagram.model import Builder, Graph, Line, wrap
-from ratchet_runner.spec.model import Effect, Row, Spec, State
+from ...spec.model import Effect, Row, Spec, State
+from .model import Builder, Graph, Line, wrap
 
 #: The kinds of state a forward path runs through.
 FORWARD_KINDS = frozenset({"step", "pause", "wait", "success"})

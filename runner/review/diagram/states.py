@@ -8,8 +8,8 @@ guard (shortened when long) and the effect the row performs.
 
 from __future__ import annotations
 
-from ratchet_runner.review.diagram.model import Builder, Graph, Line, duration, shorten, wrap
-from ratchet_runner.spec.model import OUTCOME_EVENTS, Row, Spec, State
+from ...spec.model import OUTCOME_EVENTS, Row, Spec, State
+from .model import Builder, Graph, Line, duration, shorten, wrap
 
 #: State kinds in legend order, with what the legend says about each.
 KINDS: dict[str, str] = {

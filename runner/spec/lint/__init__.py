@@ -14,8 +14,9 @@ the input schema), :mod:`~ratchet_runner.spec.lint.graph` the state-graph checks
 
 from __future__ import annotations
 
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.spec.lint.effects import (
+from ...errors import Diagnostic
+from ..model import Spec
+from .effects import (
     check_approvals,
     check_compensation,
     check_effect_states,
@@ -24,14 +25,13 @@ from ratchet_runner.spec.lint.effects import (
     check_retry_and_hope,
     check_retry_owners,
 )
-from ratchet_runner.spec.lint.graph import check_event_names, check_events, check_graph
-from ratchet_runner.spec.lint.references import (
+from .graph import check_event_names, check_events, check_graph
+from .references import (
     check_expressions,
     check_input_schema,
     check_references,
 )
-from ratchet_runner.spec.lint.support import Check
-from ratchet_runner.spec.model import Spec
+from .support import Check
 
 __all__ = ["CHECKS", "Check", "lint"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.spec.expressions import RUN_FIELDS
-from ratchet_runner.spec.lint.support import at, at_field, at_name, col, effect_rows, line_of
-from ratchet_runner.spec.model import Adapter, Effect, Row, Spec
+from ...errors import Diagnostic
+from ..expressions import RUN_FIELDS
+from ..model import Adapter, Effect, Row, Spec
+from .support import at, at_field, at_name, col, effect_rows, line_of
 
 #: More calls than this for one approved change, across all retry layers, is a warning (W508).
 MAX_CALLS_PER_EFFECT = 10

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator
 
 from transitions import Machine
 
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.spec.lint.support import at, at_name, col, line_of
-from ratchet_runner.spec.model import OUTCOME_EVENTS, RUNNER_EVENTS, TERMINAL_KINDS, Row, Spec
+from ...errors import Diagnostic
+from ..model import OUTCOME_EVENTS, RUNNER_EVENTS, TERMINAL_KINDS, Row, Spec
+from .support import at, at_name, col, line_of
 
 #: Attributes of a `transitions` Machine, and those it gives (or may give) every model.
 MACHINE_NAMES = frozenset(n for n in dir(Machine) if not n.startswith("_")) | {

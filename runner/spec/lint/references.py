@@ -14,16 +14,11 @@ import jsonschema
 from jsonschema import Draft7Validator
 
 from ratchet_runner.adapters import KINDS
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.spec.expressions import (
-    APPROVAL_FIELDS,
-    RUN_FIELDS,
-    ExpressionError,
-    Scope,
-    check,
-)
-from ratchet_runner.spec.lint.support import at, col
-from ratchet_runner.spec.model import Spec
+
+from ...errors import Diagnostic, ExpressionError
+from ..expressions import APPROVAL_FIELDS, RUN_FIELDS, Scope, check
+from ..model import Spec
+from .support import at, col
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:
@@ -141,7 +136,8 @@ _EXPRESSION_HINTS = {
 }
 
 
-def _scopes(spec: Spec) -> dict[str, Scope]:
+def expression_scopes(spec: Spec) -> dict[str, Scope]:
+    """What each kind of expression may name (business key, args, guard, until), for ``spec``."""
     input_rule: Any = spec.input_schema if isinstance(spec.input_schema, dict) else None
     receipts: dict[str, Any] = {"properties": {name: {} for name in spec.effects}}
     base = {"input": input_rule, "receipts": receipts, "run": RUN_FIELDS, "business_key": None}
@@ -157,15 +153,15 @@ def _expression(spec: Spec, scope: Scope, source: str, pointer: str) -> Iterator
     try:
         check(source, scope)
     except ExpressionError as exc:
-        hint = _EXPRESSION_HINTS.get(exc.code, "; name one of those, or declare it first")
+        hint = _EXPRESSION_HINTS.get(exc.lint_code, "; name one of those, or declare it first")
         if "simplify it" in str(exc):
             hint = ""
         message = str(exc).removesuffix(f": {source}")  # the parser echoes the source
-        yield at(spec, pointer, exc.code, f"{message}{hint}")
+        yield at(spec, pointer, exc.lint_code, f"{message}{hint}")
 
 
 def check_expressions(spec: Spec) -> Iterator[Diagnostic]:
-    scopes = _scopes(spec)
+    scopes = expression_scopes(spec)
     yield from _expression(spec, scopes["business_key"], spec.business_key, "/business_key")
     for row in spec.transitions:
         if row.guard is not None:

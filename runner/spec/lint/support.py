@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from ratchet_runner.errors import Diagnostic
-from ratchet_runner.spec.loader import Document, pointer_join
-from ratchet_runner.spec.model import Effect, Row, Spec
+from ...errors import Diagnostic
+from ..loader import Document, pointer_join
+from ..model import Effect, Row, Spec
 
 Check = Callable[[Spec], Iterator[Diagnostic]]
 

@@ -1,0 +1,265 @@
+"""Compensation: undoing a run's forward effects, newest first, while it stands in a ``compensate``
+state.
+
+:func:`compensate` takes one step of the saga: it undoes the newest forward effect not yet undone
+by its registered compensation (a :class:`CompensationStep`, the effect protocol with a different
+ending), reconciles first a forward operation whose outcome is not known, skips (and records) one
+that registered no undo, and moves the run by ``ok`` once nothing is left. It works against a
+:class:`~ratchet_runner.engine.host.StepHost`, like the effect step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ratchet_runner.adapters.base import Found, LookupFailed, LookupResult, NotFound
+
+from ..spec.model import Effect, Spec
+from ..store.records import OperationRecord, RunRecord
+from .host import StepHost
+from .protocol import EffectStep
+
+#: The statuses of a forward operation whose change may have been made without the runner
+#: knowing: ``unknown`` (its lookup failed), ``pending`` with a call on record (the process
+#: died, or the run was moved on, before the outcome was known), and ``exhausted`` or
+#: ``expired`` (no further attempt: each ambiguous attempt was looked up and not found, but a
+#: provider may commit late, and an effect without a lookup never knew). A compensation asks
+#: once more rather than assume nothing was made.
+UNRESOLVED = frozenset({"unknown", "pending", "exhausted", "expired"})
+
+
+def outcome_unresolved(op: OperationRecord) -> bool:
+    """Whether ``op`` may have been made although it is not recorded done."""
+    return op.status in UNRESOLVED and op.attempts > 0
+
+
+class CompensationStep(EffectStep):
+    """One registered compensation, run while the run stands in a ``compensate`` state."""
+
+    role = "compensation"
+
+    def __init__(
+        self, host: StepHost, run: RunRecord, spec: Spec, registered: OperationRecord
+    ) -> None:
+        self.registered = registered
+        super().__init__(host, run, spec, spec.effects[registered.effect])
+
+    def _name(self) -> str:
+        return self.registered.operation_id
+
+    def perform(self) -> RunRecord:
+        op = self.host.store.operation(self.operation_id) or self.registered
+        if op.status in ("refused", "exhausted", "unknown"):
+            return self._outcome(op, op.status, op.last_error or op.status)
+        return super().perform()
+
+    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
+        change = self._done_change(op, receipt, via)
+        undone = list(self.run.context.get("undone", []))
+        if op.operation_id not in undone:
+            undone.append(op.operation_id)
+        change.context = {**self.run.context, "undone": undone, "wake_at": None}
+        self.run = self.host.store.commit(change)
+        self.host.interrupt("after-receipt", self.effect.name)
+        return self.run
+
+
+def compensate(host: StepHost, run: RunRecord, spec: Spec) -> RunRecord:
+    """Undo the forward effects, newest first, one compensation (or one lookup) per step.
+
+    The completed effects are undone by their registered compensations. A forward operation
+    whose outcome is not known (:data:`UNRESOLVED`) and that registered an undo is first
+    reconciled by its operation ID (:func:`_reconcile_for_undo`): found, it is recorded done
+    and undone in its turn; not found, its undo is skipped; if nobody can tell, the run goes
+    to a person instead of ending compensated with the change perhaps still made."""
+    operations = host.store.operations(run.id)
+    by_id = {op.operation_id: op for op in operations}
+    undo = {op.compensates: op for op in operations if op.role == "compensation"}
+    noted = set(run.context.get("skipped_undo", []))
+    completed = set(run.context.get("completed", []))
+    for forward_id in reversed(_undo_order(run, operations, undo)):
+        forward = by_id.get(forward_id)
+        registered = undo.get(forward_id)
+        if forward_id not in completed:  # outcome unknown: ask the provider first
+            if forward_id in noted or forward is None or registered is None:
+                continue
+            return _reconcile_for_undo(host, run, spec, forward, registered)
+        if registered is None:
+            if forward_id in noted or forward is None:
+                continue
+            change = host.change(run)
+            change.context = {**run.context, "skipped_undo": [*noted, forward_id]}
+            change.event(
+                "compensation_skipped",
+                operation_id=forward_id,
+                effect=forward.effect,
+                reason=_no_undo_reason(spec, forward.effect),
+            )
+            return host.store.commit(change)
+        if registered.status == "done":
+            continue
+        return CompensationStep(host, run, spec, registered).perform()
+    change = host.change(run)
+    change.event("compensated", undone=len(run.context.get("undone", [])))
+    return host.move(run, spec, "ok", change)
+
+
+def _undo_order(
+    run: RunRecord, operations: list[OperationRecord], undo: Mapping[str | None, Any]
+) -> list[str]:
+    """The forward operations to undo, oldest first: the completed ones in the order they
+    completed, and each one with an unknown outcome and a registered undo placed where its
+    pending record was written (the run's ``operations`` list keeps that order; the store's
+    timestamps may tie)."""
+    order = list(run.context.get("completed", []))
+    for op in operations:
+        if (
+            op.role == "forward"
+            and op.operation_id not in order
+            and op.operation_id in undo
+            and outcome_unresolved(op)
+        ):
+            order = _in_written_order(run, order, op.operation_id)
+    return order
+
+
+def _in_written_order(run: RunRecord, order: list[str], operation_id: str) -> list[str]:
+    """``order`` with ``operation_id`` inserted before the first operation whose pending
+    record was written after its own."""
+    written = {oid: i for i, oid in enumerate(run.context.get("operations", []))}
+    mine = written.get(operation_id, len(written))
+    later = (i for i, oid in enumerate(order) if written.get(oid, -1) > mine)
+    at = next(later, len(order))
+    return [*order[:at], operation_id, *order[at:]]
+
+
+def _reconcile_for_undo(
+    host: StepHost,
+    run: RunRecord,
+    spec: Spec,
+    forward: OperationRecord,
+    registered: OperationRecord,
+) -> RunRecord:
+    """Ask the provider, by its operation ID, whether a forward operation whose outcome is
+    unknown was made, before the saga decides whether to undo it."""
+    effect = spec.effects[forward.effect]
+    if effect.reconcile is None:
+        return _unknown_to_person(
+            host, run, forward, "the effect has no reconcile lookup", looked=False
+        )
+    try:
+        found: LookupResult = host.adapter(spec, effect.adapter).lookup(
+            effect.reconcile, forward.operation_id, effect.name
+        )
+    except Exception as exc:  # an adapter bug or a raw network error: nobody can tell
+        found = LookupFailed(f"lookup raised {type(exc).__name__}: {exc}")
+    field = _receipt_field(spec, effect)
+    if (
+        isinstance(found, Found)
+        and found.receipt
+        and (field is None or bool(found.receipt.get(field)))
+    ):
+        return _found_for_undo(host, run, forward, found.receipt, field)
+    if isinstance(found, NotFound):
+        change = host.change(run)
+        noted = list(run.context.get("skipped_undo", []))
+        change.context = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
+        change.operation_updates.append(
+            (
+                forward.operation_id,
+                {"last_error": "not on the provider's record when compensating: not made"},
+            )
+        )
+        change.event(
+            "compensation_skipped",
+            operation_id=forward.operation_id,
+            effect=forward.effect,
+            outcome="not_made",
+            reason=(
+                f"op {forward.operation_id[:12]} is not on the provider's record: "
+                f"it was not made, so {registered.effect} has nothing to undo"
+            ),
+        )
+        return host.store.commit(change)
+    reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
+    return _unknown_to_person(host, run, forward, reason, looked=True)
+
+
+def _found_for_undo(
+    host: StepHost,
+    run: RunRecord,
+    forward: OperationRecord,
+    receipt: dict[str, Any],
+    field: str | None,
+) -> RunRecord:
+    """The provider made the change: record it done, with its receipt (which the undo's
+    arguments read), in its place among the completed effects; the next step undoes it."""
+    change = host.change(run)
+    change.operation_updates.append(
+        (forward.operation_id, {"status": "done", "receipt": receipt, "last_error": None})
+    )
+    receipts = {**run.context.get("receipts", {}), forward.effect: receipt}
+    completed = _in_written_order(run, list(run.context.get("completed", [])), forward.operation_id)
+    change.context = {**run.context, "receipts": receipts, "completed": completed}
+    change.event("reconcile_found", operation_id=forward.operation_id)
+    change.event(
+        "done",
+        operation_id=forward.operation_id,
+        effect=forward.effect,
+        role="forward",
+        via="reconcile",
+        receipt={field or "receipt": receipt.get(field or "")},
+    )
+    return host.store.commit(change)
+
+
+def _unknown_to_person(
+    host: StepHost, run: RunRecord, forward: OperationRecord, reason: str, *, looked: bool
+) -> RunRecord:
+    """Nobody can tell whether the change was made: hand the run to a person, where it
+    stands, with what to check. It takes no step until an operator acts (no hot loop)."""
+    op_id = forward.operation_id
+    action = (
+        f"{forward.effect} may have been made, and the saga cannot tell ({reason}): check "
+        f"with the provider whether operation {op_id} was made. Then run "
+        "'ratchet ops compensate' (it looks the operation up again, undoes it if it was "
+        "made and goes on undoing, newest first), or undo it by hand and cancel the run"
+    )
+    change = host.change(run)
+    change.status = "needs_person"
+    change.context = {**run.context, "wake_at": None}
+    change.operation_updates.append(
+        (
+            op_id,
+            {
+                "status": "unknown",
+                "last_error": f"{reason}: nobody can tell whether operation {op_id} was made",
+            },
+        )
+    )
+    if looked:
+        change.event("reconcile_failed", operation_id=op_id, reason=reason)
+    change.event(
+        "queued",
+        queue=run.state,
+        operator_action=action,
+        effect=forward.effect,
+        operation_id=op_id,
+    )
+    return host.store.commit(change)
+
+
+def _receipt_field(spec: Spec, effect: Effect) -> str | None:
+    for row in spec.transitions:
+        if row.external_effect == effect.name:
+            return row.receipt or effect.receipt
+    return effect.receipt
+
+
+def _no_undo_reason(spec: Spec, effect: str) -> str:
+    for row in spec.transitions:
+        if row.external_effect == effect and row.compensation is not None:
+            comp = row.compensation
+            return f"{comp.kind}: {comp.reason}" if comp.reason else comp.kind
+    return "no compensation declared"

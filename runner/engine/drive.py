@@ -1,0 +1,90 @@
+"""Driving a run on after a change, and parking it when its step fails for good.
+
+:func:`drive` is :meth:`~ratchet_runner.engine.runner.Runner.advance`, except that a step failing
+with an error the run cannot recover from by itself moves the run to the operator queue, once
+(:func:`park`); :func:`carry_on` drives on a run a command has just changed and says what
+happened after the change instead of raising. :class:`Outcome` is what such a command did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..errors import RatchetError, StepFailed, StoreError, VersionConflict
+from ..store.records import RunRecord
+from .runner import Runner
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a lifecycle call did: the run afterwards, whether it changed, and why; ``then`` says
+    what happened after the change, when the run could not be driven on as usual (another
+    process carried it on, or its next step failed and it waits for a person)."""
+
+    run: RunRecord
+    changed: bool
+    message: str
+    then: str | None = None
+
+
+def park(runner: Runner, run_id: str, error: BaseException) -> RunRecord:
+    """Move a running run whose step failed with ``error`` to the operator queue, once, with the
+    error as evidence; ``ratchet ops retry`` takes the step again (reconciling first)."""
+    run = runner.store.get_run(run_id)
+    if run.status != "running":
+        return run
+    code = getattr(error, "code", "R000") if isinstance(error, RatchetError) else "R000"
+    text = str(error) if isinstance(error, RatchetError) else f"{type(error).__name__}: {error}"
+    change = runner.change(run)
+    change.status = "needs_person"
+    change.context = {
+        **run.context,
+        "wake_at": None,
+        "failed_step": {"state": run.state, "code": code, "error": text},
+    }
+    change.event("step_failed", state=run.state, code=code, error=text)
+    change.event(
+        "queued",
+        queue=run.state,
+        operator_action=(
+            f"the step in {run.state!r} failed: {text}. Fix the cause, then "
+            f"'ratchet ops retry {run.id} --as NAME --role ROLE' takes the step again "
+            "(reconciling any call on record first)"
+        ),
+    )
+    return runner.store.commit(change)
+
+
+def drive(runner: Runner, run: RunRecord) -> RunRecord:
+    """:meth:`Runner.advance`, except that a step failing with an error the run cannot recover
+    from by itself (a bad argument, an adapter kind with no implementation, an approval that no
+    longer fits) moves the run to the operator queue once, with the error as evidence, and
+    raises :class:`StepFailed`, instead of leaving it runnable to fail again and again. Races
+    (:class:`VersionConflict`) and store failures are raised as they are: they are not the
+    run's fault."""
+    try:
+        return runner.advance(run)
+    except (StoreError, SQLAlchemyError):  # a database error that escaped unwrapped: an outage
+        raise
+    except Exception as exc:
+        parked = park(runner, run.id, exc)
+        raise StepFailed(f"run {run.id}: {exc}; it waits for a person", parked) from exc
+
+
+def carry_on(runner: Runner, run: RunRecord) -> tuple[RunRecord, str | None]:
+    """Drive on a run this process has just changed, and say what happened after the change
+    instead of raising: the change itself stands whatever follows."""
+    try:
+        return drive(runner, run), None
+    except StepFailed as failed:
+        return failed.run, f"its next step failed and it waits for a person: {failed.__cause__}"
+    except VersionConflict as raced:
+        try:
+            now = runner.store.get_run(run.id)
+        except StoreError:
+            now = run
+        return now, f"another process carried the run on ({raced})"
+    except StoreError as failed:
+        return run, f"the store failed while driving it on ({failed}); 'ratchet resume' goes on"

@@ -1,0 +1,88 @@
+"""The host interface: what an effect step, and a decision on a run, need of the runner.
+
+:class:`~ratchet_runner.engine.protocol.EffectStep` performs one effect against a
+:class:`StepHost`, not against :class:`~ratchet_runner.engine.runner.Runner` itself: the store, the
+adapters, a change fenced by the run's lease, a move by the transition table, the lease made sure
+before a call, the clock a decision is judged by, and the in-process waits. The runner satisfies
+it (structurally: it does not name it), and so may a test double. :class:`RunHost` adds the spec
+version a run is pinned to, which recording a decision needs
+(:mod:`ratchet_runner.engine.approvals`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+from ratchet_runner.adapters.base import Adapter
+
+from ..spec.model import Spec
+from ..store.records import Change, OperationRecord, RunRecord
+from ..store.store import Store
+
+#: ``ratchet``: the effect protocol; ``naive``: a hand-rolled retry loop (every attempt a new
+#: operation, no lookup), which ``ratchet check`` runs to show the duplicates it causes.
+Strategy = Literal["ratchet", "naive"]
+
+
+class StepHost(Protocol):
+    """What an effect step needs of the runner that hosts it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def strategy(self) -> Strategy: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    def adapter(self, spec: Spec, name: str) -> Adapter:
+        """The adapter ``name`` of this spec version."""
+        ...
+
+    def change(self, run: RunRecord, at: float | None = None) -> Change:
+        """A new change to ``run``, fenced by the lease the host holds on it, if any."""
+        ...
+
+    def move(
+        self,
+        run: RunRecord,
+        spec: Spec,
+        event: str,
+        change: Change,
+        ctx: Mapping[str, Any] | None = None,
+        *,
+        write_ahead_next: bool = False,
+    ) -> RunRecord:
+        """Fire ``event`` and commit ``change`` with the move it selects."""
+        ...
+
+    def written_ahead(self, run: RunRecord) -> OperationRecord | None:
+        """The operation the host wrote ahead with the commit that made ``run``, not yet called."""
+        ...
+
+    def secure_lease(self, run_id: str, timeout: float | None) -> None:
+        """Make sure the lease held on the run lasts a call of ``timeout`` seconds, or raise."""
+        ...
+
+    def decision_now(self) -> float:
+        """Now, for a decision a deadline or an expiry bounds."""
+        ...
+
+    def interrupt(self, point: str, effect: str) -> None:
+        """The crash-practice hook at ``point`` of ``effect``."""
+        ...
+
+    def wait_inline(self, seconds: float) -> bool:
+        """Sleep ``seconds`` here if that is short enough; False to leave it to a timer."""
+        ...
+
+
+class RunHost(StepHost, Protocol):
+    """A step host that also reads the spec version each run is pinned to."""
+
+    def spec_of(self, run: RunRecord) -> Spec:
+        """The spec version ``run`` is pinned to."""
+        ...

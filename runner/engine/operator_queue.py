@@ -1,0 +1,72 @@
+"""The operator queue: the runs waiting for a person, with what to do and the evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.records import RunRecord, latest_event
+from .runner import Runner
+
+
+def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
+    """What was done, what was undone, what is left, and what failed."""
+    ops = runner.store.operations(run.id)
+    done = [o for o in ops if o.role == "forward" and o.status == "done"]
+    undo = {o.compensates: o for o in ops if o.role == "compensation"}
+    history = runner.store.history(run.id)
+    no_undo = {e.data.get("operation_id"): e.data for e in history if e.kind == "no_compensation"}
+    return {
+        "done": [
+            {"effect": o.effect, "operation_id": o.operation_id, "receipt": o.receipt} for o in done
+        ],
+        "undone": [
+            {"effect": u.effect, "operation_id": u.operation_id}
+            for u in undo.values()
+            if u.status == "done"
+        ],
+        "left": [
+            {
+                "effect": o.effect,
+                "undo": undo[o.operation_id].effect,
+                "status": undo[o.operation_id].status,
+            }
+            for o in done
+            if o.operation_id in undo and undo[o.operation_id].status != "done"
+        ],
+        "not_undoable": [
+            {
+                "effect": o.effect,
+                "undo": no_undo[o.operation_id].get("undo"),
+                "reason": no_undo[o.operation_id].get("reason"),
+            }
+            for o in done
+            if o.operation_id in no_undo
+        ],
+        "failed": [
+            {"effect": o.effect, "status": o.status, "error": o.last_error, "attempts": o.attempts}
+            for o in ops
+            if o.status in ("exhausted", "unknown", "refused")
+        ],
+    }
+
+
+def queue(runner: Runner) -> list[dict[str, Any]]:
+    """The runs waiting for a person, oldest first, with what to do and the evidence."""
+    now = runner.clock.now()
+    waiting = sorted(runner.store.list_runs("needs_person", limit=1000), key=lambda r: r.updated_at)
+    items = []
+    for run in waiting:
+        history = runner.store.history(run.id)
+        queued = latest_event(history, ("queued", "stuck"))
+        items.append(
+            {
+                "run": run.id,
+                "workflow": run.workflow,
+                "business_key": run.business_key,
+                "state": run.state,
+                "operator_action": queued.get("operator_action") or queued.get("reason"),
+                "age_seconds": round(now - run.updated_at, 1),
+                "evidence": evidence(runner, run),
+            }
+        )
+    return items

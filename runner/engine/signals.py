@@ -1,0 +1,90 @@
+"""Signals: a named event from outside that moves a paused run, delivered once per signal ID."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import format_time
+from ..errors import DuplicateOperation, SignalRefused
+from ..spec.model import RUNNER_EVENTS
+from .activation import activation
+from .approvals import apply_expiry, expired_pause
+from .drive import Outcome, carry_on
+from .machine import machine_for
+from .runner import Runner
+
+
+def send_signal(
+    runner: Runner,
+    run_id: str,
+    event: str,
+    signal_id: str,
+    data: dict[str, Any] | None = None,
+    spec_version: int | None = None,
+) -> Outcome:
+    """Deliver signal ``event`` to the run, once per ``signal_id``.
+
+    A signal ID seen before changes nothing and says so. A signal the run's state does not take,
+    or whose row's guard does not hold, or sent for a ``spec_version`` other than the one the
+    run is pinned to, is refused with nothing changed — never queued.
+    """
+    store = runner.store
+    run = store.resolve(run_id)
+    seen = store.signal(run.id, signal_id)
+    if seen is not None:
+        return Outcome(
+            run, False, f"signal {signal_id} was already received ({seen.event}); nothing changed"
+        )
+    if run.status in ("paused", "cancelled"):
+        raise SignalRefused(f"run {run.id} is {run.status} by an operator; nothing changed")
+    spec = runner.spec_of(run)
+    if spec_version is not None and spec_version != spec.spec_version:
+        raise SignalRefused(
+            f"run {run.id} runs version {spec.spec_version} of {spec.name}; this signal was "
+            f"sent for version {spec_version}; nothing changed"
+        )
+    state = spec.states[run.state]
+    if state.approval is not None and event in ("approve", "reject"):
+        raise SignalRefused(
+            f"a decision on {state.approval} needs an actor and a role: use "
+            f"'ratchet {event} {run.id} --as NAME ...'; nothing changed"
+        )
+    takes = list(state.resumes_on) if state.kind in ("pause", "wait") else []
+    if event in RUNNER_EVENTS or event not in takes:
+        offered = ", ".join(takes) or "no signals"
+        raise SignalRefused(
+            f"run {run.id} is in {run.state!r} ({state.kind}), which takes {offered}, not "
+            f"{event!r}; nothing changed"
+        )
+    payload = data or {}
+    now = runner.decision_now()
+    lapsed = expired_pause(runner, run, now)
+    if lapsed is not None:  # came after the pause expired, before a worker fired its timer
+        moved, how = apply_expiry(runner, run, spec, lapsed, now, signal=event, signal_id=signal_id)
+        raise SignalRefused(
+            f"run {run.id} no longer takes {event!r}: its pause in {run.state!r} expired at "
+            f"{format_time(lapsed.due_at)}, before this signal; {how}, and the run moved by "
+            f"'expired' to {moved.state!r} ({moved.status}). The signal was not delivered"
+        )
+    ctx = activation(run, spec, signal=payload)
+    row, errors = machine_for(spec).fire(run.state, event, ctx)
+    if row is None:
+        why = "; ".join(errors) or "no row's guard holds"
+        raise SignalRefused(
+            f"{event!r} does not apply to run {run.id} now ({why}); nothing changed"
+        )
+    change = runner.change(run)
+    change.new_signals.append(
+        {"signal_id": signal_id, "event": event, "data": payload, "received_at": change.at}
+    )
+    change.event("signal", event=event, signal_id=signal_id, data=payload)
+    try:
+        moved = runner.move(run, spec, event, change, ctx)
+    except DuplicateOperation:
+        return Outcome(
+            store.get_run(run.id),
+            False,
+            f"signal {signal_id} was already received; nothing changed",
+        )
+    driven, then = carry_on(runner, moved)
+    return Outcome(driven, True, f"{event} moved the run to {row.next_state}", then)

@@ -1,0 +1,255 @@
+"""The one composition root: what a command, ``ratchet check`` or a benchmark opens to work.
+
+A :class:`Session` is a context manager. It opens, on first use, the store (from a URL, or the
+default store under the home: a practice store), the command's clock (``RATCHET_NOW`` on a
+practice store, else the system clock; or one the caller gives), and the practice world under
+the home; :meth:`Session.runner` is the one place a :class:`~ratchet_runner.engine.runner.Runner`
+is built. On exit it closes every store it opened, also when the body raised.
+
+The store and the runner are imported when first used, so that ``ratchet validate`` stays quick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ratchet_runner.adapters.practice import PRACTICE_SERVICES, PracticeAdapter, PracticeWorld
+
+from .clock import Clock
+from .errors import UsageError
+from .settings import home as default_home
+
+if TYPE_CHECKING:
+    from .engine.runner import (
+        AdapterFactory,
+        Interrupt,
+        Runner,
+        RunnerOptions,
+        Strategy,
+    )
+    from .spec.model import Adapter as AdapterSpec
+    from .store.records import RunRecord
+    from .store.store import Store
+    from .worker.pool import RunnerFactory
+
+#: The practice world's file, and the default store's, under the home.
+WORLD_FILE, STORE_FILE = "practice.db", "ratchet.db"
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class Session:
+    """What one command works with, opened when first asked for and closed on exit.
+
+    ``db`` is the store's URL; ``None`` is the default store, created as a practice store: SQLite
+    beside the practice world under ``home`` when one is given, else ``$RATCHET_DB``, else SQLite
+    under ``$RATCHET_HOME`` (default ``./.ratchet``). ``home`` is where the practice world lives
+    (default: ``$RATCHET_HOME``, else ``./.ratchet``). ``clock``, when given, is the
+    clock of every runner (``RATCHET_NOW`` is then not consulted); else each store's command clock
+    (:func:`~ratchet_runner.clock.command_clock`, read from ``environ``)."""
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        home: Path | None = None,
+        clock: Clock | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.url = db
+        self.home = home
+        self._given_clock = clock
+        self._environ = os.environ if environ is None else environ
+        self._store: Store | None = None
+        self._clock: Clock | None = None
+        self._world: PracticeWorld | None = None
+        self._opened: list[Store] = []
+        self._runners: list[Runner] = []
+
+    # -- the context ----------------------------------------------------------------------------
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every store this session opened, newest first (each even if another fails)."""
+        failed: BaseException | None = None
+        while self._opened:
+            try:
+                self._opened.pop().close()
+            except Exception as exc:
+                failed = failed or exc
+        self._store, self._clock = None, None
+        if failed is not None:
+            raise failed
+
+    # -- what a command opens -------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The session's store, opened on first use."""
+        if self._store is None:
+            self._store = self.open_store()
+        return self._store
+
+    @property
+    def clock(self) -> Clock:
+        """The session's clock (for the session's store): see the class."""
+        if self._given_clock is not None:
+            return self._given_clock
+        if self._clock is None:
+            self._clock = self.clock_for(self.store)
+        return self._clock
+
+    @property
+    def world(self) -> PracticeWorld:
+        """The practice world under the home, opened (and created) on first use."""
+        if self._world is None:
+            self._world = PracticeWorld((self.home or default_home()) / WORLD_FILE)
+        return self._world
+
+    def open_store(self) -> Store:
+        """Another connection to the session's store (one per worker thread), closed on exit.
+        The default store is created as a practice store; a store named by URL is not."""
+        from .store.store import Store
+
+        url = self.url
+        if url is None and self.home is not None:
+            self.home.mkdir(parents=True, exist_ok=True)
+            url = f"sqlite:///{self.home / STORE_FILE}"
+        store = Store(url, practice=self.url is None)
+        self._opened.append(store)
+        return store
+
+    def clock_for(self, store: Store) -> Clock:
+        """The clock commands on ``store`` run by: the session's given clock, else
+        ``RATCHET_NOW`` on a practice store (every event then also records the real time), else
+        the system clock. ``RATCHET_NOW`` on another store is refused (:class:`UsageError`)."""
+        if self._given_clock is not None:
+            return self._given_clock
+        from .clock import command_clock
+        from .store.dialects import redact
+
+        clock, overridden = command_clock(self._environ, store.is_practice, redact(store.url))
+        store.stamp_real_time = overridden
+        return clock
+
+    # -- the runner -----------------------------------------------------------------------------
+
+    def runner(
+        self,
+        *,
+        store: Store | None = None,
+        adapters: AdapterFactory | None = None,
+        interrupt: Interrupt | None = None,
+        strategy: Strategy = "ratchet",
+        options: RunnerOptions | None = None,
+    ) -> Runner:
+        """A runner on ``store`` (default: the session's) with its clock; its adapters are the
+        practice world's services unless ``adapters`` is given; ``options``: how it works (a
+        pool passes its own). The one place a Runner is built."""
+        from .engine.runner import Runner
+
+        on = self.store if store is None else store
+        made = Runner(
+            on,
+            self._practice_adapters() if adapters is None else adapters,
+            self.clock if store is None else self.clock_for(on),
+            interrupt=interrupt,
+            strategy=strategy,
+            options=options,
+        )
+        self._runners.append(made)
+        return made
+
+    def runner_factory(self, adapters: AdapterFactory | None = None) -> RunnerFactory:
+        """Runners for a pool: each call opens its own store (a worker thread's connections),
+        so a worker started while the database is down waits for it instead of failing here."""
+
+        def make(*, options: RunnerOptions) -> Runner:
+            return self.runner(store=self.open_store(), adapters=adapters, options=options)
+
+        return make
+
+    def _practice_adapters(self) -> AdapterFactory:
+        world = self.world
+
+        def adapter_for(adapter: AdapterSpec) -> PracticeAdapter:
+            if adapter.kind not in PRACTICE_SERVICES:
+                raise UsageError(
+                    f"adapter {adapter.name!r} is of kind {adapter.kind!r}, which has no "
+                    f"implementation yet; the practice world serves {', '.join(PRACTICE_SERVICES)}"
+                )
+            return world.adapter(adapter.kind)
+
+        return adapter_for
+
+    # -- practising ------------------------------------------------------------------------------
+
+    def practice_setup(
+        self,
+        fixture: Mapping[str, Any] | None,
+        faults: Sequence[tuple[str, str]],
+        say: Callable[[str], None] = _to_stderr,
+    ) -> Callable[[RunRecord, bool], None]:
+        """The hook a starting run calls before it is driven (``before_drive``): a run just
+        created gets the example's practice world ``fixture``; either way each ``(effect, kind)``
+        of ``faults`` is injected into that effect's next call (``say`` notes that the run
+        already existed, when faults are given for it)."""
+
+        def prepare(_started: RunRecord, created: bool) -> None:
+            if created:
+                if fixture:
+                    self.world.seed(dict(fixture))
+            elif faults:
+                say("note: the run already existed; --fault applies to its next calls")
+            for effect, kind in faults:
+                self.world.add_fault(effect, kind)
+
+        return prepare
+
+    # -- practising recovery --------------------------------------------------------------------
+
+    def kill_at(
+        self, target: str | None, say: Callable[[str], None] = _to_stderr
+    ) -> Interrupt | None:
+        """The ``--interrupt POINT[:EFFECT]`` hook: SIGKILL this process at the point named. No
+        call is in flight at any of the points, so the leases this session's runners hold are
+        given back first, and ``ratchet resume`` can go on at once; a real crash leaves them
+        behind, and others wait until they run out. ``say`` tells where the process ended."""
+        if target is None:
+            return None
+        point, _, effect = target.partition(":")
+
+        def interrupt(reached: str, reached_effect: str) -> None:
+            if reached == point and effect in ("", reached_effect):
+                say(f"interrupted at {point} of {reached_effect}: the process ends here (SIGKILL)")
+                self._release_leases()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        return interrupt
+
+    def _release_leases(self) -> None:
+        for made in self._runners:
+            for lease in made.leases.held():
+                with contextlib.suppress(Exception):
+                    made.store.release(lease.run_id, lease.token)

@@ -1,0 +1,179 @@
+"""What differs between databases in connecting to them: the engine and its settings.
+
+SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, a busy timeout and
+foreign keys on; each connection gets ``ratchet_now()``, the SQL function leases expire by (this
+host's clock, read through the store's :class:`~ratchet_runner.clock.Clock`). The driver's own
+transaction handling is off: the SQLite writer (:mod:`ratchet_runner.store.sqlite`) begins its
+transactions itself. PostgreSQL (``postgresql+psycopg://``) takes ``prepare_threshold`` from the
+URL, pings a pooled connection that sat idle before using it again, serialises schema creation
+between processes, and runs single statements in autocommit; its leases expire by the server's
+``clock_timestamp()``. How each database is written to is its writer's
+(:mod:`ratchet_runner.store.writer` and its subclasses). Last, how a database's failure reaches
+the caller: as a :class:`~ratchet_runner.errors.StoreError` that says what the database said.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, func, make_url
+from sqlalchemy.exc import DataError, DisconnectionError, OperationalError
+
+from ..clock import Clock
+from ..errors import StoreError
+from ..settings import ENV_DB, home
+
+#: A pooled PostgreSQL connection idle for longer than this is pinged before it is used again
+#: (one that is in steady use is not: a ping per checkout would double a commit's round trips).
+IDLE_PING_SECONDS = 10.0
+
+
+class Dialect:
+    """How to connect to a database SQLAlchemy knows and Ratchet has no settings for."""
+
+    name = "generic"
+
+    def engine(self, url: str) -> Engine:
+        return create_engine(url)
+
+    def autocommit(self, engine: Engine) -> Engine:
+        """The engine single statements outside a write transaction run on (reads)."""
+        return engine
+
+    def lock_schema(self, conn: Connection) -> None:
+        """Serialise schema creation between processes (SQLite's BEGIN IMMEDIATE already does)."""
+
+    def now(self) -> Any:
+        """The database's own clock, in epoch seconds: leases expire by it, not by a worker's."""
+        return func.extract("epoch", func.now())
+
+
+class SQLite(Dialect):
+    name = "sqlite"
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def engine(self, url: str) -> Engine:
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # the writer emits BEGIN itself
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+            # Leases expire by ratchet_now(): this host's clock, read through the store's clock
+            # (the system clock, or one a simulation drives: tests/property/simulation.py).
+            dbapi_connection.create_function("ratchet_now", 0, self.clock.now)
+
+        return engine
+
+    def now(self) -> Any:
+        return func.ratchet_now()
+
+
+class PostgreSQL(Dialect):
+    name = "postgresql"
+
+    def engine(self, url: str) -> Engine:
+        # psycopg prepares a statement on the server once it has run it 5 times (a commit runs
+        # a third faster). Behind a transaction-pooling proxy that cannot keep prepared
+        # statements (PgBouncer before 1.21), add ``?prepare_threshold=none`` to the URL.
+        parsed = make_url(url)
+        connect_args: dict[str, Any] = {}
+        if "prepare_threshold" in parsed.query:
+            given = str(parsed.query["prepare_threshold"]).strip().lower()
+            try:
+                connect_args["prepare_threshold"] = (
+                    None if given in ("none", "off", "never", "") else int(given)
+                )
+            except ValueError:
+                raise StoreError(
+                    f"prepare_threshold must be a number or 'none', not {given!r}"
+                ) from None
+            parsed = parsed.difference_update_query(["prepare_threshold"])
+        engine = create_engine(parsed, connect_args=connect_args)
+
+        @event.listens_for(engine, "checkin")
+        def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+            record.info["idle_since"] = time.monotonic()
+
+        @event.listens_for(engine, "checkout")
+        def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            idle_since = record.info.get("idle_since")
+            if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+                return
+            try:  # a server restart or a dropped connection: the pool retries with a new one
+                dbapi_connection.execute("SELECT 1")
+                dbapi_connection.rollback()
+            except Exception as exc:
+                raise DisconnectionError(str(exc)) from exc
+
+        return engine
+
+    def autocommit(self, engine: Engine) -> Engine:
+        # No BEGIN, no ROLLBACK: a read (or a one-statement write) is one round trip.
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def lock_schema(self, conn: Connection) -> None:
+        # Workers opening a fresh database at once would race to CREATE TABLE (duplicate key
+        # in pg_type); this lock, held until the transaction ends, makes them take turns.
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7523094288207667809)")
+
+    def now(self) -> Any:
+        return func.extract("epoch", func.clock_timestamp())
+
+
+def dialect_for(url: str, clock: Clock) -> Dialect:
+    """The dialect of the database at ``url`` (``clock``: what SQLite's leases expire by)."""
+    if url.startswith("sqlite"):
+        return SQLite(clock)
+    if url.startswith("postgresql"):
+        return PostgreSQL()
+    return Dialect()
+
+
+def default_url() -> str:
+    """``$RATCHET_DB``, else the SQLite file ``ratchet.db`` under :func:`home`."""
+    configured = os.environ.get(ENV_DB)
+    if configured:
+        return configured
+    path = home() / "ratchet.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+    return url
+
+
+def why(exc: BaseException) -> str:
+    """What the database (or its driver) said, on one line, for a message."""
+    original = getattr(exc, "orig", None)
+    text = str(original if original is not None else exc)
+    return " ".join(text.split())[:300]
+
+
+@contextmanager
+def failures() -> Iterator[None]:
+    """A database that fails (gone, or refusing a value it cannot hold) raises
+    :class:`~ratchet_runner.errors.StoreError`; a constraint it enforces stays an
+    :class:`~sqlalchemy.exc.IntegrityError`, for the store to say what it means."""
+    try:
+        yield
+    except (OperationalError, DataError) as exc:  # DataError: a value it cannot hold
+        raise StoreError(f"the store failed: {why(exc)}") from None

@@ -1,0 +1,281 @@
+"""The store's records: the rows it hands back, and the rows a :class:`Change` writes.
+
+What the store reads comes back as frozen records (:class:`RunRecord`, :class:`EventRecord`,
+:class:`OperationRecord`, :class:`ApprovalRecord`, :class:`TimerRecord`, :class:`SignalRecord`).
+What it writes comes in as a :class:`NewRun` (a run to create) or a :class:`Change` (one move of
+a run, applied atomically by :meth:`ratchet_runner.store.store.Store.commit`), whose rows are
+typed: :class:`NewOperation`, :class:`NewCompensation`, :class:`OperationUpdate`,
+:class:`NewApproval`, :class:`NewTimer`, :class:`NewSignal`. The store fills in what every row of
+a change shares (the run's ID, the change's time), so a row carries only what is its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
+
+#: One entry of a run's history, as a change writes it: its kind and its data (plain JSON).
+Event = tuple[str, dict[str, Any]]
+
+
+# -- what the store reads -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    workflow: str
+    spec_digest: str
+    business_key: str
+    state: str
+    status: str
+    version: int
+    input: dict[str, Any]
+    context: dict[str, Any]
+    created_at: float
+    updated_at: float
+    wake_at: float | None = None
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    run_id: str
+    version: int
+    kind: str
+    data: dict[str, Any]
+    at: float
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    operation_id: str
+    run_id: str
+    effect: str
+    role: str
+    args: dict[str, Any]
+    fingerprint: str
+    status: str
+    attempts: int
+    receipt: dict[str, Any] | None
+    last_error: str | None
+    compensates: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    id: int
+    run_id: str
+    name: str
+    effect: str
+    digest: str
+    decision: str
+    actor: str
+    role: str
+    reason: str | None
+    policy_version: str
+    spec_digest: str
+    decided_at: float
+    expires_at: float | None
+    consumed_at: float | None
+
+
+@dataclass(frozen=True)
+class TimerRecord:
+    id: int
+    run_id: str
+    state: str
+    event: str
+    due_at: float
+    created_at: float
+    fired_at: float | None
+    outcome: str | None
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    signal_id: str
+    run_id: str
+    event: str
+    data: dict[str, Any]
+    received_at: float
+
+
+# -- the rows a change writes ---------------------------------------------------------------
+
+
+class NewOperation(TypedDict):
+    """An operation recorded by a change (its run and times are the change's; no receipt, no
+    error yet)."""
+
+    operation_id: str
+    effect: str
+    role: str
+    args: dict[str, Any]
+    fingerprint: str
+    status: str
+    attempts: int
+
+
+class NewCompensation(NewOperation):
+    """A compensation registered beside the forward operation it would undo."""
+
+    compensates: str
+
+
+class OperationUpdate(TypedDict, total=False):
+    """The columns a change sets on an operation already recorded (``updated_at`` is the
+    change's time)."""
+
+    args: dict[str, Any]
+    fingerprint: str
+    status: str
+    attempts: int
+    receipt: dict[str, Any] | None
+    last_error: str | None
+
+
+class NewApproval(TypedDict):
+    """A decision recorded by a change (not consumed yet)."""
+
+    name: str
+    effect: str
+    digest: str
+    decision: str
+    actor: str
+    role: str
+    reason: str | None
+    policy_version: str
+    spec_digest: str
+    decided_at: float
+    expires_at: float | None
+
+
+class NewTimer(TypedDict):
+    """A timer armed by a change (created at the change's time)."""
+
+    state: str
+    event: str
+    due_at: float
+
+
+class NewSignal(TypedDict):
+    """A signal a run received, recorded by the change it causes."""
+
+    signal_id: str
+    event: str
+    data: dict[str, Any]
+    received_at: float
+
+
+# -- what the store writes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to create (:meth:`~ratchet_runner.store.store.Store.create_run`): at version 1,
+    with a ``created`` event, then ``events``, and the ``timers`` its first state arms."""
+
+    id: str
+    workflow: str
+    spec_digest: str
+    business_key: str
+    state: str
+    status: str
+    input: dict[str, Any]
+    at: float
+    context: dict[str, Any] = field(default_factory=dict)
+    timers: Sequence[NewTimer] = ()
+    events: Sequence[Event] = ()
+
+    def record(self) -> RunRecord:
+        """The run as its creation writes it."""
+        return RunRecord(
+            id=self.id,
+            workflow=self.workflow,
+            spec_digest=self.spec_digest,
+            business_key=self.business_key,
+            state=self.state,
+            status=self.status,
+            version=1,
+            input=self.input,
+            context=self.context,
+            created_at=self.at,
+            updated_at=self.at,
+        )
+
+    def history(self) -> list[Event]:
+        """The events its creation writes: ``created``, then its own."""
+        created: Event = ("created", {"state": self.state, "business_key": self.business_key})
+        return [created, *self.events]
+
+
+@dataclass
+class Change:
+    """Everything one move of a run writes, applied atomically by
+    :meth:`~ratchet_runner.store.store.Store.commit`."""
+
+    run_id: str
+    expected_version: int
+    at: float
+    base: RunRecord | None = None
+    state: str | None = None
+    spec_digest: str | None = None
+    lease_token: str | None = None  # the lease this commit is made under (fencing)
+    # (owner, seconds): take the lease ``lease_token`` with this commit if the run is free (no
+    # lease, or an expired one) — or keep it, renewed, if it is already this one; how a command
+    # holds the runs it changes without an extra round trip (see ratchet_runner.engine.commands)
+    take_lease: tuple[str, float] | None = None
+    status: str | None = None
+    context: dict[str, Any] | None = None
+    events: list[Event] = field(default_factory=list)
+    new_operations: list[NewOperation | NewCompensation] = field(default_factory=list)
+    operation_updates: list[tuple[str, OperationUpdate]] = field(default_factory=list)
+    new_approvals: list[NewApproval] = field(default_factory=list)
+    consume_approvals: list[int] = field(default_factory=list)
+    new_timers: list[NewTimer] = field(default_factory=list)
+    cancel_timers_of_state: str | None = None
+    fire_timer: int | None = None
+    new_signals: list[NewSignal] = field(default_factory=list)
+
+    def event(self, kind: str, **data: Any) -> Change:
+        self.events.append((kind, data))
+        return self
+
+    def preview(self, base: RunRecord) -> RunRecord:
+        """The run as this change will leave it, if ``base`` is the run it applies to (a leased
+        commit that takes the run out of ``running`` releases the lease with it)."""
+        context = self.context if self.context is not None else base.context
+        status = self.status if self.status is not None else base.status
+        if self.lease_token is None or status != "running":
+            base = replace(base, lease_owner=None, lease_token=None, lease_expires_at=None)
+        elif self.take_lease is not None:  # the expiry is the database's: this is its estimate
+            owner, seconds = self.take_lease
+            base = replace(
+                base,
+                lease_owner=owner,
+                lease_token=self.lease_token,
+                lease_expires_at=self.at + seconds,
+            )
+        return replace(
+            base,
+            version=self.expected_version + 1,
+            updated_at=self.at,
+            state=self.state if self.state is not None else base.state,
+            status=status,
+            context=context,
+            spec_digest=self.spec_digest or base.spec_digest,
+            wake_at=context.get("wake_at"),
+        )
+
+
+def latest_event(history: Sequence[EventRecord], kinds: Iterable[str]) -> dict[str, Any]:
+    """The data of the newest event of one of ``kinds`` in ``history``, or ``{}``."""
+    wanted = set(kinds)
+    return next((dict(e.data) for e in reversed(history) if e.kind in wanted), {})

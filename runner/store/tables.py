@@ -1,0 +1,177 @@
+"""The store's tables: their definitions, and creating them when a store is opened.
+
+``spec_versions`` (the exact text a run started under), ``runs`` (state, version, business key,
+input, context, lease), ``events`` (each run's append-only history, plain JSON), ``operations``
+(one row per operation ID, under a primary key: idempotency is data), ``approvals``, ``timers``,
+``signals``, and ``meta`` (what the store recorded about itself when it was created: whether it
+is a practice store).
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    insert,
+    select,
+)
+
+# Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
+# ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
+JSON_TYPE = JSON()
+metadata = MetaData()
+
+spec_versions = Table(
+    "spec_versions",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("spec_version", Integer, nullable=False),
+    Column("policy_version", String(100), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("workflow", String(200), nullable=False),
+    Column("spec_digest", String(64), ForeignKey("spec_versions.digest"), nullable=False),
+    Column("business_key", String(400), nullable=False),
+    Column("state", String(200), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("input", JSON_TYPE, nullable=False),
+    Column("context", JSON_TYPE, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("wake_at", Float),
+    Column("lease_owner", String(200)),
+    Column("lease_token", String(64)),
+    Column("lease_expires_at", Float),
+    UniqueConstraint("workflow", "business_key", name="uq_runs_business_key"),
+)
+Index("ix_runs_status", runs.c.status, runs.c.wake_at)
+# A claim takes the runnable run least recently moved: in index order, so a claim costs the same
+# with a backlog of a hundred thousand runs as with ten.
+Index("ix_runs_claim", runs.c.status, runs.c.updated_at, runs.c.id)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("data", JSON_TYPE, nullable=False),
+    Column("at", Float, nullable=False),
+)
+Index("ix_events_run", events.c.run_id, events.c.id)
+
+operations = Table(
+    "operations",
+    metadata,
+    Column("operation_id", String(64), primary_key=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("effect", String(200), nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("args", JSON_TYPE, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("receipt", JSON_TYPE),
+    Column("last_error", Text),
+    Column("compensates", String(64)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+Index("ix_operations_run", operations.c.run_id)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("effect", String(200), nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("decision", String(20), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("role", String(200), nullable=False),
+    Column("reason", Text),
+    Column("policy_version", String(100), nullable=False),
+    Column("spec_digest", String(64), nullable=False),
+    Column("decided_at", Float, nullable=False),
+    Column("expires_at", Float),
+    Column("consumed_at", Float),
+)
+Index("ix_approvals_run", approvals.c.run_id)
+
+timers = Table(
+    "timers",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("state", String(200), nullable=False),
+    Column("event", String(200), nullable=False),
+    Column("due_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("fired_at", Float),
+    Column("outcome", String(20)),
+)
+Index("ix_timers_due", timers.c.fired_at, timers.c.due_at)
+Index("ix_timers_run", timers.c.run_id)
+
+#: What a store records about itself, once, when it is created: ``created_at`` (epoch seconds)
+#: and, for a practice store, ``practice`` (``true``): the one kind of store on which the
+#: command line honours ``RATCHET_NOW``. A key/value table, so that later facts need no new one.
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+signals = Table(
+    "signals",
+    metadata,
+    Column("signal_id", String(200), primary_key=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), primary_key=True),
+    Column("event", String(200), nullable=False),
+    Column("data", JSON_TYPE, nullable=False),
+    Column("received_at", Float, nullable=False),
+)
+
+#: Every table but ``meta``, children before the runs they belong to (the order a reset empties
+#: them in).
+RUN_TABLES = (events, operations, approvals, timers, signals, runs, spec_versions)
+
+
+def create_schema(conn: Connection, practice: bool) -> None:
+    """Create the tables and indexes a store lacks (an index added since its tables were made
+    too), and record in ``meta`` when the store was created, and whether as a practice store,
+    unless that is recorded already."""
+    metadata.create_all(conn)
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
+    known = conn.execute(select(meta.c.key).where(meta.c.key == "created_at")).first()
+    if known is not None:
+        return
+    rows = [{"key": "created_at", "value": repr(time.time())}]
+    if practice:
+        rows.append({"key": "practice", "value": "true"})
+    conn.execute(insert(meta), rows)

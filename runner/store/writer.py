@@ -1,0 +1,459 @@
+"""The store's writes, each in one transaction: the writer every database starts from.
+
+Every change to a run is one :class:`~ratchet_runner.store.records.Change` applied in one
+transaction that first compare-and-sets the run's version (``UPDATE runs … WHERE id = :id AND
+version = :v`` and the lease fence, rowcount checked) and then appends the history and writes
+operations, approvals, timers and signals. Losing the race raises
+:class:`~ratchet_runner.errors.VersionConflict` (:class:`~ratchet_runner.errors.LeaseLost` when
+only the lease differs); nothing is overwritten. Claims, leases, a run's creation and the store's
+own housekeeping are written here too.
+
+This is how any database is written; :class:`~ratchet_runner.store.sqlite.SQLiteWriter` adds
+that its transactions take SQLite's write lock up front, and
+:class:`~ratchet_runner.store.postgres.PostgresWriter` writes what it can in one statement and
+comes back here for the rest. A transaction runs on ``engine`` with the execution option
+``ratchet_write``, which tells a write transaction from a read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Float,
+    bindparam,
+    case,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from ..clock import Clock
+from ..errors import (
+    DuplicateOperation,
+    LeaseLost,
+    RunBusy,
+    RunNotFound,
+    StoreError,
+    VersionConflict,
+)
+from .dialects import Dialect, failures, why
+from .records import Change, Event, NewRun, RunRecord
+from .tables import (
+    JSON_TYPE,
+    RUN_TABLES,
+    approvals,
+    create_schema,
+    events,
+    meta,
+    operations,
+    runs,
+    signals,
+    spec_versions,
+    timers,
+)
+
+# -- statements, built once (building a statement costs more than running it) ----------------
+
+_CAS_VALUES: dict[str, Any] = {
+    "version": bindparam("n_version"),
+    "state": bindparam("n_state"),
+    "status": bindparam("n_status"),
+    "context": bindparam("n_context", type_=JSON_TYPE),
+    "updated_at": bindparam("n_updated_at"),
+    "wake_at": bindparam("n_wake_at"),
+    "spec_digest": bindparam("n_spec_digest"),
+}
+
+#: A leased commit that takes the run out of ``running`` gives the lease back with it: a run
+#: nobody can claim needs no lease, and the worker saves a round trip.
+_RELEASE_UNLESS_RUNNING: dict[str, Any] = {
+    column: case((bindparam("n_status") == "running", runs.c[column]), else_=None)
+    for column in ("lease_owner", "lease_token", "lease_expires_at")
+}
+
+#: A commit under no lease matches only a run with no lease or an expired one: it clears it, so
+#: a run finished after its worker died shows no dead worker's lease.
+_CLEAR_LEASE: dict[str, Any] = dict.fromkeys(("lease_owner", "lease_token", "lease_expires_at"))
+
+
+def _cas_run(*fence: Any, release: bool = False) -> Any:
+    """``UPDATE runs SET … WHERE id = :id AND version = :v`` and the lease condition ``fence``."""
+    values = {**_CAS_VALUES, **(_RELEASE_UNLESS_RUNNING if release else _CLEAR_LEASE)}
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"), *fence)
+        .values(**values)
+    )
+
+
+def _cas_taking(free: Any, now: Any) -> Any:
+    """The compare-and-set of a commit that takes the lease ``:b_token`` for ``:b_owner`` (or
+    keeps it, renewed) if the run is ``free``, and gives it back unless the run stays running."""
+    running = bindparam("n_status") == "running"
+    return (
+        update(runs)
+        .where(
+            runs.c.id == bindparam("b_id"),
+            runs.c.version == bindparam("b_version"),
+            or_(runs.c.lease_token == bindparam("b_token"), free),
+        )
+        .values(
+            **_CAS_VALUES,
+            lease_owner=case((running, bindparam("b_owner")), else_=None),
+            lease_token=case((running, bindparam("b_token")), else_=None),
+            lease_expires_at=case((running, now + bindparam("b_seconds", type_=Float)), else_=None),
+        )
+    )
+
+
+_RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
+_INSERT_RUN = insert(runs)
+_INSERT_EVENTS = insert(events)
+_INSERT_OPERATION = insert(operations)
+#: What a new operation has not got yet (a compensation says what it compensates).
+_NO_OUTCOME = {"receipt": None, "last_error": None, "compensates": None}
+_INSERT_APPROVAL = insert(approvals)
+_OPERATION_UPDATES: dict[tuple[str, ...], Any] = {}
+
+
+def _operation_update(names: tuple[str, ...]) -> Any:
+    """``UPDATE operations SET <names> … WHERE operation_id = :b_id``, built once per set."""
+    statement = _OPERATION_UPDATES.get(names)
+    if statement is None:
+        values: dict[str, Any] = {"updated_at": bindparam("n_updated_at")}
+        for name in names:
+            column = operations.c[name]
+            values[name] = bindparam(f"n_{name}", type_=column.type)
+        statement = _OPERATION_UPDATES[names] = (
+            update(operations)
+            .where(operations.c.operation_id == bindparam("b_id"))
+            .values(**values)
+        )
+    return statement
+
+
+_CONSUME_APPROVAL = (
+    update(approvals)
+    .where(approvals.c.id == bindparam("b_id"), approvals.c.consumed_at.is_(None))
+    .values(consumed_at=bindparam("n_at"))
+)
+
+
+@contextmanager
+def recording() -> Iterator[None]:
+    """A row a change records twice (an operation ID, a signal ID) raises
+    :class:`~ratchet_runner.errors.DuplicateOperation`; the whole change is rolled back."""
+    try:
+        yield
+    except IntegrityError as exc:
+        raise DuplicateOperation(f"already recorded: {why(exc)}") from None
+
+
+class Writer:
+    """Every write of a store, each in one transaction."""
+
+    def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
+        """Write through ``engine`` (made by ``dialect``); ``clock`` is what :meth:`db_now`
+        reads when the database's clock is this host's."""
+        self.clock = clock
+        self._transaction = engine.execution_options(ratchet_write=True)
+        self._reader = dialect.autocommit(engine)
+        #: Where a write that is one statement runs: a write transaction here.
+        self._single: Engine = self._transaction
+        self._db_now = dialect.now()
+        #: A run no live lease holds: no lease, or one the database's clock says has expired.
+        self._free = or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now)
+        # A commit under a lease must hold it (fencing); any other commit needs the run free,
+        # but for one that takes the lease, which may also renew its own.
+        self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"), release=True)
+        self._cas_free = _cas_run(self._free)
+        self._cas_take = _cas_taking(self._free, self._db_now)
+
+    def create_schema(self, dialect: Dialect, practice: bool) -> None:
+        """Create what the store lacks, one process at a time (see :func:`create_schema`)."""
+        with self._transaction.begin() as conn:
+            dialect.lock_schema(conn)
+            create_schema(conn, practice)
+
+    def db_now(self) -> float:
+        """Now by the database's clock, in epoch seconds: this host's, read through the
+        store's clock (PostgreSQL's writer asks the server)."""
+        return self.clock.now()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction."""
+        with failures(), self._transaction.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _write_one(self) -> Iterator[Connection]:
+        """For a write that is a single statement (see ``_single``)."""
+        with failures(), self._single.begin() as conn:
+            yield conn
+
+    # -- a run and its changes ----------------------------------------------------------------
+
+    def create_run(self, new: NewRun, history: list[Event]) -> None:
+        """Insert the run ``new`` with ``history`` and its timers; an
+        :class:`~sqlalchemy.exc.IntegrityError` when its business key (or ID) is taken."""
+        with self._write() as conn:
+            conn.execute(_INSERT_RUN, new.record().__dict__)
+            conn.execute(
+                _INSERT_EVENTS,
+                [
+                    {"run_id": new.id, "version": 1, "kind": kind, "data": data, "at": new.at}
+                    for kind, data in history
+                ],
+            )
+            for timer in new.timers:
+                conn.execute(insert(timers).values(run_id=new.id, created_at=new.at, **timer))
+
+    def commit(self, change: Change, after: RunRecord) -> None:
+        """Apply ``change``, which moves the run to ``after``, in one transaction."""
+        taking = change.take_lease is not None
+        fenced = change.lease_token is not None
+        owner, seconds = change.take_lease or (None, None)
+        with recording(), self._write() as conn:
+            result = conn.execute(
+                self._cas_take if taking else self._cas_leased if fenced else self._cas_free,
+                {
+                    "b_owner": owner,
+                    "b_seconds": seconds,
+                    "b_token": change.lease_token,
+                    "b_id": change.run_id,
+                    "b_version": change.expected_version,
+                    "n_version": after.version,
+                    "n_state": after.state,
+                    "n_status": after.status,
+                    "n_context": after.context,
+                    "n_updated_at": change.at,
+                    "n_wake_at": after.wake_at,
+                    "n_spec_digest": after.spec_digest,
+                },
+            )
+            if result.rowcount != 1:
+                self._refused(conn, change, fenced and not taking)
+            self._apply(conn, change, after.version)
+
+    @staticmethod
+    def _refused(conn: Connection, change: Change, fenced: bool) -> None:
+        """Raise why the compare-and-set of ``change`` matched no row."""
+        found = conn.execute(_RUN_BY_ID, {"b_id": change.run_id}).first()
+        if found is None:
+            raise RunNotFound(f"no run {change.run_id!r}")
+        if found.version != change.expected_version:
+            raise VersionConflict(
+                f"run {change.run_id} has moved on (version {found.version}, "
+                f"expected {change.expected_version})"
+            )
+        raise LeaseLost(
+            f"run {change.run_id} is leased by {found.lease_owner}"
+            if not fenced
+            else f"the lease on run {change.run_id} was lost to {found.lease_owner}"
+        )
+
+    def _apply(self, conn: Connection, change: Change, version: int) -> None:
+        """The writes that ride on a successful compare-and-set."""
+        run_id, at = change.run_id, change.at
+        if change.events:
+            conn.execute(
+                _INSERT_EVENTS,
+                [
+                    {"run_id": run_id, "version": version, "kind": kind, "data": data, "at": at}
+                    for kind, data in change.events
+                ],
+            )
+        for op in change.new_operations:
+            row = {"run_id": run_id, "created_at": at, "updated_at": at, **_NO_OUTCOME, **op}
+            conn.execute(_INSERT_OPERATION, row)
+        for operation_id, fields in change.operation_updates:
+            conn.execute(
+                _operation_update(tuple(sorted(fields))),
+                {"b_id": operation_id, "n_updated_at": at}
+                | {f"n_{name}": value for name, value in fields.items()},
+            )
+        for record in change.new_approvals:
+            conn.execute(_INSERT_APPROVAL, {"run_id": run_id, "consumed_at": None, **record})
+        for approval_id in change.consume_approvals:
+            consumed = conn.execute(_CONSUME_APPROVAL, {"b_id": approval_id, "n_at": at})
+            if consumed.rowcount != 1:
+                raise VersionConflict(f"approval {approval_id} was already consumed")
+        self._apply_timers(conn, change)
+        for signal in change.new_signals:
+            conn.execute(insert(signals).values(run_id=run_id, **signal))
+
+    @staticmethod
+    def _apply_timers(conn: Connection, change: Change) -> None:
+        """Fire, cancel and arm the timers ``change`` fires, cancels and arms, in that order."""
+        if change.fire_timer is not None:
+            fired = conn.execute(
+                update(timers)
+                .where(timers.c.id == change.fire_timer, timers.c.fired_at.is_(None))
+                .values(fired_at=change.at, outcome="fired")
+            )
+            if fired.rowcount != 1:
+                raise VersionConflict(f"timer {change.fire_timer} has already fired")
+        if change.cancel_timers_of_state is not None:
+            conn.execute(
+                update(timers)
+                .where(
+                    timers.c.run_id == change.run_id,
+                    timers.c.state == change.cancel_timers_of_state,
+                    timers.c.fired_at.is_(None),
+                )
+                .values(fired_at=change.at, outcome="cancelled")
+            )
+        for timer in change.new_timers:
+            conn.execute(insert(timers).values(run_id=change.run_id, created_at=change.at, **timer))
+
+    def discard_timer(self, timer_id: int, at: float) -> None:
+        """Mark a timer whose run has left its state as stale (it will never fire)."""
+        with self._write_one() as conn:
+            conn.execute(
+                update(timers)
+                .where(timers.c.id == timer_id, timers.c.fired_at.is_(None))
+                .values(fired_at=at, outcome="stale")
+            )
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def claim(
+        self, owner: str, lease_seconds: float, now: float, limit: int = 1
+    ) -> list[RunRecord]:
+        """Lease up to ``limit`` runnable runs to ``owner``, least recently moved first, in one
+        transaction (on SQLite, its write lock serialises claims)."""
+        query = (
+            select(runs)
+            .where(runs.c.status == "running")
+            .where(or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now))
+            .where(self._free)
+            .order_by(runs.c.updated_at, runs.c.id)
+            .limit(limit)
+        )
+        claimed: list[RunRecord] = []
+        with self._write() as conn:
+            for row in conn.execute(query).fetchall():
+                taken = self._lease_to(conn, RunRecord(**row._mapping), owner, lease_seconds, now)
+                if taken is not None:
+                    claimed.append(taken)
+        return claimed
+
+    def claim_run(self, run_id: str, owner: str, lease_seconds: float, now: float) -> RunRecord:
+        """Lease the run ``run_id`` to ``owner`` if no live lease holds it (else
+        :class:`~ratchet_runner.errors.RunBusy`, naming the holder)."""
+        left = (runs.c.lease_expires_at - self._db_now).label("left")
+        with self._write() as conn:
+            row = conn.execute(select(runs, left).where(runs.c.id == run_id)).first()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            mapping = dict(row._mapping)
+            seconds_left = mapping.pop("left")
+            record = RunRecord(**mapping)
+            if record.lease_token is not None and float(seconds_left) >= 0:
+                raise RunBusy(
+                    f"run {run_id} is being carried on by {record.lease_owner} (its lease "
+                    f"runs {float(seconds_left):.1f} s more)",
+                    holder=str(record.lease_owner),
+                    seconds_left=float(seconds_left),
+                )
+            taken = self._lease_to(conn, record, owner, lease_seconds, now)
+        if taken is None:
+            raise VersionConflict(f"run {run_id} has moved on while it was being leased")
+        return taken
+
+    def _lease_to(
+        self, conn: Connection, record: RunRecord, owner: str, lease_seconds: float, now: float
+    ) -> RunRecord | None:
+        """In a write transaction: lease ``record`` to ``owner`` if it is still at its version
+        and unleased (or its lease expired), bumping the version, with a ``leased`` (or, over an
+        expired lease, ``rescued``) event; None if another process got there first."""
+        token = uuid.uuid4().hex
+        expires = float(conn.execute(select(self._db_now + lease_seconds)).scalar_one())
+        version = record.version + 1
+        done = conn.execute(
+            update(runs)
+            .where(runs.c.id == record.id, runs.c.version == record.version, self._free)
+            .values(version=version, lease_owner=owner, lease_token=token, lease_expires_at=expires)
+        )
+        if done.rowcount != 1:
+            return None
+        kind = "rescued" if record.lease_token is not None else "leased"
+        data = {"owner": owner, "previous": record.lease_owner}
+        conn.execute(
+            _INSERT_EVENTS,
+            [{"run_id": record.id, "version": version, "kind": kind, "data": data, "at": now}],
+        )
+        return replace(
+            record, version=version, lease_owner=owner, lease_token=token, lease_expires_at=expires
+        )
+
+    def renew(self, run_id: str, token: str, lease_seconds: float) -> bool:
+        """Extend a lease still held; False when it was lost."""
+        with self._write_one() as conn:
+            done = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.lease_token == token)
+                .values(lease_expires_at=self._db_now + lease_seconds)
+            )
+        return done.rowcount == 1
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give a lease back (no version bump: releasing changes nothing about the run)."""
+        with self._write_one() as conn:
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.lease_token == token)
+                .values(lease_owner=None, lease_token=None, lease_expires_at=None)
+            )
+
+    # -- specs and the store itself -----------------------------------------------------------
+
+    def save_spec(
+        self, digest: str, name: str, spec_version: int, policy_version: str, text: str, at: float
+    ) -> None:
+        """Record the exact spec text under its digest (once)."""
+        saved = select(spec_versions.c.digest).where(spec_versions.c.digest == digest)
+        try:
+            with self._write() as conn:
+                if conn.execute(saved).first() is None:
+                    conn.execute(
+                        insert(spec_versions).values(
+                            digest=digest,
+                            name=name,
+                            spec_version=spec_version,
+                            policy_version=str(policy_version),
+                            text=text,
+                            created_at=at,
+                        )
+                    )
+        except IntegrityError as exc:
+            # Another worker saved the same digest between our look and our insert (PostgreSQL;
+            # SQLite's BEGIN IMMEDIATE serialises the two): that version is recorded, as asked.
+            with failures(), self._reader.connect() as conn:
+                found = conn.execute(saved).first()
+            if found is None:
+                raise StoreError(f"cannot save spec version {digest[:12]}: {why(exc)}") from None
+
+    def mark_practice(self) -> None:
+        """Record in ``meta`` that the store is a practice store."""
+        with self._write() as conn:
+            if conn.execute(select(meta.c.key).where(meta.c.key == "practice")).first() is None:
+                conn.execute(insert(meta).values(key="practice", value="true"))
+            else:
+                conn.execute(update(meta).where(meta.c.key == "practice").values(value="true"))
+
+    def reset(self) -> None:
+        """Delete every row of every table but ``meta``."""
+        with self._write() as conn:
+            for table in RUN_TABLES:
+                conn.execute(table.delete())

@@ -1,0 +1,124 @@
+"""Worker passes: fire the due timers, then claim runnable runs under leases and drive each on.
+
+:func:`worker_pass` is one pass (``ratchet worker --once``); a pool's threads
+(:mod:`ratchet_runner.worker.pool`) make the same moves one claim at a time, with a heartbeat.
+:func:`fire_due` fires every timer that is due: firing claims the timer (``UPDATE … WHERE fired_at
+IS NULL``) in the transaction that moves the run, so each timer fires once, whoever else is firing,
+and never before its time by the runner's clock. :func:`advance_leased` takes one claimed run as
+far as it goes under its :class:`~ratchet_runner.engine.lease.Lease`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.drive import drive
+from ..engine.lease import Lease, owner_identity, validate_lease
+from ..engine.runner import Runner
+from ..engine.versions import migrate
+from ..errors import ApprovalError, RunError, StepFailed, VersionConflict
+from ..store.records import RunRecord, TimerRecord
+
+
+@dataclass(frozen=True)
+class Fired:
+    timer: TimerRecord
+    run: RunRecord | None
+    outcome: str  # fired · stale · raced
+
+
+def fire_due(runner: Runner, limit: int = 500) -> list[Fired]:
+    """Fire every timer that is due now; each at most once, whoever else is firing."""
+    fired: list[Fired] = []
+    store = runner.store
+    for timer in store.due_timers(runner.clock.now(), limit):
+        run = store.get_run(timer.run_id)
+        if run.status == "paused":
+            continue  # an operator paused the run: the timer fires when it is resumed
+        if run.state != timer.state or run.status == "cancelled":
+            store.discard_timer(timer.id, runner.clock.now())
+            fired.append(Fired(timer, run, "stale"))
+            continue
+        spec = runner.spec_of(run)
+        change = runner.change(run)
+        change.fire_timer = timer.id
+        change.event("timer", event=timer.event, due_at=timer.due_at)
+        try:
+            moved = runner.move(run, spec, timer.event, change)
+        except VersionConflict:
+            fired.append(Fired(timer, None, "raced"))
+            continue
+        fired.append(Fired(timer, moved, "fired"))
+    return fired
+
+
+@dataclass
+class PassReport:
+    """What one worker pass did."""
+
+    fired: list[Fired] = field(default_factory=list)
+    advanced: list[RunRecord] = field(default_factory=list)
+    raced: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timers_fired": [
+                {
+                    "timer": f.timer.id,
+                    "run": f.timer.run_id,
+                    "event": f.timer.event,
+                    "outcome": f.outcome,
+                }
+                for f in self.fired
+            ],
+            "runs_advanced": [
+                {"run": r.id, "state": r.state, "status": r.status} for r in self.advanced
+            ],
+            "raced": self.raced,
+            "failed": [{"run": run, "error": error} for run, error in self.failed],
+        }
+
+
+def advance_leased(runner: Runner, claimed: RunRecord, lease: Lease) -> RunRecord:
+    """Take a run claimed under ``lease`` as far as it goes: every commit fenced by its token, no
+    call once the lease can no longer be counted on; then give the lease back, unless the last
+    commit did (a run that left ``running``). Raises what :meth:`Runner.advance` raises."""
+    runner.leases.hold(lease)
+    moved: RunRecord | None = None
+    try:
+        moved = drive(runner, migrate(runner, claimed))
+        return moved
+    except StepFailed as failed:
+        moved = failed.run  # parked: the commit that did it gave the lease back
+        raise
+    finally:
+        runner.leases.drop(claimed.id)
+        if moved is None or moved.lease_token is not None:
+            runner.store.release(claimed.id, lease.token)
+
+
+def worker_pass(
+    runner: Runner, limit: int = 500, owner: str | None = None, lease_seconds: float = 30.0
+) -> PassReport:
+    """Fire every due timer, then claim each runnable run under a lease and take it as far as
+    it goes, one at a time, until none is left (or ``limit`` runs). No heartbeat: each lease
+    is counted on from its claim."""
+    owner = owner or owner_identity()
+    seconds = validate_lease(lease_seconds)
+    report = PassReport(fired=fire_due(runner, limit))
+    for _ in range(limit):
+        asked = runner.options.monotonic()
+        claimed = runner.store.claim(owner, seconds, runner.clock.now())
+        if not claimed:
+            break
+        run = claimed[0]
+        lease = Lease.asked(run.id, str(run.lease_token), seconds, asked)
+        try:
+            report.advanced.append(advance_leased(runner, run, lease))
+        except VersionConflict:
+            report.raced.append(run.id)
+        except (RunError, ApprovalError) as exc:
+            report.failed.append((run.id, str(exc)))
+    return report

@@ -1,0 +1,205 @@
+"""The layering rules of the house (docs/explanation/architecture.md), read from the code's imports.
+
+Every import counts: at module level, inside a function, under ``if TYPE_CHECKING``. A rule names
+an importing part and the parts it must not import; a part is a folder of the package
+(``ratchet_runner.spec`` and everything under it) or one module. For example, a module of the
+spec that imported the store would break the first rule::
+
+    >>> [broken] = forbidden_imports({"ratchet_runner.spec.model": "import ratchet_runner.store"})
+    >>> where, rule = broken.split(": ")
+    >>> where
+    'ratchet_runner.spec.model imports ratchet_runner.store'
+    >>> rule
+    'spec imports nothing from engine, store, worker, review'
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "ratchet_runner"
+
+#: (the importing part, the parts it must not import, the rule in words)
+RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "ratchet_runner.spec",
+        (
+            "ratchet_runner.engine",
+            "ratchet_runner.store",
+            "ratchet_runner.worker",
+            "ratchet_runner.review",
+        ),
+        "spec imports nothing from engine, store, worker, review",
+    ),
+    (
+        "ratchet_runner.store",
+        (
+            "ratchet_runner.engine",
+            "ratchet_runner.spec",
+            "ratchet_runner.worker",
+            "ratchet_runner.review",
+        ),
+        "store imports nothing from engine, spec, worker, review",
+    ),
+    (
+        "ratchet_runner.engine",
+        ("ratchet_runner.worker", "ratchet_runner.review", "ratchet_runner.cli"),
+        "engine imports nothing from worker, review, or cli",
+    ),
+    (
+        "ratchet_runner.adapters",
+        (PACKAGE,),
+        "adapters import nothing of the package but its errors module",
+    ),
+    (
+        "ratchet_runner.errors",
+        (PACKAGE,),
+        "the errors module imports nothing else of the package",
+    ),
+    (
+        PACKAGE,
+        ("ratchet_runner.cli",),
+        "nothing in the library imports cli",
+    ),
+)
+
+#: Imports a rule allows although the part they name is forbidden to its importer.
+ALLOWED = ("ratchet_runner.errors",)
+
+
+def _within(module: str, part: str) -> bool:
+    return module == part or module.startswith(part + ".")
+
+
+def module_sources() -> dict[str, str]:
+    """The source of every module the distribution installs, by its import name."""
+    sources: dict[str, str] = {f"{PACKAGE}.cli": (ROOT / "cli.py").read_text(encoding="utf-8")}
+    for folder, prefix in (("runner", PACKAGE), ("adapters", f"{PACKAGE}.adapters")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            sources[".".join([prefix, *parts])] = path.read_text(encoding="utf-8")
+    return sources
+
+
+def imported_modules(module: str, source: str) -> set[str]:
+    """Every module ``source`` imports, relative imports resolved against ``module``."""
+    package = module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if _within(name, PACKAGE)}
+
+
+def forbidden_imports(sources: dict[str, str]) -> list[str]:
+    """One line per import that breaks a rule, naming the importer, the import and the rule."""
+    broken: list[str] = []
+    for module, source in sorted(sources.items()):
+        for target in sorted(imported_modules(module, source)):
+            if any(_within(target, allowed) for allowed in ALLOWED):
+                continue
+            for part, banned, words in RULES:
+                hit = next((b for b in banned if _within(target, b)), None)
+                if hit is None or not _within(module, part):
+                    continue
+                if part != PACKAGE and _within(target, part):
+                    continue  # within its own part
+                if hit != PACKAGE and _within(module, hit):
+                    continue  # a module of the banned part itself
+                broken.append(f"{module} imports {target}: {words}")
+                break
+    return sorted(set(broken))
+
+
+def test_the_house_keeps_its_layering_rules() -> None:
+    assert forbidden_imports(module_sources()) == []
+
+
+def test_every_installed_module_is_read() -> None:
+    """The rules are only as good as the list of modules they read: it names every folder."""
+    modules = module_sources()
+    for part in ("spec", "spec.lint", "engine", "store", "worker", "review", "review.diagram"):
+        assert f"{PACKAGE}.{part}" in modules
+    assert {f"{PACKAGE}.cli", f"{PACKAGE}.errors", f"{PACKAGE}.adapters.base"} <= modules.keys()
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "rule"),
+    [
+        (
+            "ratchet_runner.spec.model",
+            "from ratchet_runner.store.store import Store",
+            "spec imports",
+        ),
+        ("ratchet_runner.spec.lint.graph", "import ratchet_runner.engine.runner", "spec imports"),
+        ("ratchet_runner.store.store", "from ratchet_runner.spec import model", "store imports"),
+        ("ratchet_runner.engine.runner", "from ratchet_runner.worker.pool import Pool", "engine"),
+        ("ratchet_runner.engine.lifecycle", "from ratchet_runner import cli", "engine"),
+        ("ratchet_runner.adapters.practice", "from ratchet_runner.clock import Clock", "adapters"),
+        ("ratchet_runner.errors", "from ratchet_runner.settings import home", "errors module"),
+        ("ratchet_runner.review.check", "from ratchet_runner.cli import main", "imports cli"),
+        ("ratchet_runner.store.records", "from ..engine import runner", "store imports"),
+    ],
+)
+def test_a_forbidden_import_is_caught(module: str, source: str, rule: str) -> None:
+    """Each rule fails when its import is added: the checker is not one that cannot fail."""
+    sources = {**module_sources(), module: source}
+    broken = forbidden_imports(sources)
+    assert any(line.startswith(f"{module} imports") and rule in line for line in broken), broken
+
+
+def test_what_the_rules_allow_is_not_reported() -> None:
+    allowed = {
+        "ratchet_runner.adapters.practice": "from ratchet_runner.errors import RatchetError",
+        "ratchet_runner.store.store": "from ratchet_runner.clock import Clock",
+        "ratchet_runner.worker.pool": "from ratchet_runner.engine.runner import Runner",
+        "ratchet_runner.spec.lint": "from .graph import check_graph",
+    }
+    assert forbidden_imports(allowed) == []
+
+
+def test_the_docstring_example_holds() -> None:
+    import sys
+
+    failures, tried = doctest.testmod(sys.modules[__name__], verbose=False)
+    assert (failures, tried) == (0, 4)
+
+
+def test_the_architecture_page_links_every_module() -> None:
+    """docs/explanation/architecture.md stays true to the house: it links every file the
+    distribution installs (a new or moved module that the page does not show fails here)."""
+    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text(encoding="utf-8")
+    files = [ROOT / "cli.py", *(ROOT / "runner").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]
+    unlinked = [
+        path.relative_to(ROOT).as_posix()
+        for path in files
+        if path.name != "__init__.py" or path.parent.name in ("runner", "lint", "adapters")
+        if f"(../../{path.relative_to(ROOT).as_posix()})" not in page
+    ]
+    assert unlinked == []
+
+
+def test_no_module_is_over_500_lines_without_a_reason() -> None:
+    """A module owns one concept; one that grows past 500 lines says why in its docstring (a
+    sentence naming its length, e.g. "over 500 lines: one concern, the ...")."""
+    long = [
+        module
+        for module, source in module_sources().items()
+        if source.count("\n") > 500
+        and "500 lines" not in (ast.get_docstring(ast.parse(source)) or "")
+    ]
+    assert long == []
