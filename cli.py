@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ratchet_runner.adapters.practice import parse_fault
-from ratchet_runner.errors import RatchetError, SpecError, UsageError, VersionConflict
+from ratchet_runner.errors import RatchetError, UsageError
 from ratchet_runner.review import table as tables
 from ratchet_runner.review import views
 from ratchet_runner.review.diagram import draw as diagrams
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the run commands import the store and the runner only when 
     from ratchet_runner.engine.commands import CommandResult
     from ratchet_runner.engine.runner import Runner, Strategy
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_CONFLICT = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def _emit_json(value: Any) -> None:
@@ -716,19 +716,7 @@ def _worker_pass(session: Session, lease_seconds: float, as_json: bool) -> None:
 def _worker_pool(
     session: Session, concurrency: int, lease_seconds: float, poll: float, as_json: bool
 ) -> None:
-    from ratchet_runner.worker.pool import Pool
-
-    # RATCHET_NOW on a store that is not a practice store is refused here, once. Otherwise the
-    # pool opens the store itself: a worker started while the database is down waits for it.
-    if os.environ.get("RATCHET_NOW"):
-        session.clock_for(session.store)
-    pool = Pool(
-        session.runner_factory(),
-        concurrency=concurrency,
-        lease_seconds=lease_seconds,
-        poll=poll,
-        log=_say,  # store outages, unexpected errors
-    )
+    pool = session.pool(concurrency=concurrency, lease_seconds=lease_seconds, poll=poll, log=_say)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: pool.stop.set())
     _say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
@@ -867,18 +855,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
-    except SpecError as exc:
-        for diagnostic in exc.diagnostics:
-            click.echo(diagnostic.format(), err=True)
-        if not exc.diagnostics:  # e.g. an ExpressionError: nothing located in a file
-            click.echo(f"ratchet: {exc.code} {exc.message}", err=True)
-        sys.exit(EXIT_INVALID)
-    except VersionConflict as exc:
-        click.echo(f"ratchet: {exc.code} {exc.message}; this command changed nothing", err=True)
-        sys.exit(EXIT_CONFLICT)
-    except RatchetError as exc:
-        click.echo(f"ratchet: {exc.code} {exc.message}", err=True)
-        sys.exit(EXIT_INVALID)
+    except RatchetError as exc:  # its code and message, or a spec's diagnostics
+        _echo_lines(exc.report(), err=True)
+        sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # the last line of defence

@@ -77,6 +77,8 @@ class RatchetError(Exception):
     """Ratchet failed."""
 
     code = "R000"
+    #: The exit status of a command that ends in this error (``docs/reference/errors.md``).
+    exit_status = 1
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
@@ -84,6 +86,10 @@ class RatchetError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0])
+
+    def report(self) -> list[str]:
+        """What a command that ends in this error prints on stderr, line by line."""
+        return [f"ratchet: {self.code} {self.message}"]
 
 
 class SpecError(RatchetError):
@@ -95,6 +101,11 @@ class SpecError(RatchetError):
         self.diagnostics = sorted(diagnostics)
         first = self.diagnostics[0].format() if self.diagnostics else None
         super().__init__(message or first)
+
+    def report(self) -> list[str]:
+        """Every diagnostic as ``FILE:LINE:COL: CODE message``; with none (an expression that
+        cannot be evaluated, say), the code and message."""
+        return [d.format() for d in self.diagnostics] or super().report()
 
 
 class ExpressionError(SpecError):
@@ -148,6 +159,10 @@ class VersionConflict(StoreError):
     """The run has moved on: another worker changed it first. Reload; never overwrite."""
 
     code = "R301"
+    exit_status = 4
+
+    def report(self) -> list[str]:
+        return [f"ratchet: {self.code} {self.message}; this command changed nothing"]
 
 
 class LeaseLost(VersionConflict):

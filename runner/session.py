@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .spec.model import Adapter as AdapterSpec
     from .store.records import RunRecord
     from .store.store import Store
-    from .worker.pool import RunnerFactory
+    from .worker.pool import Pool, RunnerFactory
 
 #: The practice world's file, and the default store's, under the home.
 WORLD_FILE, STORE_FILE = "practice.db", "ratchet.db"
@@ -187,6 +187,30 @@ class Session:
             return self.runner(store=self.open_store(), adapters=adapters, options=options)
 
         return make
+
+    def pool(
+        self,
+        *,
+        concurrency: int = 1,
+        lease_seconds: float = 30.0,
+        poll: float = 0.5,
+        log: Callable[[str], None] = _to_stderr,
+    ) -> Pool:
+        """A pool of ``concurrency`` worker threads on the session's store (``log``: the store's
+        outages and unexpected errors, a line at a time). ``RATCHET_NOW`` on a store that is not
+        a practice store is refused here, once; otherwise the pool opens the store itself, so a
+        worker started while the database is down waits for it."""
+        from .worker.pool import Pool
+
+        if self._environ.get("RATCHET_NOW"):
+            self.clock_for(self.store)
+        return Pool(
+            self.runner_factory(),
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            poll=poll,
+            log=log,
+        )
 
     def _practice_adapters(self) -> AdapterFactory:
         world = self.world

@@ -165,7 +165,7 @@ def test_the_cli_shows_each_error_with_its_code_and_the_documented_exit_status(
 
     monkeypatch.setitem(cli.commands, "explode", click.Command("explode", callback=explode))
     code, out, err = run(capsys, "explode")
-    assert code == documented()[cls.code][2]
+    assert code == documented()[cls.code][2] == cls.exit_status
     shown = "spec.yaml:3:1: E101 a located problem" if cls is SpecError else f"ratchet: {cls.code} "
     assert shown in err
     assert "internal error" not in err
