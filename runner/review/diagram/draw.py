@@ -2,11 +2,10 @@
 
 Three layers, as in ``transitions``' diagrams, so that each can be tested alone::
 
-    Spec ──► a view ──► Graph (plain dataclasses: nodes, edges, clusters, legend)
-             runner.diagram_states   states_graph        ──► runner.diagram_render
-             runner.diagram_crash    crash_windows_graph        to_dot / dot_source (graphviz)
-             runner.diagram_saga     saga_graph                 render_bytes (the dot program)
-                                                         ──► runner.diagram_mermaid to_mermaid
+    Spec ──► a view ──► Graph (model.py: plain dataclasses: nodes, edges, clusters, legend)
+             states.py   states_graph          ──► dot.py      to_dot / dot_source (graphviz)
+             crash.py    crash_windows_graph                   render_bytes (the dot program)
+             saga.py     saga_graph            ──► mermaid.py  to_mermaid
 
 The DOT and Mermaid texts are pure functions of the spec (generated node IDs, one font, one
 direction, no timestamps), so they are compared as golden files; drawing SVG, PNG or PDF needs
