@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
         VersionConflict,
         WorldError,
     )
+    from .review.trace import lines as trace_lines
     from .session import Session
     from .spec.model import Spec
     from .spec.validate import (
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
     )
     from .store.records import RunRecord
     from .store.store import Store
+    from .worker.passes import worker_pass
 
 __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "Adapter",
@@ -124,8 +126,10 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "resume_run",
     "signal_run",
     "start_run",
+    "trace_lines",
     "validate_path",
     "validate_text",
+    "worker_pass",
 ]
 
 #: The module each public name lives in; a name is imported under its own name there, but for
@@ -144,6 +148,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "ratchet_runner.engine.commands": ("CommandResult",),
     "ratchet_runner.store.store": ("Store",),
     "ratchet_runner.store.records": ("RunRecord",),
+    "ratchet_runner.worker.passes": ("worker_pass",),
     "ratchet_runner.adapters.practice": ("PracticeWorld",),
     "ratchet_runner.adapters.base": (
         "Adapter",
@@ -187,7 +192,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
 _RENAMED = {
     f"{verb}_run": ("ratchet_runner.engine.commands", verb)
     for verb in ("start", "resume", "decide", "signal", "operate")
-}
+} | {"trace_lines": ("ratchet_runner.review.trace", "lines")}
 #: Each public name -> (its module, its name there).
 _EXPORTS: dict[str, tuple[str, str]] = {
     **{name: (module, name) for module, names in _HOMES.items() for name in names},
