@@ -67,6 +67,15 @@ def _show(as_json: bool, data: Any, text: Callable[[], Iterable[str]], empty: st
         _echo_lines(text())
 
 
+BINDINGS_OPTION = click.option(
+    "--bindings",
+    metavar="FILE",
+    help="The binding file: how each adapter is reached (default: $RATCHET_BINDINGS, else "
+    "ratchet.toml beside the spec, else in the working directory). Without one, only a practice "
+    "store runs adapters as their kinds. See docs/reference/bindings.md.",
+)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="ratchet-runner", prog_name="ratchet")
 def cli() -> None:
@@ -97,7 +106,10 @@ def cli() -> None:
 @click.option("--strict", is_flag=True, help="Fail on warnings too (W codes), not only errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
-def validate(specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool) -> None:
+@BINDINGS_OPTION
+def validate(
+    specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool, bindings: str | None
+) -> None:
     """Check spec files before they run.
 
     Each SPEC is a YAML file or a directory of them. Every problem is printed as
@@ -106,14 +118,20 @@ def validate(specs: tuple[str, ...], strict: bool, as_json: bool, quiet: bool) -
       FILE:LINE:COL: CODE message
 
     sorted by position; E codes are errors, W codes warnings (docs/reference/lint-codes.md
-    explains each with a failing and a fixed example). Exit status: 0 valid, 1 invalid (with
-    --strict, also when there are warnings), 2 usage error.
+    explains each with a failing and a fixed example). With a binding file (--bindings, or
+    found), each spec is also checked against it: every adapter bound, every operation and
+    lookup implemented; B codes locate its problems in the binding file (or at the spec's
+    adapter). Exit status: 0 valid, 1 invalid (with --strict, also when there are warnings),
+    2 usage error.
     """
+    from ratchet_runner.binding_check import Checker
+
     reports: list[Report] = []
     crashed: list[str] = []
+    checker = Checker(bindings, os.environ)
     for path, name in spec_files(specs):
         try:
-            reports.append(validate_path(path, name))
+            reports.append(checker.add_to(validate_path(path, name), path))
         except Exception as exc:  # a bug; report it and go on with the other files
             if os.environ.get("RATCHET_DEBUG"):
                 raise
@@ -302,28 +320,35 @@ INTERRUPT_OPTION = click.option(
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a run command works: the lease it holds, the store, JSON or text, where to crash."""
+    """How a run command works: the lease it holds, the store, JSON or text, where to crash,
+    the binding file its adapters resolve through."""
 
     lease_seconds: float
     db: str | None
     as_json: bool
     interrupt: str | None = None
+    bindings: str | None = None
 
 
 def run_options(*, interrupt: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a run command ``--interrupt`` (if ``interrupt``), ``--lease``, ``--db`` and
-    ``--json``, passed on to it as one ``how: RunOptions``."""
+    """Give a run command ``--interrupt`` (if ``interrupt``), ``--lease``, ``--db``,
+    ``--bindings`` and ``--json``, passed on to it as one ``how: RunOptions``."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
         def wrapper(
-            *args: Any, lease_seconds: float, db: str | None, as_json: bool, **kwargs: Any
+            *args: Any,
+            lease_seconds: float,
+            db: str | None,
+            bindings: str | None,
+            as_json: bool,
+            **kwargs: Any,
         ) -> None:
-            how = RunOptions(lease_seconds, db, as_json, kwargs.pop("interrupt", None))
+            how = RunOptions(lease_seconds, db, as_json, kwargs.pop("interrupt", None), bindings)
             command(*args, how=how, **kwargs)
 
         options = [INTERRUPT_OPTION] if interrupt else []
-        for option in reversed([*options, LEASE_OPTION, DB_OPTION, JSON_OPTION]):
+        for option in reversed([*options, LEASE_OPTION, DB_OPTION, BINDINGS_OPTION, JSON_OPTION]):
             wrapper = option(wrapper)
         return wrapper
 
@@ -376,7 +401,8 @@ def _hinted(option: str) -> Iterator[None]:
     multiple=True,
     metavar="EFFECT:KIND",
     help="Inject a fault into EFFECT's next call: timeout_before_write, "
-    "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply, slow_commit. "
+    "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply, slow_commit, "
+    "commits_late. "
     "Repeatable.",
 )
 @click.option(
@@ -398,6 +424,10 @@ def run(
 
     The input comes from --input FILE or --example NAME. Starting the same business key again
     finds the existing run and drives it on; it never makes a second run (or a second change).
+
+    The adapters resolve through the binding file (--bindings, or found); without one, only a
+    practice store runs them as their kinds. A spec the binding does not cover (an adapter
+    unbound, an operation or lookup not implemented) is refused before the run is created.
 
     \b
     Example:
@@ -421,7 +451,7 @@ def run(
         )
     from ratchet_runner.engine import commands
 
-    with Session(how.db) as session:
+    with Session(how.db, bindings=how.bindings, spec=spec_path) as session:
         runner = _runner(session, how.interrupt, naive)
         data: dict[str, Any] = (
             chosen.input if chosen is not None else load_file(str(input_path)).data
@@ -436,7 +466,7 @@ def run(
 
 def _drive(how: RunOptions, key: str, act: Callable[[Runner], CommandResult]) -> None:
     """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
-    with Session(how.db) as session:
+    with Session(how.db, bindings=how.bindings) as session:
         runner = _runner(session, how.interrupt)
         _report(runner, act(runner), how.as_json, key)
 
@@ -622,6 +652,47 @@ def reset(everything: bool, practice: bool, db: str | None, as_json: bool) -> No
         _say(views.reset_line(everything, practice))
 
 
+@cli.group()
+def practice() -> None:
+    """The practice world: its providers served over HTTP."""
+
+
+@practice.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="The port to listen on; 0 picks a free one (the URL printed says which).",
+)
+@JSON_OPTION
+def serve(host: str, port: int, as_json: bool) -> None:
+    """Serve the practice world's providers (payments, warehouse, travel, the generic service,
+    noop) as an HTTP JSON API, over the same practice database the commands use.
+
+    \b
+      POST /SERVICE/OPERATION                 JSON arguments; the operation ID in Idempotency-Key
+      GET  /SERVICE/operations/OPERATION_ID   the lookup: 200 and the receipt, or 404
+
+    Prints the URL on stdout (with --json: {"url": ..., "practice_world": ...}) once it listens;
+    SIGTERM or Ctrl-C stops it. The routes, statuses and faults are in
+    docs/reference/adapters.md ("The practice world over HTTP").
+    """
+    from ratchet_runner.adapters.practice_http import PracticeServer
+
+    with Session() as session:
+        world = session.world
+    server = PracticeServer(world, host, port)
+    if as_json:
+        click.echo(json.dumps({"url": server.url, "practice_world": str(world.path)}))
+    else:
+        click.echo(server.url)
+    _say(f"serving the practice world {world.path} at {server.url}; SIGTERM or Ctrl-C stops")
+    server.serve_until_signalled()
+    _say("stopped")
+
+
 @cli.command("signal")
 @click.argument("run_id", metavar="RUN")
 @click.argument("event")
@@ -683,9 +754,16 @@ def signal_command(
 )
 @click.option("--poll", default=1.0, show_default=True, help="Seconds to wait when idle.")
 @DB_OPTION
+@BINDINGS_OPTION
 @JSON_OPTION
 def worker(
-    once: bool, concurrency: int, lease_seconds: float, poll: float, db: str | None, as_json: bool
+    once: bool,
+    concurrency: int,
+    lease_seconds: float,
+    poll: float,
+    db: str | None,
+    bindings: str | None,
+    as_json: bool,
 ) -> None:
     """Fire due timers and advance runnable runs under leases until stopped, or --once.
 
@@ -693,8 +771,12 @@ def worker(
     alive and that expire by the database's clock; every commit is fenced by the lease, so a
     worker paused past its lease changes nothing when it wakes. Each timer fires once and never
     early. SIGTERM or Ctrl-C: finish the current step, release the leases, exit.
+
+    A run that started under another binding than the worker's is left, unchanged, to a worker
+    that has it; a worker with no binding at all, on a store that is not a practice store,
+    parks the runs it claims for a person (docs/reference/bindings.md).
     """
-    with Session(db) as session:
+    with Session(db, bindings=bindings) as session:
         if once:
             _worker_pass(session, lease_seconds, as_json)
         else:
@@ -798,6 +880,7 @@ def queue_command(db: str | None, as_json: bool) -> None:
     help="Also run every case with the "
     "naive strategy (a new operation ID per attempt, no reconcile), side by side.",
 )
+@BINDINGS_OPTION
 @JSON_OPTION
 def check(
     spec_path: str,
@@ -805,6 +888,7 @@ def check(
     case_name: str | None,
     kill: bool,
     compare: str | None,
+    bindings: str | None,
     as_json: bool,
 ) -> None:
     """Run every crash window of every effect for real, and prove no effect happens twice.
@@ -816,10 +900,16 @@ def check(
     world, a crash at that window, a resume to the end, and the invariants checked. Exit 1 if
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
     the naive strategy under --compare are the point of the comparison, not failures.
+
+    With a binding file (--bindings, or found), the spec is first checked against it, and
+    refused with its B findings if the binding does not cover it; the cases run in the practice
+    world.
     """
+    from ratchet_runner.binding_check import Checker
     from ratchet_runner.review import check as checks
 
     spec, text, findings = checks.load_checkable(spec_path)
+    Checker(bindings, os.environ).require(spec_path, spec)
     _echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
     strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
     with _hinted("--case" if case_name else "--example"):

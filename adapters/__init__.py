@@ -6,8 +6,9 @@ validator reports any other kind as an unknown adapter (E304).
 
 from __future__ import annotations
 
-#: Adapter kinds a spec may name: the practice world's ``payments``, ``warehouse`` and
-#: ``travel``; ``http`` for a real provider that takes an ``Idempotency-Key`` header; ``noop``.
-KINDS: tuple[str, ...] = ("payments", "warehouse", "travel", "http", "noop")
+#: Adapter kinds a spec may name: the practice world's ``payments``, ``warehouse``, ``travel`` and
+#: ``service`` (the generic service, whose operations the adapter's ``config`` declares);
+#: ``http`` for a real provider that takes an ``Idempotency-Key`` header; ``noop``.
+KINDS: tuple[str, ...] = ("payments", "warehouse", "travel", "service", "http", "noop")
 
 __all__ = ["KINDS"]

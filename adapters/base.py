@@ -6,7 +6,10 @@ Outcomes are classified here, at the boundary, never later from prose::
     ├── Done(receipt)        the change happened; the receipt proves it
     ├── Transient(reason)    it did not happen (503, connection refused before sending): retry
     ├── Ambiguous(reason)    it may have happened (timeout, malformed reply): reconcile first
-    └── Refused(reason)      the world said no: never retried, nothing changed
+    ├── Refused(reason)      the world said no: never retried, nothing changed
+    └── Escalate(reason)     only a person can go on (a binding that is wrong, a key reused
+                             with other arguments): not retried; ``possibly_applied`` says
+                             whether the change may exist all the same
 
     Lookup
     ├── Found(receipt)       the provider has a record of that operation ID
@@ -28,7 +31,12 @@ class Done:
 
 @dataclass(frozen=True)
 class Transient:
+    """Nothing was done; try again later. ``retry_after``: the seconds the provider asked the
+    caller to wait (its ``Retry-After``), which the runner's back-off honours within the
+    effect's retry policy; None when it said nothing."""
+
     reason: str
+    retry_after: float | None = None
     kind: str = field(default="transient", init=False)
 
 
@@ -45,7 +53,21 @@ class Refused:
     kind: str = field(default="refused", init=False)
 
 
-Outcome = Done | Transient | Ambiguous | Refused
+@dataclass(frozen=True)
+class Escalate:
+    """Neither a retry nor the workflow's ``refused`` row can take the effect on: a person must
+    (the binding is wrong, the provider rejects the credentials, the key was used with other
+    arguments). The runner records the operation ``unknown`` when ``possibly_applied`` (a change
+    may exist under that operation ID, and a compensation looks it up first), leaves it
+    ``pending`` otherwise, and puts the run in the operator queue with ``evidence``."""
+
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    possibly_applied: bool = True
+    kind: str = field(default="escalate", init=False)
+
+
+Outcome = Done | Transient | Ambiguous | Refused | Escalate
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,29 @@
-"""The practice world: a payment provider, a warehouse and travel providers in one SQLite file.
+"""The practice world: a payment provider, a warehouse, travel providers and a generic service in
+one SQLite file.
 
 It stands in for the outside world in examples, tests and practice runs. It keeps its own
-database (the "practice database"), separate from the runner's store. The payment provider
-deduplicates by operation ID (the idempotency key): the same ID writes once and returns the first
-result, and the same ID with other arguments is refused (as Stripe does). The warehouse and
-travel providers keep the operation ID as a client reference that a lookup finds, but do not
-deduplicate: a blind retry there makes a second change, so only reconciling first prevents it.
+database (the "practice database"), separate from the runner's store. What each operation does
+is :mod:`~ratchet_runner.adapters.practice_services`'s, and which fault a call meets
+:mod:`~ratchet_runner.adapters.practice_faults`'s; this module owns the database, the fixtures,
+the keys and the changes committed late. A provider that deduplicates by operation ID (the
+idempotency key: payments, ``noop``, a generic operation declared ``dedupe: true``) writes once
+and returns the first result for the same ID, and refuses the same ID with other arguments (as
+Stripe does). The others (warehouse, travel, ``dedupe: false``) keep the operation ID as a client
+reference that a lookup finds, but a second request makes a second change: only reconciling
+first prevents it.
 Every call received is logged, so tests can count calls.
 
 Faults are injected per effect and per call: ``timeout_before_write`` (the request is lost),
 ``timeout_after_write`` (the change is made, the answer lost), ``unavailable`` (503), ``refuse``,
 ``malformed`` (the change is made, the reply is garbage), ``lookup_fails``, ``slow_reply``
-(the change is made; the answer comes a few seconds later) and ``slow_commit`` (the provider
+(the change is made; the answer comes a few seconds later), ``slow_commit`` (the provider
 commits the change, and answers, only a few seconds after it received the request: a lookup
-meanwhile finds nothing — a provider that commits late but within the call's timeout).
+meanwhile finds nothing) and ``commits_late`` (no answer; the change is committed a few seconds
+later, and until then the same operation ID is "still being processed").
+
+:meth:`PracticeWorld.handle` is what the provider does with a request (a :class:`Handled`);
+:meth:`PracticeWorld.call` is how an in-process caller sees it, and
+:mod:`~ratchet_runner.adapters.practice_http` serves the same over HTTP.
 """
 
 from __future__ import annotations
@@ -22,11 +32,11 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ratchet_runner.errors import WorldError
 
@@ -42,33 +52,29 @@ from .base import (
     Refused,
     Transient,
 )
-
-#: The services the practice world serves (adapter kinds it stands in for).
-PRACTICE_SERVICES = ("payments", "warehouse", "travel", "noop")
-
-#: Services that deduplicate by idempotency key, as a payment provider does. The others record
-#: the operation ID as a client reference that a lookup can find, but a second request with the
-#: same ID makes a second change, as many warehouse and travel APIs do: for them, only reconciling
-#: before a retry prevents a duplicate.
-IDEMPOTENT_SERVICES = frozenset({"payments", "noop"})
-
-FAULT_KINDS = (
-    "timeout_before_write",
-    "timeout_after_write",
-    "unavailable",
-    "refuse",
-    "malformed",
-    "lookup_fails",
-    "slow_reply",
-    "slow_commit",
+from .practice_faults import (
+    COMMITS_LATE_SECONDS,
+    FAULT_KINDS,
+    SLOW_COMMIT_SECONDS,
+    SLOW_REPLY_SECONDS,
+    insert_fault,
+    next_fault,
+    parse_fault,
 )
+from .practice_services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
 
-#: How long a ``slow_reply`` keeps the caller waiting after the change is made.
-SLOW_REPLY_SECONDS = 3.0
-
-#: How long a ``slow_commit`` provider works on a request before it commits the change (and
-#: replies): a lookup meanwhile finds nothing. Well within every shipped effect's timeout.
-SLOW_COMMIT_SECONDS = 2.0
+__all__ = [
+    "COMMITS_LATE_SECONDS",
+    "FAULT_KINDS",
+    "PRACTICE_SERVICES",
+    "SLOW_COMMIT_SECONDS",
+    "SLOW_REPLY_SECONDS",
+    "Change",
+    "Handled",
+    "PracticeAdapter",
+    "PracticeWorld",
+    "parse_fault",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -107,7 +113,31 @@ CREATE TABLE IF NOT EXISTS faults (
     times INTEGER,
     used INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS late (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation_id TEXT NOT NULL,
+    service TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    args TEXT NOT NULL,
+    dedupe INTEGER NOT NULL,
+    due REAL NOT NULL
+);
 """
+
+
+#: How a request was treated, as :class:`Handled` reports it.
+Verdict = Literal[
+    "made",  # the change was made now
+    "replayed",  # the same operation ID with the same arguments: the first result, nothing new
+    "refused",  # the provider said no (its rules, a bad request, or an injected refusal)
+    "key_reused",  # the same operation ID with other arguments: refused, nothing new
+    "in_processing",  # the same operation ID is still being processed (commits_late)
+    "dropped",  # never seen: timeout_before_write
+    "unavailable",  # 503: unavailable
+    "late",  # accepted without an answer; committed later: commits_late
+    "unknown",  # the service has no such operation
+]
 
 
 @dataclass(frozen=True)
@@ -122,21 +152,32 @@ class Change:
     at: str
 
 
+@dataclass(frozen=True)
+class Handled:
+    """What the provider did with one request, before its reply travels back: ``verdict`` says
+    how it was treated, ``outcome`` is what an in-process caller is told, and ``fault`` is the
+    fault injected into the request, if any (``timeout_after_write``, ``malformed`` and
+    ``slow_reply`` shape only the reply to a request that was otherwise served)."""
+
+    verdict: Verdict
+    outcome: Outcome
+    fault: str | None = None
+
+
+def _plain(value: Any) -> Any:
+    """Integral floats as integers, as the runner normalises arguments (``10.0`` is ``10``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _fingerprint(args: dict[str, Any]) -> str:
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(_plain(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def parse_fault(effects: Iterable[str], text: str) -> tuple[str, str]:
-    """``EFFECT:KIND`` (as ``ratchet run --fault`` takes it) as ``(effect, kind)``; a
-    :class:`WorldError` unless the effect is one of ``effects`` and the kind a known fault."""
-    effect, _, kind = text.partition(":")
-    known = list(effects)
-    if effect not in known:
-        raise WorldError(f"no effect {effect!r} (effects: {', '.join(known)})")
-    if kind not in FAULT_KINDS:
-        raise WorldError(f"no fault {kind!r} (faults: {', '.join(FAULT_KINDS)})")
-    return effect, kind
 
 
 class PracticeWorld:
@@ -147,6 +188,8 @@ class PracticeWorld:
         #: How a ``slow_reply`` waits: ``time.sleep``, or an injected clock's ``sleep`` (which
         #: moves fake time, as ``ratchet check`` does).
         self.sleep: Callable[[float], None] = sleep or time.sleep
+        #: When a ``commits_late`` change is due (epoch seconds).
+        self.now: Callable[[], float] = time.time
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         try:
@@ -174,9 +217,9 @@ class PracticeWorld:
     # -- fixtures and faults ----------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget every order, change, call and fault."""
+        """Forget every order, change, call, fault and change not yet committed."""
         with self._tx() as db:
-            for table in ("orders", "stock", "changes", "holds", "calls", "faults"):
+            for table in ("orders", "stock", "changes", "holds", "calls", "faults", "late"):
                 db.execute(f"DELETE FROM {table}")  # fixed names, never input
 
     def seed(self, fixture: dict[str, Any]) -> None:
@@ -213,69 +256,53 @@ class PracticeWorld:
     ) -> None:
         """Inject ``kind`` into ``effect``'s calls: on the given call numbers (1-based), or on the
         next ``times`` calls (default: the next one)."""
-        if kind not in FAULT_KINDS:
-            raise WorldError(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
-        if calls is None and times is None:
-            times = 1
         with self._tx() as db:
-            db.execute(
-                "INSERT INTO faults (effect, kind, calls, times) VALUES (?, ?, ?, ?)",
-                (effect, kind, json.dumps(calls) if calls is not None else None, times),
-            )
-
-    def _fault(self, db: sqlite3.Connection, effect: str, lookup: bool) -> str | None:
-        (made,) = db.execute(
-            "SELECT COUNT(*) FROM calls WHERE effect = ? AND operation NOT LIKE 'lookup%'",
-            (effect,),
-        ).fetchone()
-        number = made + (0 if lookup else 1)
-        for fid, kind, calls, times, used in db.execute(
-            "SELECT id, kind, calls, times, used FROM faults WHERE effect = ? ORDER BY id",
-            (effect,),
-        ).fetchall():
-            if (kind == "lookup_fails") != lookup:
-                continue
-            if calls is not None and number in json.loads(calls) and not lookup:
-                return str(kind)
-            if times is not None and used < times:
-                db.execute("UPDATE faults SET used = used + 1 WHERE id = ?", (fid,))
-                return str(kind)
-        return None
+            insert_fault(db, effect, kind, calls, times)
 
     # -- the services -----------------------------------------------------------------------
 
-    def call(self, service: str, request: Call) -> Outcome:
-        """Serve one request to ``service`` (payments, warehouse, travel, noop)."""
-        handler = _HANDLERS.get((service, request.operation))
-        if handler is None and service == "noop":
-            handler = _noop
-        if handler is None:
-            return Refused(f"{service} has no operation {request.operation!r}")
+    def handle(
+        self, service: str, request: Call, declared: Mapping[str, bool] | None = None
+    ) -> Handled:
+        """What ``service`` does with one request (``declared``: the generic service's
+        operations, each with its ``dedupe``), faults included."""
+        op = operation(service, request.operation, declared)
+        if op is None:
+            return Handled("unknown", Refused(f"{service} has no operation {request.operation!r}"))
         with self._tx() as db:
-            fault = self._fault(db, request.effect, lookup=False)
+            self._settle(db)
+            fault = next_fault(db, request.effect, lookup=False)
         if fault == "slow_commit":  # received; committed (and answered) only a while later
             self.sleep(SLOW_COMMIT_SECONDS)
             fault = None
         with self._tx() as db:
-            if fault in ("timeout_before_write", "unavailable"):
-                self._log(db, request, fault)
-                return (
-                    Ambiguous("timeout: no reply")
-                    if fault == "timeout_before_write"
-                    else Transient("503 service unavailable")
-                )
-            if fault == "refuse":
-                self._log(db, request, "refused")
-                return Refused("refused by the provider (injected)")
-            outcome = self._apply(db, service, request, handler)
-            self._log(db, request, fault or outcome.kind)
-        if fault == "timeout_after_write":
+            self._settle(db)
+            handled = self._before_write(db, op, request, fault)
+            if handled is None:
+                verdict, outcome = self._apply(db, op, request)
+                handled = Handled(verdict, outcome, fault)
+                self._log(db, request, fault or outcome.kind)
+        return handled
+
+    def call(
+        self, service: str, request: Call, declared: Mapping[str, bool] | None = None
+    ) -> Outcome:
+        """Serve one request to ``service`` in-process: what the caller is told, the lost and
+        garbled replies of the faults included."""
+        handled = self.handle(service, request, declared)
+        if handled.fault == "timeout_after_write":
             return Ambiguous("timeout: the reply was lost")
-        if fault == "slow_reply":  # made, then a long wait before the answer (outside the lock)
+        if handled.fault == "slow_reply":  # made, then a long wait before the answer
             self.sleep(SLOW_REPLY_SECONDS)
-        if fault == "malformed" and isinstance(outcome, Done):
+        if handled.fault == "malformed" and isinstance(handled.outcome, Done):
             return Ambiguous("malformed reply: '<html>502 Bad Gateway</html>'")
-        return outcome
+        return handled.outcome
+
+    def settle(self) -> None:
+        """Commit the ``commits_late`` changes that are due (every request and lookup does so
+        first, too)."""
+        with self._tx() as db:
+            self._settle(db)
 
     def receive_only(self, request: Call) -> None:
         """Log a request that reached the provider, which never commits it (the caller died
@@ -286,7 +313,8 @@ class PracticeWorld:
     def lookup(self, service: str, operation: str, operation_id: str, effect: str) -> LookupResult:
         """What the provider has under ``operation_id`` (the first change, if several)."""
         with self._tx() as db:
-            fault = self._fault(db, effect, lookup=True)
+            self._settle(db)
+            fault = next_fault(db, effect, lookup=True)
             db.execute(
                 "INSERT INTO calls (operation_id, effect, operation, outcome) VALUES (?, ?, ?, ?)",
                 (operation_id, effect, operation, fault or "lookup"),
@@ -305,45 +333,108 @@ class PracticeWorld:
             (request.operation_id, request.effect, request.operation, outcome),
         )
 
+    def _before_write(
+        self, db: sqlite3.Connection, op: Operation, request: Call, fault: str | None
+    ) -> Handled | None:
+        """The request's end before the provider's own work, if it has one: dropped,
+        unavailable, still being processed, refused by a fault, or put off (``commits_late``)."""
+        handled: Handled | None = None
+        if fault == "timeout_before_write":
+            handled = Handled("dropped", Ambiguous("timeout: no reply"), fault)
+        elif fault == "unavailable":
+            handled = Handled("unavailable", Transient("503 service unavailable"), fault)
+        elif op.dedupe and self._in_processing(db, op.service, request.operation_id):
+            reason = "409: a request with this operation ID is still being processed"
+            handled = Handled("in_processing", Ambiguous(reason), fault)
+        elif fault == "refuse":
+            handled = Handled("refused", Refused("refused by the provider (injected)"), fault)
+        elif fault == "commits_late":
+            self._defer(db, op, request)
+            handled = Handled("late", Ambiguous("timeout: no reply"), fault)
+        if handled is not None:
+            label = {"refused": "refused", "in_processing": "in_processing"}
+            self._log(db, request, label.get(handled.verdict, str(fault)))
+        return handled
+
     def _apply(
-        self, db: sqlite3.Connection, service: str, request: Call, handler: _Handler
-    ) -> Outcome:
+        self, db: sqlite3.Connection, op: Operation, request: Call
+    ) -> tuple[Verdict, Outcome]:
         fingerprint = _fingerprint(request.args)
         seen = db.execute(
-            "SELECT fingerprint, result FROM changes WHERE operation_id = ? ORDER BY seq",
-            (request.operation_id,),
+            "SELECT fingerprint, result FROM changes WHERE operation_id = ? AND service = ? "
+            "ORDER BY seq",
+            (request.operation_id, op.service),
         ).fetchone()
-        if seen is not None and service in IDEMPOTENT_SERVICES:
+        if seen is not None and op.dedupe:
             if seen[0] != fingerprint:
-                return Refused(
+                return "key_reused", Refused(
                     "idempotency key reused with different arguments",
                     {"operation_id": request.operation_id},
                 )
-            return Done(json.loads(seen[1]))
+            return "replayed", Done(json.loads(seen[1]))
         try:
-            outcome = handler(db, request)
+            outcome = op.handler(db, request)
         except (KeyError, TypeError, ValueError) as exc:
-            return Refused(f"bad request: {exc}")
-        if isinstance(outcome, Done):
-            db.execute(
-                "INSERT INTO changes (operation_id, service, operation, effect, args, fingerprint,"
-                " result) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    request.operation_id,
-                    service,
-                    request.operation,
-                    request.effect,
-                    json.dumps(request.args, sort_keys=True),
-                    fingerprint,
-                    json.dumps(outcome.receipt, sort_keys=True),
-                ),
-            )
-        return outcome
+            return "refused", Refused(f"bad request: {exc}")
+        if not isinstance(outcome, Done):
+            return "refused", outcome
+        db.execute(
+            "INSERT INTO changes (operation_id, service, operation, effect, args, fingerprint,"
+            " result) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                request.operation_id,
+                op.service,
+                request.operation,
+                request.effect,
+                json.dumps(request.args, sort_keys=True),
+                fingerprint,
+                json.dumps(outcome.receipt, sort_keys=True),
+            ),
+        )
+        return "made", outcome
+
+    # -- changes committed late ---------------------------------------------------------------
+
+    def _defer(self, db: sqlite3.Connection, op: Operation, request: Call) -> None:
+        db.execute(
+            "INSERT INTO late (operation_id, service, operation, effect, args, dedupe, due)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                request.operation_id,
+                op.service,
+                op.name,
+                request.effect,
+                json.dumps(request.args, sort_keys=True),
+                int(op.dedupe),
+                self.now() + COMMITS_LATE_SECONDS,
+            ),
+        )
+
+    def _settle(self, db: sqlite3.Connection) -> None:
+        """Make the changes put off by ``commits_late`` whose time has come, oldest first."""
+        due = db.execute(
+            "SELECT id, operation_id, service, operation, effect, args, dedupe FROM late "
+            "WHERE due <= ? ORDER BY id",
+            (self.now(),),
+        ).fetchall()
+        for late_id, operation_id, service, name, effect, args, dedupe in due:
+            db.execute("DELETE FROM late WHERE id = ?", (late_id,))
+            op = operation(service, name, {name: bool(dedupe)})
+            if op is not None:
+                self._apply(db, op, Call(name, operation_id, json.loads(args), effect))
+
+    def _in_processing(self, db: sqlite3.Connection, service: str, operation_id: str) -> bool:
+        """Whether a change under ``operation_id`` is accepted but not yet committed."""
+        row = db.execute(
+            "SELECT 1 FROM late WHERE operation_id = ? AND service = ?", (operation_id, service)
+        ).fetchone()
+        return row is not None
 
     # -- reading the world ------------------------------------------------------------------
 
     def changes(self) -> list[Change]:
         with self._tx() as db:
+            self._settle(db)
             rows = db.execute(
                 "SELECT seq, operation_id, service, operation, effect, args, result, at "
                 "FROM changes ORDER BY seq"
@@ -364,128 +455,26 @@ class PracticeWorld:
         keys = ("operation_id", "effect", "operation", "outcome", "at")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
-    def adapter(self, service: str) -> PracticeAdapter:
-        return PracticeAdapter(self, service)
+    def adapter(self, service: str, config: Mapping[str, Any] | None = None) -> PracticeAdapter:
+        """``service`` through the adapter protocol; for the generic service, with the
+        operations its adapter's ``config`` declares (a :class:`WorldError` if none)."""
+        declared = declared_operations(config) if service == GENERIC else None
+        return PracticeAdapter(self, service, declared)
 
 
 class PracticeAdapter:
     """One practice service seen through the adapter protocol."""
 
-    def __init__(self, world: PracticeWorld, service: str) -> None:
+    def __init__(
+        self, world: PracticeWorld, service: str, declared: Mapping[str, bool] | None = None
+    ) -> None:
         self.world = world
         self.service = service
+        #: The generic service's operations, each with its ``dedupe``.
+        self.declared = declared
 
     def call(self, request: Call) -> Outcome:
-        return self.world.call(self.service, request)
+        return self.world.call(self.service, request, self.declared)
 
     def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
         return self.world.lookup(self.service, operation, operation_id, effect)
-
-
-# -- the operations -------------------------------------------------------------------------
-
-_Handler = Callable[[sqlite3.Connection, Call], Outcome]
-
-
-def _short(db: sqlite3.Connection, request: Call, prefix: str) -> str:
-    """A provider ID for the change: the operation ID's prefix, numbered when a provider that
-    does not deduplicate makes a second change under the same ID."""
-    (made,) = db.execute(
-        "SELECT COUNT(*) FROM changes WHERE operation_id = ?", (request.operation_id,)
-    ).fetchone()
-    suffix = f"_{made + 1}" if made else ""
-    return f"{prefix}_{request.operation_id[:12]}{suffix}"
-
-
-def _refund(db: sqlite3.Connection, request: Call) -> Outcome:
-    args = request.args
-    order = db.execute(
-        "SELECT paid, currency FROM orders WHERE order_id = ?", (args["order"],)
-    ).fetchone()
-    if order is None:
-        return Refused(f"no order {args['order']}")
-    paid, currency = order
-    if args["currency"] != currency:
-        return Refused(f"order {args['order']} was paid in {currency}, not {args['currency']}")
-    refunded = sum(
-        json.loads(a)["amount"]
-        for (a,) in db.execute(
-            "SELECT args FROM changes "
-            "WHERE operation = 'refund' AND json_extract(args, '$.order') = ?",
-            (args["order"],),
-        )
-    )
-    amount = float(args["amount"])
-    if round(refunded + amount, 2) > round(paid, 2):
-        return Refused(
-            f"refunding {amount:.2f} would take order {args['order']} to "
-            f"{refunded + amount:.2f} {currency}, above the {paid:.2f} paid",
-            {"paid": paid, "refunded": refunded},
-        )
-    return Done({"refund_id": _short(db, request, "re"), "amount": amount, "currency": currency})
-
-
-def _label(db: sqlite3.Connection, request: Call) -> Outcome:
-    order = request.args["order"]
-    if db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order,)).fetchone() is None:
-        return Refused(f"no order {order}")
-    return Done({"label_id": _short(db, request, "lbl"), "order": order})
-
-
-def _reship(db: sqlite3.Connection, request: Call) -> Outcome:
-    sku = request.args["sku"]
-    row = db.execute("SELECT available FROM stock WHERE sku = ?", (sku,)).fetchone()
-    if row is None or row[0] < 1:
-        return Refused(f"{sku} is out of stock", {"sku": sku, "available": row[0] if row else 0})
-    db.execute("UPDATE stock SET available = available - 1 WHERE sku = ?", (sku,))
-    return Done({"reship_id": _short(db, request, "rs"), "sku": sku})
-
-
-def _hold(kind: str) -> _Handler:
-    def hold(db: sqlite3.Connection, request: Call) -> Outcome:
-        hold_id = _short(db, request, kind[:2])
-        ref = str(request.args.get("flight") or request.args.get("hotel"))
-        db.execute(
-            "INSERT INTO holds VALUES (?, ?, ?, ?, 'held')",
-            (hold_id, kind, request.args["trip"], ref),
-        )
-        return Done({"hold_id": hold_id, kind: ref})
-
-    return hold
-
-
-def _confirm(db: sqlite3.Connection, request: Call) -> Outcome:
-    held = {
-        h
-        for (h,) in db.execute(
-            "SELECT hold_id FROM holds WHERE status = 'held' AND hold_id IN (?, ?)",
-            (request.args["flight_hold"], request.args["hotel_hold"]),
-        )
-    }
-    if len(held) != 2:
-        return Refused("a hold to confirm is missing or released")
-    return Done({"itinerary_id": _short(db, request, "it"), "trip": request.args["trip"]})
-
-
-def _release(db: sqlite3.Connection, request: Call) -> Outcome:
-    hold_id = request.args["hold_id"]
-    row = db.execute("SELECT status FROM holds WHERE hold_id = ?", (hold_id,)).fetchone()
-    if row is None:
-        return Refused(f"no hold {hold_id}")
-    db.execute("UPDATE holds SET status = 'released' WHERE hold_id = ?", (hold_id,))
-    return Done({"release_id": _short(db, request, "rl"), "hold_id": hold_id})
-
-
-def _noop(db: sqlite3.Connection, request: Call) -> Outcome:
-    return Done({"id": request.operation_id})
-
-
-_HANDLERS: dict[tuple[str, str], _Handler] = {
-    ("payments", "refund"): _refund,
-    ("warehouse", "create_label"): _label,
-    ("warehouse", "reship"): _reship,
-    ("travel", "hold_flight"): _hold("flight"),
-    ("travel", "hold_hotel"): _hold("hotel"),
-    ("travel", "confirm"): _confirm,
-    ("travel", "release"): _release,
-}

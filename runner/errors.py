@@ -10,7 +10,10 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   └── ExpressionError     R101  an expression does not compile or cannot be evaluated
     ├── UsageError              R200  the caller asked for something that cannot be done
     │   ├── GraphvizNotFound    R201  an SVG, PNG or PDF diagram needs Graphviz's dot program
-    │   └── WorldError          R202  the practice world was given a fixture or fault it cannot use
+    │   ├── WorldError          R202  the practice world was given a fixture or fault it cannot use
+    │   └── BindingError        R203  an adapter binding's settings are missing, mistyped or wrong
+    │       ├── BindingInvalid  R204  a binding file is invalid or does not cover what a spec uses
+    │       └── BindingMismatch R205  the run started under another binding than this process's
     ├── StoreError              R300  the store could not do what was asked
     │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
@@ -31,7 +34,8 @@ module imports nothing else of the package, so adapters and plugins may import i
 
 A :class:`Diagnostic` is one located problem in a spec: ``FILE:LINE:COL: CODE message``. Codes
 starting with ``E`` are errors, codes starting with ``W`` are warnings; the full list is in
-``docs/reference/lint-codes.md`` and in :data:`ratchet_runner.spec.codes.CODES`.
+``docs/reference/lint-codes.md`` and in :data:`ratchet_runner.spec.codes.CODES`. Codes starting
+with ``B`` are errors found in a binding file (``docs/reference/bindings.md``).
 """
 
 from __future__ import annotations
@@ -147,6 +151,37 @@ class WorldError(UsageError):
     """The practice world was given something it cannot use (a bad fixture or fault)."""
 
     code = "R202"
+
+
+class BindingError(UsageError):
+    """An adapter binding cannot be used: a setting is missing, mistyped or out of range, or a
+    secret it names cannot be read. The message names the setting (never a secret's value)."""
+
+    code = "R203"
+
+
+class BindingInvalid(BindingError):
+    """A binding file cannot be read, or does not cover what a spec uses (an adapter unbound, an
+    operation or lookup its implementation lacks): nothing was started. It carries the located
+    findings (``B`` codes, ``docs/reference/bindings.md``), which the CLI prints one per line."""
+
+    code = "R204"
+
+    def __init__(self, diagnostics: list[Diagnostic], message: str | None = None) -> None:
+        self.diagnostics = sorted(diagnostics)
+        first = self.diagnostics[0].format() if self.diagnostics else None
+        super().__init__(message or first)
+
+    def report(self) -> list[str]:
+        """Every finding as ``FILE:LINE:COL: CODE message``; with none, the code and message."""
+        return [d.format() for d in self.diagnostics] or super().report()
+
+
+class BindingMismatch(BindingError):
+    """The run started under another binding than the one this process resolves adapters
+    through: a worker leaves it to a worker that has that binding; a command changes nothing."""
+
+    code = "R205"
 
 
 class StoreError(RatchetError):

@@ -4,7 +4,13 @@ A :class:`Session` is a context manager. It opens, on first use, the store (from
 default store under the home: a practice store), the command's clock (``RATCHET_NOW`` on a
 practice store, else the system clock; or one the caller gives), and the practice world under
 the home; :meth:`Session.runner` is the one place a :class:`~ratchet_runner.engine.runner.Runner`
-is built. On exit it closes every store it opened, also when the body raised.
+is built. On exit it closes every store (and every adapter) it opened, also when the body raised.
+
+A runner's adapters resolve through the session's **binding** (:mod:`ratchet_runner.bindings`):
+the file given (``bindings``), else ``$RATCHET_BINDINGS``, else ``ratchet.toml`` beside the spec
+(``spec``), else ``ratchet.toml`` in the working directory. Without one, only a practice store
+runs a spec's adapters as their kinds (the practice world); on any other store every run is
+refused before it is created, and a run found there is not driven.
 
 The store and the runner are imported when first used, so that ``ratchet validate`` stays quick.
 """
@@ -20,13 +26,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ratchet_runner.adapters.practice import PRACTICE_SERVICES, PracticeAdapter, PracticeWorld
+from ratchet_runner.adapters.practice import PracticeWorld
 
 from .clock import Clock
-from .errors import UsageError
 from .settings import home as default_home
 
 if TYPE_CHECKING:
+    from .bindings import Binding
+    from .engine.resolution import Resolution
     from .engine.runner import (
         AdapterFactory,
         Interrupt,
@@ -34,7 +41,7 @@ if TYPE_CHECKING:
         RunnerOptions,
         Strategy,
     )
-    from .spec.model import Adapter as AdapterSpec
+    from .implementations import Place
     from .store.records import RunRecord
     from .store.store import Store
     from .worker.pool import Pool, RunnerFactory
@@ -55,7 +62,9 @@ class Session:
     under ``$RATCHET_HOME`` (default ``./.ratchet``). ``home`` is where the practice world lives
     (default: ``$RATCHET_HOME``, else ``./.ratchet``). ``clock``, when given, is the
     clock of every runner (``RATCHET_NOW`` is then not consulted); else each store's command clock
-    (:func:`~ratchet_runner.clock.command_clock`, read from ``environ``)."""
+    (:func:`~ratchet_runner.clock.command_clock`, read from ``environ``). ``bindings``: the
+    binding file to resolve adapters through (default: looked for, see the module docstring;
+    ``spec``: the spec file, beside which ``ratchet.toml`` is looked for)."""
 
     def __init__(
         self,
@@ -64,16 +73,21 @@ class Session:
         home: Path | None = None,
         clock: Clock | None = None,
         environ: Mapping[str, str] | None = None,
+        bindings: str | Path | None = None,
+        spec: str | Path | None = None,
     ) -> None:
         self.url = db
         self.home = home
         self._given_clock = clock
         self._environ = os.environ if environ is None else environ
+        self._bindings, self._spec_path = bindings, spec
+        self._binding: tuple[Binding | None] | None = None  # (found,) once looked for
         self._store: Store | None = None
         self._clock: Clock | None = None
         self._world: PracticeWorld | None = None
         self._opened: list[Store] = []
         self._runners: list[Runner] = []
+        self._place: Place | None = None  # where adapters are made; closed on exit
 
     # -- the context ----------------------------------------------------------------------------
 
@@ -89,7 +103,14 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Close every store this session opened, newest first (each even if another fails)."""
+        """Close every adapter and store this session opened, newest first (each even if another
+        fails)."""
+        made = self._place.made if self._place is not None else []
+        while made:
+            closing = getattr(made.pop(), "close", None)
+            if callable(closing):
+                with contextlib.suppress(Exception):  # a pool that will not close stops nothing
+                    closing()
         failed: BaseException | None = None
         while self._opened:
             try:
@@ -124,6 +145,18 @@ class Session:
         if self._world is None:
             self._world = PracticeWorld((self.home or default_home()) / WORLD_FILE)
         return self._world
+
+    @property
+    def binding(self) -> Binding | None:
+        """The binding the session resolves adapters through (found and read on first use;
+        :class:`~ratchet_runner.errors.BindingInvalid` for a file that is no binding), or None
+        when no binding file is given or found."""
+        if self._binding is None:
+            from .bindings import find, load
+
+            path = find(self._bindings, spec=self._spec_path, environ=self._environ)
+            self._binding = (None if path is None else load(path),)
+        return self._binding[0]
 
     def open_store(self) -> Store:
         """Another connection to the session's store (one per worker thread), closed on exit.
@@ -162,19 +195,24 @@ class Session:
         strategy: Strategy = "ratchet",
         options: RunnerOptions | None = None,
     ) -> Runner:
-        """A runner on ``store`` (default: the session's) with its clock; its adapters are the
-        practice world's services unless ``adapters`` is given; ``options``: how it works (a
-        pool passes its own). The one place a Runner is built."""
+        """A runner on ``store`` (default: the session's) with its clock; its adapters resolve
+        through the session's binding (:meth:`resolution`) unless ``adapters`` is given (then
+        nothing is recorded on the runs it starts, and it drives any run); ``options``: how it
+        works (a pool passes its own). The one place a Runner is built."""
         from .engine.runner import Runner
 
         on = self.store if store is None else store
+        resolution: Resolution | None = None
+        if adapters is None:
+            adapters, resolution = self.resolution(on)
         made = Runner(
             on,
-            self._practice_adapters() if adapters is None else adapters,
+            adapters,
             self.clock if store is None else self.clock_for(on),
             interrupt=interrupt,
             strategy=strategy,
             options=options,
+            resolution=resolution,
         )
         self._runners.append(made)
         return made
@@ -212,18 +250,24 @@ class Session:
             log=log,
         )
 
-    def _practice_adapters(self) -> AdapterFactory:
-        world = self.world
+    def resolution(self, store: Store | None = None) -> tuple[AdapterFactory, Resolution]:
+        """How a runner on ``store`` (default: the session's) resolves adapters: through the
+        session's binding; else, on a practice store, the spec's kinds in the practice world;
+        else not at all (every run refused before it is created, none driven)."""
+        from .bindings import place_for, resolve, searched
+        from .store.dialects import redact
 
-        def adapter_for(adapter: AdapterSpec) -> PracticeAdapter:
-            if adapter.kind not in PRACTICE_SERVICES:
-                raise UsageError(
-                    f"adapter {adapter.name!r} is of kind {adapter.kind!r}, which has no "
-                    f"implementation yet; the practice world serves {', '.join(PRACTICE_SERVICES)}"
-                )
-            return world.adapter(adapter.kind)
-
-        return adapter_for
+        on = self.store if store is None else store
+        binding = self.binding
+        if self._place is None:
+            self._place = place_for(binding, lambda: self.world, self._environ)
+        return resolve(
+            binding,
+            practice=binding is None and on.is_practice(),
+            place=self._place,
+            looked=searched(self._spec_path),
+            store=redact(on.url),
+        )
 
     # -- practising ------------------------------------------------------------------------------
 

@@ -29,6 +29,9 @@ from ratchet_runner.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
+#: The shipped binding of every shipped spec's (and fixture's) adapters to the practice world: what
+#: a store that is not a practice store needs to run them.
+PRACTICE_BINDING = SPECS / "practice.toml"
 PG_URL = os.environ.get("RATCHET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
@@ -158,8 +161,14 @@ def ratchet_process(
 ) -> subprocess.Popen[str]:
     """Start ``ratchet ARGS...`` as a real process on this home and store (``now`` sets
     ``RATCHET_NOW``, allowed on this store, which is not a practice store, by
-    ``RATCHET_ALLOW_CLOCK_OVERRIDE``; ``capture`` keeps stdout and stderr for ``communicate``)."""
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
+    ``RATCHET_ALLOW_CLOCK_OVERRIDE``; its adapters bound to the practice world by
+    :data:`PRACTICE_BINDING`; ``capture`` keeps stdout and stderr for ``communicate``)."""
+    env = {
+        **os.environ,
+        "RATCHET_HOME": str(home),
+        "RATCHET_DB": store_url,
+        "RATCHET_BINDINGS": str(PRACTICE_BINDING),
+    }
     env.pop("RATCHET_NOW", None)
     env.pop("RATCHET_ALLOW_CLOCK_OVERRIDE", None)
     if now is not None:

@@ -3,7 +3,8 @@
 An effect has ``retry.max_attempts`` attempts, plus any an operator granted to its operation; a
 run has its spec's ``budget`` (attempts and cost across all its effects). Attempts are counted in
 the same change that records the attempt, so they persist: a resume never refills the budget.
-Between attempts the runner waits a capped exponential back-off with full jitter.
+Between attempts the runner waits a capped exponential back-off with full jitter, and at least
+what the provider asked for in its ``Retry-After`` (up to the policy's ``max_backoff``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,15 @@ def count_attempt(run: RunRecord, effect: Effect, change: Change) -> None:
     change.context = {**base, "budget_used": used}
 
 
-def backoff(effect: Effect, attempt: int, rng: random.Random) -> float:
-    """Capped exponential backoff with full jitter before attempt ``attempt + 1``."""
+def backoff(
+    effect: Effect, attempt: int, rng: random.Random, retry_after: float | None = None
+) -> float:
+    """Capped exponential backoff with full jitter before attempt ``attempt + 1``; at least
+    what the provider asked for (``retry_after``, its ``Retry-After``), within the policy's
+    ``max_backoff``."""
     retry = effect.retry
     cap = min(retry.max_backoff, retry.initial_backoff * retry.multiplier ** (attempt - 1))
-    return cap if retry.jitter == "none" else rng.uniform(0, cap)
+    delay = cap if retry.jitter == "none" else rng.uniform(0, cap)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, retry.max_backoff))
+    return delay

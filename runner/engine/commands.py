@@ -14,6 +14,10 @@ A command that finds the run held by another live process does not race it: it w
 (:data:`PATIENCE`) for the lease to come free, and otherwise says who is carrying the run on and
 changes nothing (:class:`RunBusy`; a ``resume`` reports it as a normal outcome). See
 ``docs/explanation/leases.md``.
+
+A command that would drive a run through other adapters than the ones it started under (another
+binding, or none where one is needed: :func:`~ratchet_runner.engine.resolution.refusal`) changes
+nothing and raises the reason (``BindingMismatch``, ``BindingError``), before it takes the lease.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ..spec.model import Spec
 from ..store.records import RunRecord
 from .drive import carry_on
 from .lease import Lease, owner_identity, validate_lease
+from .resolution import refusal
 from .runner import Runner
 from .versions import migrate
 
@@ -156,12 +161,18 @@ def _act(
     patience: float,
     owner: str | None = None,
     only_running: bool = False,
+    calls_out: bool = True,
 ) -> CommandResult:
     """Carry out ``act`` on the run under its lease: a run that has ended (or, with
-    ``only_running``, one that is not running: nothing would be called) is read, not leased."""
+    ``only_running``, one that is not running: nothing would be called) is read, not leased.
+    An act that may call out for the run (``calls_out``) is refused, with nothing changed, when
+    this runner's adapters are not the ones the run started under."""
     run = runner.store.resolve(run_ref)
     if run.status in _ENDED or (only_running and run.status != "running"):
         return act(run)
+    problem = refusal(runner.resolution, run, runner.spec_of(run)) if calls_out else None
+    if problem is not None:
+        raise problem
     with holding(runner, run, owner or command_owner(command), lease_seconds, patience) as held:
         return act(held)
 
@@ -328,6 +339,7 @@ def operate(
         lease_seconds=lease_seconds,
         patience=patience,
         owner=owner,
+        calls_out=action not in ("pause", "cancel"),
     )
 
 

@@ -9,12 +9,14 @@ from .runner import Runner
 
 
 def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
-    """What was done, what was undone, what is left, and what failed."""
+    """What was done, what was undone, what is left, what failed, and what the provider
+    answered when an adapter escalated an effect to a person (still not done)."""
     ops = runner.store.operations(run.id)
     done = [o for o in ops if o.role == "forward" and o.status == "done"]
     undo = {o.compensates: o for o in ops if o.role == "compensation"}
     history = runner.store.history(run.id)
     no_undo = {e.data.get("operation_id"): e.data for e in history if e.kind == "no_compensation"}
+    done_ids = {o.operation_id for o in ops if o.status == "done"}
     return {
         "done": [
             {"effect": o.effect, "operation_id": o.operation_id, "receipt": o.receipt} for o in done
@@ -46,6 +48,14 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
             {"effect": o.effect, "status": o.status, "error": o.last_error, "attempts": o.attempts}
             for o in ops
             if o.status in ("exhausted", "unknown", "refused")
+        ],
+        "escalated": [
+            {
+                key: e.data.get(key)
+                for key in ("effect", "operation_id", "possibly_applied", "reason", "evidence")
+            }
+            for e in history
+            if e.kind == "escalated" and e.data.get("operation_id") not in done_ids
         ],
     }
 

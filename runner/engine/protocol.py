@@ -24,6 +24,7 @@ from ratchet_runner.adapters.base import (
     Ambiguous,
     Call,
     Done,
+    Escalate,
     Found,
     LookupFailed,
     NotFound,
@@ -340,9 +341,11 @@ class EffectStep:
             return self._finish(op, outcome.receipt, via="reply")
         if isinstance(outcome, Refused):
             return self._outcome(op, "refused", outcome.reason, outcome.evidence)
+        if isinstance(outcome, Escalate):
+            return self._escalate(op, outcome)
         if isinstance(outcome, Transient):
             self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
-            return self._retry(op)
+            return self._retry(op, outcome.retry_after)
         self.log.note("timeout", operation_id=op.operation_id, reason=outcome.reason)
         if self.naive:
             return self._retry(op)
@@ -354,9 +357,9 @@ class EffectStep:
             return False
         return self.receipt_field is None or bool(receipt.get(self.receipt_field))
 
-    def _retry(self, op: OperationRecord) -> RunRecord:
+    def _retry(self, op: OperationRecord, retry_after: float | None = None) -> RunRecord:
         if op.attempts < max_attempts(self.run, self.effect, op):
-            delay = backoff(self.effect, op.attempts, self.host.rng)
+            delay = backoff(self.effect, op.attempts, self.host.rng, retry_after)
             self.log.note("backoff", seconds=round(delay, 3), next_attempt=op.attempts + 1)
             if not self.host.wait_inline(delay):
                 return self._schedule(op, delay)
@@ -395,6 +398,38 @@ class EffectStep:
         return self._outcome(op, "unknown", reason)
 
     # -- how it ends ------------------------------------------------------------------------
+
+    def _escalate(self, op: OperationRecord, outcome: Escalate) -> RunRecord:
+        """Only a person can take the effect on: the run waits in the operator queue where it
+        stands, with the evidence. The operation is recorded ``unknown`` when the change may
+        exist (a compensation looks it up before deciding), and stays ``pending`` otherwise
+        (a retry looks it up first all the same)."""
+        change = self._change()
+        status = "unknown" if outcome.possibly_applied else "pending"
+        change.operation_updates.append(
+            (op.operation_id, {"status": status, "last_error": outcome.reason})
+        )
+        change.status = "needs_person"
+        change.context = {**self.run.context, "wake_at": None}
+        where = {"operation_id": op.operation_id, "effect": self.effect.name}
+        change.event(
+            "escalated",
+            **where,
+            role=self.role,
+            reason=outcome.reason,
+            possibly_applied=outcome.possibly_applied,
+            evidence=outcome.evidence,
+        )
+        command = "compensate" if self.role == "compensation" else "retry"
+        maybe = f"; it may have been made under operation {op.operation_id}"
+        maybe = maybe if outcome.possibly_applied else ""
+        action = (
+            f"{self.effect.name} needs a person: {outcome.reason}{maybe}. Once the cause is "
+            f"fixed, 'ratchet ops {command} {self.run.id} --as NAME --role ROLE' takes it "
+            "again under the same operation ID, looking it up first"
+        )
+        change.event("queued", queue=self.run.state, operator_action=action, **where)
+        return self.host.store.commit(change)
 
     def _done_change(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> Change:
         change = self._change()

@@ -25,7 +25,9 @@ The runner hosts the steps (:class:`~ratchet_runner.engine.host.StepHost`): the 
 they follow are plain functions: the retry budget, the activation, approval validity, timers, the
 write-ahead record. The leases it holds are :class:`~ratchet_runner.engine.lease.Lease` values in
 its :class:`~ratchet_runner.engine.lease.Leases`; how it works (inline waits, a stop signal, its
-clock for leases) is fixed when it is made, by :class:`RunnerOptions`.
+clock for leases) is fixed when it is made, by :class:`RunnerOptions`; what its adapters resolve
+through (the binding a run it starts records, and the check a spec passes first), by a
+:class:`~ratchet_runner.engine.resolution.Resolution`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from .host import Strategy as Strategy
 from .lease import Leases
 from .machine import machine_for, status_of
 from .protocol import EffectStep
+from .resolution import Resolution
 
 AdapterFactory = Callable[[AdapterSpec], Adapter]
 Interrupt = Callable[[str, str], None]
@@ -90,7 +93,8 @@ class Runner:
     """Runs workflows against a store and adapters.
 
     ``leases``: the leases this runner holds (a fresh :class:`Leases` by default); whoever takes
-    a lease for it (a worker pass, a pool, a command) holds it there."""
+    a lease for it (a worker pass, a pool, a command) holds it there. ``resolution``: what its
+    ``adapters`` resolve through (by default: nothing is recorded, any run is driven)."""
 
     def __init__(
         self,
@@ -103,8 +107,10 @@ class Runner:
         rng: random.Random | None = None,
         options: RunnerOptions | None = None,
         leases: Leases | None = None,
+        resolution: Resolution | None = None,
     ) -> None:
         self.store = store
+        self.resolution = resolution or Resolution()
         self._adapter_factory = adapters
         self._adapters: dict[tuple[str, str], Adapter] = {}
         self.clock = clock or SystemClock()
@@ -157,7 +163,11 @@ class Runner:
 
     def start(self, spec: Spec, text: str, input: dict[str, Any]) -> tuple[RunRecord, bool]:
         """Start a run of ``spec`` (whose exact text is ``text``), or find the one that already
-        exists for the same business key. Returns ``(run, created)``."""
+        exists for the same business key. Returns ``(run, created)``. A spec this runner's
+        adapters cannot run (its resolution's ``admit`` refuses it) is refused first, with
+        nothing stored; the run records the binding it starts under."""
+        if self.resolution.admit is not None:
+            self.resolution.admit(spec)
         try:
             problems = sorted(
                 jsonschema.Draft7Validator(spec.input_schema).iter_errors(input), key=str
@@ -192,7 +202,8 @@ class Runner:
             now,
             now,
         )
-        context: dict[str, Any] = {}
+        stamp = self.resolution.stamp
+        context: dict[str, Any] = {} if stamp is None else {"binding": dict(stamp)}
         first_events: list[tuple[str, dict[str, Any]]] = []
         armed = timers.arm(draft, spec, first, now)
         if armed:
@@ -214,6 +225,7 @@ class Runner:
                 context=context,
                 timers=armed,
                 events=first_events,
+                binding=None if stamp is None else dict(stamp),
             )
         )
 

@@ -229,7 +229,7 @@ def _runner(session: Session, case: Case, die: Callable[[], None] | None) -> Run
     world.sleep = session.clock.sleep  # a slow reply moves the case's clock; it never sleeps
 
     def adapter_for(adapter: Any) -> Any:
-        inner = world.adapter(adapter.kind)
+        inner = world.adapter(adapter.kind, adapter.config)
         if die is not None and point == "in-flight":
             return _InFlight(inner, case.effect, die)
         return inner

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ..engine.resolution import describe as binding_text
 from ..store.records import EventRecord, RunRecord
 
 
@@ -44,7 +45,10 @@ def describe(event: EventRecord) -> str:
     d = event.data
     kind = event.kind
     texts = {
-        "created": lambda: f"started in {d.get('state')} (business key {d.get('business_key')})",
+        "created": lambda: (
+            f"started in {d.get('state')} (business key {d.get('business_key')})"
+            + (f" under {binding_text(d['binding'])}" if isinstance(d.get("binding"), dict) else "")
+        ),
         "approved": lambda: (
             f"by {d.get('actor')} ({d.get('role')}): {d.get('action')}"
             f" · digest {str(d.get('digest'))[:12]}"

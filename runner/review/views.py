@@ -143,7 +143,7 @@ def summary_text(summary: Mapping[str, Any], headline: str = "") -> str:
 def trace_json(run: RunRecord, history: Sequence[EventRecord]) -> Json:
     """A run and its history, event by event (``ratchet trace --json``)."""
     events = [{"version": e.version, "kind": e.kind, "at": e.at, **e.data} for e in history]
-    return {**run_json(run), "events": events}
+    return {**run_json(run), "binding": run.context.get("binding"), "events": events}
 
 
 # -- lists of runs, and the store's status -----------------------------------------------------
@@ -268,6 +268,7 @@ def pass_lines(report: PassReport) -> tuple[list[str], list[str]]:
         f"timer  {f.timer.event:<8} run {f.timer.run_id} ({f.outcome})" for f in report.fired
     ] + [f"run    {moved.id} -> {moved.state} ({moved.status})" for moved in report.advanced]
     err = [f"failed {run_id}: {error}" for run_id, error in report.failed]
+    err += [f"left   {run_id}: it started under another binding" for run_id in report.left]
     err.append(f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced")
     return out, err
 
@@ -283,6 +284,7 @@ def pool_json(owner: str, report: PoolReport) -> Json:
         "store_outages": report.outages,
         "store_unreachable_seconds": round(report.unreachable_seconds, 2),
         "store_unreachable": report.unreachable,
+        "left_to_other_binding": report.left,
     }
 
 
@@ -294,9 +296,10 @@ def pool_line(report: PoolReport) -> str:
             f"{report.unreachable_seconds:.1f} s in all"
             + (", and still was when the worker stopped" if report.unreachable else "")
         )
+    left = f", {report.left} left to a worker with their binding" if report.left else ""
     return (
         f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
-        f"fired, {report.fenced} fenced{outages}"
+        f"fired, {report.fenced} fenced{left}{outages}"
     )
 
 

@@ -39,6 +39,7 @@ CODES: dict[str, str] = {
     "E306": "an expression names something that does not exist",
     "E307": "an expression calls a function that does not exist",
     "E308": "unknown effect argument",
+    "E309": "an effect names an operation its adapter does not have",
     # E4xx / W4xx: the state graph
     "W401": "a state cannot be reached from the start state",
     "E402": "a non-terminal state has no way out",

@@ -350,14 +350,16 @@ class Statements:
     # -- claims ------------------------------------------------------------------------------
 
     def _build_claim(self) -> str:
-        """Lease up to ``%(limit)s`` runnable runs: lock them with ``SKIP LOCKED``, bump each
-        version, set a new random token and an expiry by the database's clock, and record a
-        ``leased`` (or, over an expired lease, ``rescued``) event; return the claimed runs."""
+        """Lease up to ``%(limit)s`` runnable runs, none of ``%(skip)s``: lock them with ``SKIP
+        LOCKED``, bump each version, set a new random token and an expiry by the database's
+        clock, and record a ``leased`` (or, over an expired lease, ``rescued``) event; return the
+        claimed runs."""
         returned = ", ".join(f"u.{_quote(c)}" for c in self.run_columns)
         return (
             "WITH c AS (SELECT id, version, lease_token, lease_owner FROM runs "
             "WHERE status = 'running' AND (wake_at IS NULL OR wake_at <= %(now)s::float8) "
             f"AND (lease_token IS NULL OR lease_expires_at < {DB_NOW}) "
+            "AND NOT (id = ANY(%(skip)s::text[])) "
             "ORDER BY updated_at, id LIMIT %(limit)s::int8 FOR UPDATE SKIP LOCKED),\n"
             "u AS (UPDATE runs SET version = runs.version + 1, lease_owner = %(owner)s::text, "
             "lease_token = replace(gen_random_uuid()::text, '-', ''), "
@@ -410,11 +412,22 @@ class PostgresWriter(Writer):
                 self._refused(conn, change, change.lease_token is not None)
 
     def claim(
-        self, owner: str, lease_seconds: float, now: float, limit: int = 1
+        self,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        limit: int = 1,
+        skip: tuple[str, ...] = (),
     ) -> list[RunRecord]:
-        """Lease up to ``limit`` runnable runs in one statement (``FOR UPDATE SKIP LOCKED``:
-        concurrent claims pass each other by instead of queueing)."""
-        params = {"now": now, "limit": limit, "owner": owner, "seconds": lease_seconds}
+        """Lease up to ``limit`` runnable runs, none of ``skip``, in one statement (``FOR UPDATE
+        SKIP LOCKED``: concurrent claims pass each other by instead of queueing)."""
+        params = {
+            "now": now,
+            "limit": limit,
+            "owner": owner,
+            "seconds": lease_seconds,
+            "skip": list(skip),
+        }
         with self._write_one() as conn:
             rows = conn.exec_driver_sql(self.statements.claim_sql, params).fetchall()
         return [RunRecord(**row._mapping) for row in rows]

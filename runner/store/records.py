@@ -180,7 +180,9 @@ class NewSignal(TypedDict):
 @dataclass(frozen=True)
 class NewRun:
     """A run to create (:meth:`~ratchet_runner.store.store.Store.create_run`): at version 1,
-    with a ``created`` event, then ``events``, and the ``timers`` its first state arms."""
+    with a ``created`` event, then ``events``, and the ``timers`` its first state arms.
+    ``binding``: the binding it starts under (name and digest, never a secret), recorded in the
+    ``created`` event when given."""
 
     id: str
     workflow: str
@@ -193,6 +195,7 @@ class NewRun:
     context: dict[str, Any] = field(default_factory=dict)
     timers: Sequence[NewTimer] = ()
     events: Sequence[Event] = ()
+    binding: dict[str, Any] | None = None
 
     def record(self) -> RunRecord:
         """The run as its creation writes it."""
@@ -212,8 +215,10 @@ class NewRun:
 
     def history(self) -> list[Event]:
         """The events its creation writes: ``created``, then its own."""
-        created: Event = ("created", {"state": self.state, "business_key": self.business_key})
-        return [created, *self.events]
+        data: dict[str, Any] = {"state": self.state, "business_key": self.business_key}
+        if self.binding is not None:
+            data["binding"] = dict(self.binding)
+        return [("created", data), *self.events]
 
 
 @dataclass

@@ -16,7 +16,7 @@ Reads are single statements (in autocommit on PostgreSQL).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -293,13 +293,19 @@ class Store:
     # -- leases -------------------------------------------------------------------------------
 
     def claim(
-        self, owner: str, lease_seconds: float, now: float, limit: int = 1
+        self,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        limit: int = 1,
+        skip: Sequence[str] = (),
     ) -> list[RunRecord]:
         """Lease up to ``limit`` runnable runs to ``owner`` (running, not waiting for a back-off,
-        not leased, or whose lease expired by the database's clock). Each claim bumps the run's
-        version and sets a new lease token, so a worker that lost its lease can commit nothing
-        more; a run taken over from an expired lease gets a ``rescued`` event."""
-        return self._writer.claim(owner, lease_seconds, now, limit)
+        not leased, or whose lease expired by the database's clock), none of the runs ``skip``
+        names (runs a worker left to another, which has their binding). Each claim bumps the
+        run's version and sets a new lease token, so a worker that lost its lease can commit
+        nothing more; a run taken over from an expired lease gets a ``rescued`` event."""
+        return self._writer.claim(owner, lease_seconds, now, limit, tuple(skip))
 
     def claim_run(self, run_id: str, owner: str, lease_seconds: float, now: float) -> RunRecord:
         """Lease the run ``run_id`` to ``owner``, whatever its status: how a command takes a run

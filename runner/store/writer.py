@@ -328,10 +328,15 @@ class Writer:
     # -- leases -------------------------------------------------------------------------------
 
     def claim(
-        self, owner: str, lease_seconds: float, now: float, limit: int = 1
+        self,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        limit: int = 1,
+        skip: tuple[str, ...] = (),
     ) -> list[RunRecord]:
-        """Lease up to ``limit`` runnable runs to ``owner``, least recently moved first, in one
-        transaction (on SQLite, its write lock serialises claims)."""
+        """Lease up to ``limit`` runnable runs to ``owner``, least recently moved first, none of
+        ``skip``, in one transaction (on SQLite, its write lock serialises claims)."""
         query = (
             select(runs)
             .where(runs.c.status == "running")
@@ -340,6 +345,8 @@ class Writer:
             .order_by(runs.c.updated_at, runs.c.id)
             .limit(limit)
         )
+        if skip:
+            query = query.where(runs.c.id.not_in(skip))
         claimed: list[RunRecord] = []
         with self._write() as conn:
             for row in conn.execute(query).fetchall():

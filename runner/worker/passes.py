@@ -6,6 +6,12 @@
 IS NULL``) in the transaction that moves the run, so each timer fires once, whoever else is firing,
 and never before its time by the runner's clock. :func:`advance_leased` takes one claimed run as
 far as it goes under its :class:`~ratchet_runner.engine.lease.Lease`.
+
+A worker drives only runs it resolves the same adapters for as the run started under
+(:func:`~ratchet_runner.engine.resolution.refusal`): a run that recorded another binding is left,
+unchanged, to a worker that has it (its lease given back, :class:`BindingMismatch` raised, and
+the run skipped by this worker's next claims); a worker that has no binding at all, on a store
+that is not a practice store, parks the run for a person with the reason.
 """
 
 from __future__ import annotations
@@ -13,11 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.drive import drive
+from ..engine.drive import drive, park
 from ..engine.lease import Lease, owner_identity, validate_lease
+from ..engine.resolution import refusal
 from ..engine.runner import Runner
 from ..engine.versions import migrate
-from ..errors import ApprovalError, RunError, StepFailed, VersionConflict
+from ..errors import (
+    ApprovalError,
+    BindingMismatch,
+    RunError,
+    StepFailed,
+    VersionConflict,
+)
 from ..store.records import RunRecord, TimerRecord
 
 
@@ -61,6 +74,7 @@ class PassReport:
     advanced: list[RunRecord] = field(default_factory=list)
     raced: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # runs left to a worker with their binding
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,16 +92,24 @@ class PassReport:
             ],
             "raced": self.raced,
             "failed": [{"run": run, "error": error} for run, error in self.failed],
+            "left": self.left,
         }
 
 
 def advance_leased(runner: Runner, claimed: RunRecord, lease: Lease) -> RunRecord:
     """Take a run claimed under ``lease`` as far as it goes: every commit fenced by its token, no
     call once the lease can no longer be counted on; then give the lease back, unless the last
-    commit did (a run that left ``running``). Raises what :meth:`Runner.advance` raises."""
+    commit did (a run that left ``running``). Raises what :meth:`Runner.advance` raises, and
+    :class:`BindingMismatch` for a run started under another binding (left unchanged)."""
     runner.leases.hold(lease)
     moved: RunRecord | None = None
     try:
+        problem = refusal(runner.resolution, claimed, runner.spec_of(claimed))
+        if isinstance(problem, BindingMismatch):
+            raise problem
+        if problem is not None:  # no binding at all: a person must give this worker one
+            moved = park(runner, claimed.id, problem)
+            raise StepFailed(f"run {claimed.id}: {problem}; it waits for a person", moved)
         moved = drive(runner, migrate(runner, claimed))
         return moved
     except StepFailed as failed:
@@ -110,7 +132,7 @@ def worker_pass(
     report = PassReport(fired=fire_due(runner, limit))
     for _ in range(limit):
         asked = runner.options.monotonic()
-        claimed = runner.store.claim(owner, seconds, runner.clock.now())
+        claimed = runner.store.claim(owner, seconds, runner.clock.now(), skip=report.left)
         if not claimed:
             break
         run = claimed[0]
@@ -119,6 +141,8 @@ def worker_pass(
             report.advanced.append(advance_leased(runner, run, lease))
         except VersionConflict:
             report.raced.append(run.id)
+        except BindingMismatch:
+            report.left.append(run.id)
         except (RunError, ApprovalError) as exc:
             report.failed.append((run.id, str(exc)))
     return report

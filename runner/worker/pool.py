@@ -19,6 +19,9 @@ answers again, and its :class:`PoolReport` counts the outages and the seconds th
 whose step an outage interrupted is not a failed run: its lease is released (or runs out) and it
 is claimed again. Any other unexpected exception a thread meets is reported once, and the thread
 goes on.
+
+A run started under another binding than the pool's is left to a worker that has it: its lease is
+given back unchanged, and the pool's claims skip it for :data:`LEFT_FOR` seconds.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from sqlalchemy import exc as sa_exc
 
 from ..engine.lease import Lease, Leases, owner_identity, validate_lease
 from ..engine.runner import Runner, RunnerOptions
-from ..errors import RatchetError, StoreError, UsageError, VersionConflict
+from ..errors import BindingMismatch, RatchetError, StoreError, UsageError, VersionConflict
 from ..store.records import RunRecord
 from .passes import advance_leased, fire_due
 
@@ -45,6 +48,9 @@ MAX_BACKOFF = 5.0
 
 #: The shortest wait, in seconds, after a failure (a pool that polls faster still waits this).
 MIN_BACKOFF = 0.05
+
+#: How long, in seconds, the pool's claims skip a run it left to a worker with its binding.
+LEFT_FOR = 60.0
 
 #: Errors that say the database could not be reached or dropped the connection (as opposed to
 #: refusing a value or a statement): SQLAlchemy's wrappers, and the socket errors beneath them.
@@ -90,7 +96,7 @@ class PoolReport:
     runs that failed (run ID and error; an empty run ID for an error outside any run), and the
     outages of its store: how many began, how many seconds the store was unreachable in all
     (counting an outage still going on when the pool stopped), and whether it was unreachable
-    at the end."""
+    at the end; and the runs it left to a worker with their binding (``left``)."""
 
     advanced: int = 0
     fenced: int = 0
@@ -99,6 +105,7 @@ class PoolReport:
     outages: int = 0
     unreachable_seconds: float = 0.0
     unreachable: bool = False
+    left: int = 0
 
 
 class RunnerFactory(Protocol):
@@ -157,6 +164,7 @@ class Pool:
         # the heartbeat records each renewal
         self._held: dict[str, tuple[Lease, Leases]] = {}
         self._unreleased: dict[str, str] = {}  # leases an outage kept this pool from giving back
+        self._foreign: dict[str, float] = {}  # runs of another binding -> skipped until when
         self._lock = threading.Lock()
         self._epoch = 0  # outages begun; a thread behind it drops its connections
         self._down_since: float | None = None  # time.monotonic() when the outage began
@@ -199,7 +207,9 @@ class Pool:
                     with self._lock:
                         self.report.timers += sum(1 for f in fired if f.outcome == "fired")
                 asked = time.monotonic()  # the lease starts no earlier than the claim is sent
-                claimed = runner.store.claim(self.owner, self.lease_seconds, runner.clock.now())
+                claimed = runner.store.claim(
+                    self.owner, self.lease_seconds, runner.clock.now(), skip=self._skipped()
+                )
             except Exception as exc:  # the database restarted or is unreachable: try again
                 self._pause(link, self._trouble(link, exc, store_level=True))
                 continue
@@ -229,6 +239,11 @@ class Pool:
             with self._lock:
                 self.report.fenced += 1
             return 0.0
+        except BindingMismatch:  # another binding's run: given back unchanged, skipped a while
+            with self._lock:
+                self.report.left += 1
+                self._foreign[claimed.id] = time.monotonic() + LEFT_FOR
+            return 0.0
         except Exception as exc:
             if connection_lost(exc):  # not the run's fault: it is claimed again
                 with self._lock:  # as soon as the lease is given back, once the store answers
@@ -242,6 +257,15 @@ class Pool:
         finally:
             with self._lock:
                 self._held.pop(claimed.id, None)
+
+    def _skipped(self) -> list[str]:
+        """The runs the pool's claims skip now: the ones it left to a worker with their binding
+        less than :data:`LEFT_FOR` seconds ago."""
+        now = time.monotonic()
+        with self._lock:
+            for run_id in [r for r, until in self._foreign.items() if until <= now]:
+                del self._foreign[run_id]
+            return list(self._foreign)
 
     def _release_left(self, runner: Runner) -> None:
         """Give back the leases of runs whose step an outage cut off (their release failed

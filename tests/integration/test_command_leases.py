@@ -25,7 +25,7 @@ from ratchet_runner.errors import UsageError
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.worker.passes import worker_pass
-from tests.conftest import MakeRunner, spec_and_text
+from tests.conftest import PRACTICE_BINDING, MakeRunner, spec_and_text
 
 
 class SlowToCommit:
@@ -204,6 +204,7 @@ def test_a_decision_on_a_waiting_run_another_process_holds_changes_nothing_and_n
     run = booking_waiting_for_approval(make_runner(), world)
     held = store.claim_run(run.id, "ratchet resume elsewhere:1:x", 30.0, 0.0)
     monkeypatch.setenv("RATCHET_DB", store.url)
+    monkeypatch.setenv("RATCHET_BINDINGS", str(PRACTICE_BINDING))
     monkeypatch.setenv("RATCHET_HOME", str(world.path.parent))
     code, _, err = run_cli(capsys, "approve", run.id, "--as", "agent-3", "--role", "travel_agent")
     assert code == 4

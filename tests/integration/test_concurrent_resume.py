@@ -27,7 +27,7 @@ from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import VersionConflict
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
-from tests.conftest import ROOT, spec_and_text
+from tests.conftest import PRACTICE_BINDING, ROOT, spec_and_text
 
 pytestmark = pytest.mark.slow
 
@@ -222,7 +222,7 @@ def test_a_worker_that_loses_the_race_to_an_approved_effect_is_told_the_run_move
 
 def ratchet(home: Path, db: str, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "RATCHET_DEBUG"}
-    env |= {"RATCHET_HOME": str(home), "RATCHET_DB": db}
+    env |= {"RATCHET_HOME": str(home), "RATCHET_DB": db, "RATCHET_BINDINGS": str(PRACTICE_BINDING)}
     return subprocess.Popen(
         [RATCHET, *args],
         cwd=ROOT,

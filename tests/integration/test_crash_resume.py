@@ -27,7 +27,7 @@ import pytest
 
 from ratchet_runner.store.records import OperationRecord
 from ratchet_runner.store.store import Store
-from tests.conftest import ROOT
+from tests.conftest import PRACTICE_BINDING, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +47,7 @@ class Ratchet:
         env["RATCHET_HOME"] = str(self.home)
         if self.db is not None:
             env["RATCHET_DB"] = self.db
+            env["RATCHET_BINDINGS"] = str(PRACTICE_BINDING)
         return subprocess.run(
             [RATCHET, *args],
             cwd=ROOT,

@@ -43,7 +43,7 @@ from ratchet_runner.errors import RatchetError
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
-from tests.conftest import PG_URL, RATCHET, ROOT, postgres_url, spec_and_text
+from tests.conftest import PG_URL, PRACTICE_BINDING, RATCHET, ROOT, postgres_url, spec_and_text
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -136,7 +136,12 @@ class Drill:
 
     def spawn(self) -> Worker:
         n = len(self.workers)
-        env = {**os.environ, "RATCHET_HOME": str(self.home), "RATCHET_DB": self.worker_url}
+        env = {
+            **os.environ,
+            "RATCHET_HOME": str(self.home),
+            "RATCHET_DB": self.worker_url,
+            "RATCHET_BINDINGS": str(PRACTICE_BINDING),
+        }
         env.pop("RATCHET_NOW", None)
         out, err = self.tmp / f"worker-{n}.out", self.tmp / f"worker-{n}.err"
         with out.open("w") as stdout, err.open("w") as stderr:

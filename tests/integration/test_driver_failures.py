@@ -204,18 +204,30 @@ def test_an_approval_whose_next_step_fails_says_it_was_recorded(
 ) -> None:
     monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
     monkeypatch.delenv("RATCHET_DB", raising=False)
-    _, text = variant(
-        "refund", "refund_http", ("payments: {kind: payments,", "payments: {kind: http,")
+    # a payments adapter that says what it implements, but cannot be made when the step needs it
+    (tmp_path / "payments_that_cannot_start.py").write_text(
+        "class Payments:\n"
+        "    operations = ('refund',)\n"
+        "    lookups = ('lookup_refund',)\n\n"
+        "    def __init__(self, settings):\n"
+        "        raise RuntimeError('the payments client cannot start')\n",
+        encoding="utf-8",
     )
-    path = tmp_path / "refund_http.yaml"
-    path.write_text(text, encoding="utf-8")
-    code, _, _ = run_cli(capsys, "run", str(path), "--example", "T-90104")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    binding = tmp_path / "ratchet.toml"
+    binding.write_text(
+        '[adapters.payments]\nimplementation = "python"\n'
+        'factory = "payments_that_cannot_start:Payments"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("RATCHET_BINDINGS", str(binding))
+    code, _, _ = run_cli(capsys, "run", str(SPECS / "refund.yaml"), "--example", "T-90104")
     assert code == 0
     code, out, err = run_cli(capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent")
     assert code == 0, err
     assert "agent-7 approved" in out
     assert "then: its next step failed and it waits for a person" in out
-    assert "kind 'http'" in out
+    assert "the payments client cannot start" in out
     code, out, _ = run_cli(capsys, "queue", "--json")
     assert "T-90104" in out
 

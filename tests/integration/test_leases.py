@@ -21,7 +21,7 @@ from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.worker import pool as pool_module
 from ratchet_runner.worker.pool import Pool
-from tests.conftest import ROOT, MakeRunner, spec_and_text
+from tests.conftest import PRACTICE_BINDING, ROOT, MakeRunner, spec_and_text
 
 
 def labels(runner: Runner, world: PracticeWorld, count: int) -> list[RunRecord]:
@@ -250,6 +250,7 @@ def test_status_and_runs_stuck_show_a_lease_whose_worker_died(
     (stalled,) = store.stuck(runner.clock.now(), 300.0)
     assert (stalled[0].id, stalled[1]) == (run.id, "lease expired")
     monkeypatch.setenv("RATCHET_DB", store.url)
+    monkeypatch.setenv("RATCHET_BINDINGS", str(PRACTICE_BINDING))
     code, out, _ = run_cli(capsys, "status", "--json")
     (lease,) = __import__("json").loads(out)["leases"]
     assert (code, lease["owner"], lease["expired"]) == (0, "host:4242:dead", True)

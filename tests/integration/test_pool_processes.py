@@ -19,7 +19,7 @@ from ratchet_runner.clock import SystemClock
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.model import Example, Spec
 from ratchet_runner.store.store import Store
-from tests.conftest import RATCHET, ROOT, ratchet_process, spec_and_text
+from tests.conftest import PRACTICE_BINDING, RATCHET, ROOT, ratchet_process, spec_and_text
 
 RUNS = 60
 KILLS = 6
@@ -147,7 +147,12 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
     setup = labels_with(tmp_path, store_url, "slow_reply", 1)
     home, world, store = setup.home, setup.world, setup.store
     run, _ = setup.runner.start(setup.spec, setup.text, setup.example.input)
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_DB": store_url}
+    env = {
+        **os.environ,
+        "RATCHET_HOME": str(home),
+        "RATCHET_DB": store_url,
+        "RATCHET_BINDINGS": str(PRACTICE_BINDING),
+    }
     env.pop("RATCHET_NOW", None)
     frozen = ratchet_process(
         home, store_url, "worker", "--lease", "2", "--poll", "0.05", "--json", capture=True

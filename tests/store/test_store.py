@@ -748,7 +748,13 @@ def _claim_from_a_backlog(store: Store) -> None:
         conn.exec_driver_sql("ANALYZE runs")
     assert isinstance(store._writer, PostgresWriter)
     claim_sql = store._writer.statements.claim_sql
-    sql = claim_sql % {"now": "1e12", "limit": "1", "owner": "'me'", "seconds": "30"}
+    sql = claim_sql % {
+        "now": "1e12",
+        "limit": "1",
+        "owner": "'me'",
+        "seconds": "30",
+        "skip": "ARRAY['run_7']",
+    }
     with store.engine.begin() as conn:
         plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
         conn.rollback()

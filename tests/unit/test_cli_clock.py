@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ratchet_runner.store.store import Store
-from tests.conftest import ROOT
+from tests.conftest import PRACTICE_BINDING, ROOT
 from tests.conftest import run_cli as run
 
 REFUND = str(ROOT / "specs" / "refund.yaml")
@@ -35,9 +35,11 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def named_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A store named by RATCHET_DB: not a practice store."""
+    """A store named by RATCHET_DB: not a practice store (its adapters bound to the practice
+    world, which such a store needs)."""
     url = f"sqlite:///{tmp_path / 'real.db'}"
     monkeypatch.setenv("RATCHET_DB", url)
+    monkeypatch.setenv("RATCHET_BINDINGS", str(PRACTICE_BINDING))
     return url
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -270,9 +271,23 @@ def _help(*args: str) -> str:
     return result.output
 
 
-def _commands() -> set[str]:
-    listing = _help().split("Commands:", 1)[1]
+def _listed(*group: str) -> set[str]:
+    """The commands ``ratchet [GROUP] --help`` lists (none for a command that is no group)."""
+    text = _help(*group)
+    if "Commands:" not in text:
+        return set()
+    listing = text.split("Commands:", 1)[1]
     return {line.split()[0] for line in listing.splitlines() if line.startswith("  ")}
+
+
+@functools.cache
+def _commands() -> frozenset[str]:
+    """Every command ``ratchet --help`` lists; a group's commands as ``GROUP COMMAND``."""
+    commands: set[str] = set()
+    for name in _listed():
+        inner = _listed(name)
+        commands |= {f"{name} {sub}" for sub in inner} if inner else {name}
+    return frozenset(commands)
 
 
 def _command_lines() -> Iterator[str]:
@@ -289,9 +304,14 @@ def _options(text: str) -> set[str]:
 
 
 def _command_of(line: str) -> str | None:
-    """The subcommand a command line runs, or None for the group itself."""
+    """The subcommand a command line runs (``GROUP COMMAND`` in a group), or None for
+    ``ratchet`` itself."""
     words = [w for w in line.split()[1:] if not w.startswith(("-", "["))]
-    return words[0] if words and not words[0].isupper() else None
+    if not words or words[0].isupper():
+        return None
+    if len(words) > 1 and not words[1].isupper() and f"{words[0]} {words[1]}" in _commands():
+        return f"{words[0]} {words[1]}"
+    return words[0]
 
 
 def test_the_cli_reference_shows_every_command_ratchet_help_lists() -> None:
@@ -309,7 +329,7 @@ def test_every_command_the_cli_reference_shows_is_listed_by_ratchet_help() -> No
 def test_every_option_the_cli_reference_shows_is_in_its_commands_help() -> None:
     for line in _command_lines():
         command = _command_of(line)
-        help_text = _help(*([command] if command else []))
+        help_text = _help(*(command.split() if command else []))
         for option in _options(line.split(maxsplit=1)[1] if " " in line else ""):
             assert option in _options(help_text), f"{line}: {option} is not in its --help"
 
@@ -318,8 +338,8 @@ def test_every_option_the_cli_reference_tabulates_is_in_its_commands_help() -> N
     for heading, table in _tables(_text(CLI_MD)):
         if table[0][0] != "option":
             continue
-        match = re.search(r"`ratchet (\w+)`", heading)
-        help_text = _help(*([match.group(1)] if match else []))
+        match = re.search(r"`ratchet (\w+(?: \w+)?)`", heading)
+        help_text = _help(*(match.group(1).split() if match else []))
         for row in table[1:]:
             for option in _options(row[0]):
                 assert option in _options(help_text), f"{heading}: {option}"

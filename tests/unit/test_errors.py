@@ -21,6 +21,7 @@ import pytest
 
 from ratchet_runner import errors
 from ratchet_runner.errors import (
+    BindingInvalid,
     Diagnostic,
     ExpressionError,
     GraphvizNotFound,
@@ -39,6 +40,8 @@ REFUND = ROOT / "specs" / "refund.yaml"
 NOT_USER_FACING = {
     ("runner/review/check.py", "Crash"): "the in-process stand-in for a killed process: a "
     "BaseException that no `except Exception` may catch, and that `ratchet check` always catches",
+    ("adapters/practice_http.py", "_Refusal"): "a request the practice HTTP server refuses before "
+    "it reaches the world: always caught in the request's handler and answered as a JSON error",
 }
 
 _TREE_LINE = re.compile(r"^ {0,4}([│├└─ ]*)([A-Z][A-Za-z]+) +(R\d{3})\b")
@@ -143,6 +146,8 @@ def test_every_r_code_a_page_mentions_exists() -> None:
 def _instance(cls: type[RatchetError]) -> RatchetError:
     if cls is SpecError:
         return cls([Diagnostic("spec.yaml", 3, 1, "E101", "a located problem")])
+    if cls is BindingInvalid:
+        return cls([Diagnostic("ratchet.toml", 4, 1, "B203", "a located problem")])
     if issubclass(cls, ExpressionError):
         return cls("E305", "'int(input.x)' cannot be evaluated")
     if cls is GraphvizNotFound:
@@ -166,7 +171,10 @@ def test_the_cli_shows_each_error_with_its_code_and_the_documented_exit_status(
     monkeypatch.setitem(cli.commands, "explode", click.Command("explode", callback=explode))
     code, out, err = run(capsys, "explode")
     assert code == documented()[cls.code][2] == cls.exit_status
-    shown = "spec.yaml:3:1: E101 a located problem" if cls is SpecError else f"ratchet: {cls.code} "
+    shown = {
+        SpecError: "spec.yaml:3:1: E101 a located problem",
+        BindingInvalid: "ratchet.toml:4:1: B203 a located problem",
+    }.get(cls, f"ratchet: {cls.code} ")
     assert shown in err
     assert "internal error" not in err
     assert "Traceback" not in out + err

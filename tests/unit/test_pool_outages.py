@@ -32,7 +32,7 @@ from ratchet_runner.store.store import Store
 from ratchet_runner.worker import pool as pool_module
 from ratchet_runner.worker.passes import Fired
 from ratchet_runner.worker.pool import Pool, PoolReport, connection_lost
-from tests.conftest import RATCHET, ROOT, MakeRunner, spec_and_text
+from tests.conftest import PRACTICE_BINDING, RATCHET, ROOT, MakeRunner, spec_and_text
 
 
 class Outage:
@@ -309,7 +309,12 @@ def test_a_worker_started_without_its_store_waits_says_so_and_reports_it_when_st
     for mode in ("text", "json"):
         args = [RATCHET, "worker", "--poll", "0.05"] + (["--json"] if mode == "json" else [])
         out, err = tmp_path / f"{mode}.out", tmp_path / f"{mode}.err"
-        env = {**os.environ, "RATCHET_HOME": str(tmp_path / "home"), "RATCHET_DB": missing}
+        env = {
+            **os.environ,
+            "RATCHET_HOME": str(tmp_path / "home"),
+            "RATCHET_DB": missing,
+            "RATCHET_BINDINGS": str(PRACTICE_BINDING),
+        }
         env.pop("RATCHET_NOW", None)
         with out.open("w") as stdout, err.open("w") as stderr:
             workers.append(

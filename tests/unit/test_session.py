@@ -11,7 +11,7 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeAdapter
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.runner import RunnerOptions
-from ratchet_runner.errors import UsageError
+from ratchet_runner.errors import BindingError, UsageError
 from ratchet_runner.session import Session
 from ratchet_runner.spec.model import Adapter as AdapterSpec
 from ratchet_runner.store.records import RunRecord
@@ -119,16 +119,16 @@ def test_a_given_clock_is_every_runners_clock(tmp_path: Path) -> None:
         assert session.runner_factory()(options=RunnerOptions()).clock is clock
 
 
-def test_runners_use_the_practice_world_and_refuse_a_kind_it_does_not_serve(
+def test_runners_on_a_practice_store_use_the_practice_world_and_refuse_a_kind_it_does_not_serve(
     tmp_path: Path,
 ) -> None:
     spec, _ = spec_and_text("refund")
     unserved = replace(spec, adapters={"payments": AdapterSpec("payments", "swift")})
-    with Session(_url(tmp_path), home=tmp_path) as session:
+    with Session(home=tmp_path, environ={}) as session:  # the store under the home: practice
         runner = session.runner(strategy="naive")
         assert runner.strategy == "naive"
         assert isinstance(runner.adapter(spec, "payments"), PracticeAdapter)
-        with pytest.raises(UsageError, match="no implementation yet"):
+        with pytest.raises(BindingError, match="'swift' is no practice service"):
             session.runner().adapter(unserved, "payments")
 
 

@@ -14,6 +14,7 @@ import jsonschema
 from jsonschema import Draft7Validator
 
 from ratchet_runner.adapters import KINDS
+from ratchet_runner.adapters.practice_services import GENERIC, operation_names
 
 from ...errors import Diagnostic, ExpressionError
 from ..expressions import APPROVAL_FIELDS, RUN_FIELDS, Scope, check
@@ -92,6 +93,7 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                 f"unknown adapter kind {adapter.kind!r}: use one of {', '.join(KINDS)}"
                 f"{_suggest(adapter.kind, KINDS)}",
             )
+    yield from _operation_refs(spec)
     for approval in approvals.values():
         bound = effects.get(approval.effect)
         if bound is None:
@@ -124,6 +126,32 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                 f"unknown approval {state.approval!r}: declare it under approvals:, or name a "
                 f"declared approval{_suggest(state.approval, approvals)}",
             )
+
+
+def _operation_refs(spec: Spec) -> Iterator[Diagnostic]:
+    """E309: an effect on a practice service names an operation that service has (for the
+    generic ``service``, one its adapter declares under ``config.operations``)."""
+    for effect in spec.effects.values():
+        adapter = spec.adapters.get(effect.adapter)
+        offered = None if adapter is None else operation_names(adapter.kind, adapter.config)
+        if adapter is None or offered is None or effect.operation in offered:
+            continue
+        if adapter.kind == GENERIC:
+            what = (
+                f"adapter {adapter.name!r} declares no operation {effect.operation!r}: declare "
+                f"it under adapters.{adapter.name}.config.operations, with dedupe: true or false"
+            )
+        else:
+            what = (
+                f"the practice world's {adapter.kind} (adapter {adapter.name!r}) has no "
+                f"operation {effect.operation!r}: use one of {', '.join(offered)}"
+            )
+        yield at(
+            spec,
+            f"{effect.pointer}/operation",
+            "E309",
+            f"{what}{_suggest(effect.operation, offered)}",
+        )
 
 
 # -- expressions --------------------------------------------------------------------------------

@@ -1,0 +1,305 @@
+"""The HTTP adapter's classification table: what the client observed, and the outcome it means.
+
+Only a failure while connecting proves that nothing was sent; anything after that may have
+reached the provider. A reply is classified by the binding's remaps first, then by its status:
+
+====================================  =================================================
+observed                              outcome
+====================================  =================================================
+ConnectError, ConnectTimeout,         :class:`Transient` (nothing was sent)
+PoolTimeout
+TLS verification failed               :class:`Escalate`, not applied (a binding or a
+                                      certificate to fix)
+WriteError, WriteTimeout, ReadError,  :class:`Ambiguous` (the request may have arrived)
+ReadTimeout, RemoteProtocolError,
+a truncated body, the deadline
+2xx with the receipt                  :class:`Done`
+2xx without it, malformed JSON        :class:`Ambiguous`
+408, 425, 429, 503                    :class:`Transient` with ``Retry-After``
+409 (key still being processed),      :class:`Ambiguous`
+500, 502, 504, any other 5xx
+422 (key used with other arguments)   :class:`Escalate`, possibly applied
+401, 403, 404                         :class:`Escalate`, not applied (configuration)
+any other 4xx                         :class:`Refused`, with the status and the body
+anything else (1xx, 3xx)              :class:`Ambiguous`
+====================================  =================================================
+
+Lookups: a reply with the lookup's "not found" status is :class:`NotFound`; a 2xx with the
+receipt is :class:`Found`; anything else, and every transport error, :class:`LookupFailed`. A
+listing that does not list the operation ID is :class:`NotFound` only once the settle time
+after the call has passed. Every text kept (reasons, evidence, receipts) is redacted by the
+binding's :class:`~ratchet_runner.adapters.http_secrets.Credentials`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .base import (
+    Ambiguous,
+    Done,
+    Escalate,
+    Found,
+    LookupFailed,
+    LookupResult,
+    NotFound,
+    Outcome,
+    Refused,
+    Transient,
+)
+from .http_secrets import Credentials
+from .http_settings import EndpointLookup, ListingLookup, OperationSettings, Remap
+
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 503})
+CONFIG_STATUSES = frozenset({401, 403, 404})
+KEY_REUSED_STATUS = 422
+IN_PROGRESS_STATUS = 409
+
+#: Marks a JSON pointer that leads nowhere (``None`` is a value JSON can hold).
+MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A whole reply: its status, headers and body, and the request it answers (``POST
+    /refunds/LK-1``), for the evidence."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    request: str
+
+
+# -- reading a reply ----------------------------------------------------------------------------
+
+
+def resolve(data: Any, pointer: str) -> Any:
+    """The value at JSON pointer ``pointer`` (RFC 6901) of ``data``, or :data:`MISSING`."""
+    if pointer == "":
+        return data
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(data, dict) and token in data:
+            data = data[token]
+        elif isinstance(data, list) and token.isdigit() and int(token) < len(data):
+            data = data[int(token)]
+        else:
+            return MISSING
+    return data
+
+
+def parse_json(body: bytes) -> Any:
+    """The reply's JSON, or :data:`MISSING` when it is none (empty, cut short, not UTF-8)."""
+    try:
+        return json.loads(body)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
+        return MISSING
+
+
+def receipt_at(data: Any, pointer: str, field: str) -> dict[str, Any] | None:
+    """The receipt at ``pointer``: an object holding ``field``, or a plain value taken as
+    ``field`` itself (``/id`` → ``{field: "re_123"}``); None when it is neither."""
+    value = resolve(data, pointer)
+    if isinstance(value, dict):
+        return value if value.get(field) not in (None, "", False) else None
+    if isinstance(value, str | int | float) and not isinstance(value, bool) and value != "":
+        return {field: value}
+    return None
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds: a number of seconds or an HTTP date; None if
+    absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _matches(reply: Reply, pointer: str | None, equals: str | None) -> bool:
+    """Whether the reply's JSON body holds ``equals`` at ``pointer`` (always, with no pointer)."""
+    if pointer is None:
+        return True
+    value = resolve(parse_json(reply.body), pointer)
+    return value is not MISSING and str(value) == equals
+
+
+# -- a call ---------------------------------------------------------------------------------
+
+
+def tls_verification_failed(exc: BaseException) -> bool:
+    """Whether a connect error is a certificate the client did not trust."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        if "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def transport_outcome(exc: BaseException, credentials: Credentials, seconds: float) -> Outcome:
+    """What a failed exchange means, by the phase it failed in (``seconds``: the deadline)."""
+    text = credentials.redact(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.TimeoutException):
+        text = f"{text} (the call's deadline: {seconds:g} s)"
+    evidence = {"error": text}
+    if isinstance(exc, httpx.ConnectError) and tls_verification_failed(exc):
+        return Escalate(
+            f"the provider's TLS certificate was not trusted ({text}): nothing was sent. Fix "
+            "the certificate, or give the binding the CA that signed it ('ca_file')",
+            evidence,
+            possibly_applied=False,
+        )
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return Transient(f"nothing was sent: {text}")
+    return Ambiguous(f"the request may have reached the provider: {text}")
+
+
+def _evidence(reply: Reply, credentials: Credentials) -> dict[str, Any]:
+    return {
+        "status": reply.status,
+        "request": credentials.redact(reply.request),
+        "body": credentials.evidence(reply.body),
+    }
+
+
+def _brief(reply: Reply, credentials: Credentials) -> str:
+    body = credentials.evidence(reply.body, limit=300)
+    return f"HTTP {reply.status} to {credentials.redact(reply.request)}: {body or '(no body)'}"
+
+
+def _outcome_named(
+    name: str, reply: Reply, credentials: Credentials, retry: float | None
+) -> Outcome:
+    """The outcome a row of the table (or a remap) names, with the reply as its evidence."""
+    brief, evidence = _brief(reply, credentials), _evidence(reply, credentials)
+    if name == "transient":
+        return Transient(f"nothing was done, try later: {brief}", retry_after=retry)
+    if name == "key_reused":
+        return Escalate(
+            f"the provider says this operation ID was used with other arguments ({brief}): a "
+            "change may exist under it. Check with the provider what was made under it",
+            evidence,
+            possibly_applied=True,
+        )
+    if name == "config_fault":
+        return Escalate(
+            f"the provider rejects the request as the binding makes it ({brief}): check the "
+            "binding's base URL, path and credentials; nothing was made",
+            evidence,
+            possibly_applied=False,
+        )
+    if name == "refused":
+        return Refused(f"the provider refused: {brief}", evidence)
+    return Ambiguous(f"the provider's answer does not say whether it was made: {brief}")
+
+
+def _remapped(reply: Reply, remaps: tuple[Remap, ...]) -> str | None:
+    for remap in remaps:
+        if remap.status == reply.status and _matches(reply, remap.body_pointer, remap.body_equals):
+            return remap.outcome
+    return None
+
+
+def _default_row(status: int) -> str:
+    if status in TRANSIENT_STATUSES:
+        return "transient"
+    if status == KEY_REUSED_STATUS:
+        return "key_reused"
+    if status in CONFIG_STATUSES:
+        return "config_fault"
+    if 400 <= status < 500 and status != IN_PROGRESS_STATUS:
+        return "refused"
+    return "ambiguous"  # 409, every 5xx, 1xx and 3xx
+
+
+def reply_outcome(
+    reply: Reply, operation: OperationSettings, remaps: tuple[Remap, ...], credentials: Credentials
+) -> Outcome:
+    """What a whole reply to a call means (the table above; remaps first)."""
+    retry = retry_after(reply.headers.get("retry-after"))
+    remapped = _remapped(reply, remaps)
+    if remapped is not None:
+        return _outcome_named(remapped, reply, credentials, retry)
+    if not 200 <= reply.status < 300:
+        return _outcome_named(_default_row(reply.status), reply, credentials, retry)
+    data = parse_json(reply.body)
+    if data is MISSING:
+        return Ambiguous(f"malformed JSON in a success reply: {_brief(reply, credentials)}")
+    receipt = receipt_at(data, operation.receipt, operation.receipt_field)
+    if receipt is None:
+        return Ambiguous(
+            f"a success reply without the receipt ({operation.receipt_field!r} at "
+            f"{operation.receipt!r}): {_brief(reply, credentials)}"
+        )
+    return Done(credentials.redact_data(receipt))
+
+
+# -- a lookup -------------------------------------------------------------------------------
+
+
+def lookup_failed(exc: BaseException, credentials: Credentials, seconds: float) -> LookupFailed:
+    text = credentials.redact(f"the lookup failed: {type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.TimeoutException):
+        text = f"{text} (the lookup's deadline: {seconds:g} s)"
+    return LookupFailed(text)
+
+
+def endpoint_result(reply: Reply, lookup: EndpointLookup, credentials: Credentials) -> LookupResult:
+    """What a lookup endpoint's reply says about the operation ID."""
+    if reply.status == lookup.not_found_status and _matches(
+        reply, lookup.not_found_pointer, lookup.not_found_equals
+    ):
+        return NotFound()
+    if not 200 <= reply.status < 300:
+        return LookupFailed(f"the lookup was answered {_brief(reply, credentials)}")
+    receipt = receipt_at(parse_json(reply.body), lookup.receipt, lookup.receipt_field)
+    if receipt is None:
+        return LookupFailed(f"a lookup reply without the receipt: {_brief(reply, credentials)}")
+    return Found(credentials.redact_data(receipt))
+
+
+def listing_result(
+    reply: Reply,
+    lookup: ListingLookup,
+    operation_id: str,
+    settled: bool,
+    credentials: Credentials,
+) -> LookupResult:
+    """What a listing of recent changes says about the operation ID; "none listed" is
+    :class:`NotFound` only once ``settled`` (the settle time after the call has passed)."""
+    if not 200 <= reply.status < 300:
+        return LookupFailed(f"the listing was answered {_brief(reply, credentials)}")
+    items = resolve(parse_json(reply.body), lookup.items)
+    if not isinstance(items, list):
+        return LookupFailed(f"the listing holds no list at {lookup.items!r}")
+    for item in items:
+        if resolve(item, lookup.reference) == operation_id:
+            receipt = receipt_at(item, lookup.receipt, lookup.receipt_field)
+            if receipt is None:
+                return LookupFailed(f"the listed change has no {lookup.receipt_field!r}")
+            return Found(credentials.redact_data(receipt))
+    if not settled:
+        return LookupFailed(
+            f"not listed yet, within the {lookup.settle:g} s the listing may lag behind a "
+            "call: the outcome is still unknown"
+        )
+    return NotFound()

@@ -1,0 +1,463 @@
+"""The HTTP adapter's settings: typed, checked configuration built from plain data.
+
+:func:`parse_settings` takes the mapping a binding holds for one adapter (TOML or JSON data:
+strings, numbers, booleans, tables, arrays) and returns :class:`HttpSettings`, or raises
+:class:`~ratchet_runner.errors.BindingError` (R203) naming the first setting that is missing,
+unknown, of the wrong type or out of range. Secrets are named here, never held: a
+:class:`SecretSource` says which environment variable or file holds one, and
+:mod:`~ratchet_runner.adapters.http_secrets` reads it when the adapter is made. The settings are
+listed, with the classification table they feed, in ``docs/reference/adapters.md`` ("The HTTP
+adapter").
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from ratchet_runner.errors import BindingError
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+#: What a remap may make of a status: the rows of the classification table.
+REMAP_OUTCOMES = ("transient", "ambiguous", "key_reused", "config_fault", "refused")
+
+ArgumentsGo = Literal["json", "query"]
+
+
+@dataclass(frozen=True)
+class SecretSource:
+    """Where a secret is read from: an environment variable or a file (never the value)."""
+
+    env: str | None = None
+    file: Path | None = None
+
+    def describe(self) -> str:
+        return f"environment variable {self.env}" if self.env else f"file {self.file}"
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """``bearer``: ``Authorization: Bearer <token>``; ``basic``: user name and password."""
+
+    type: Literal["bearer", "basic"]
+    secret: SecretSource  # the token, or the password
+    username: str | None = None
+
+
+@dataclass(frozen=True)
+class SigningSettings:
+    """An HMAC of the request body, hex-encoded, sent in ``header`` (after ``prefix``)."""
+
+    header: str
+    key: SecretSource
+    algorithm: Literal["sha256", "sha512"] = "sha256"
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class OperationSettings:
+    """How one operation is called: ``path`` is a template over the call's arguments
+    (``/refunds/{order}``); the arguments go as the JSON body or as the query; the receipt is
+    the value at the JSON pointer ``receipt`` of the reply (an object holding
+    ``receipt_field``, or the value of ``receipt_field`` itself)."""
+
+    method: str
+    path: str
+    arguments: ArgumentsGo
+    receipt: str
+    receipt_field: str
+
+
+@dataclass(frozen=True)
+class EndpointLookup:
+    """Ask a lookup endpoint about an operation ID: ``path`` holds ``{operation_id}``; a reply
+    with ``not_found_status`` (and, when set, ``not_found_equals`` at ``not_found_pointer`` of
+    its body) means the provider has no change under that ID."""
+
+    method: str
+    path: str
+    receipt: str
+    receipt_field: str
+    not_found_status: int = 404
+    not_found_pointer: str | None = None
+    not_found_equals: str | None = None
+    by: Literal["endpoint"] = field(default="endpoint", init=False)
+
+
+@dataclass(frozen=True)
+class ListingLookup:
+    """List the provider's recent changes and find the one whose ``reference`` (a JSON pointer
+    into each item) is the operation ID. "None listed" within ``settle`` seconds after the call
+    counts as unknown (the listing may lag), never as not found."""
+
+    method: str
+    path: str
+    items: str
+    reference: str
+    receipt: str
+    receipt_field: str
+    settle: float
+    by: Literal["listing"] = field(default="listing", init=False)
+
+
+Lookup = EndpointLookup | ListingLookup
+
+
+@dataclass(frozen=True)
+class Remap:
+    """A reply with ``status`` (and, when set, ``body_equals`` at ``body_pointer`` of its JSON
+    body) is classified as ``outcome`` instead of by the default table."""
+
+    status: int
+    outcome: str
+    body_pointer: str | None = None
+    body_equals: str | None = None
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """One HTTP adapter's binding (see ``docs/reference/adapters.md`` for every setting)."""
+
+    base_url: str
+    operations: Mapping[str, OperationSettings]
+    lookups: Mapping[str, Lookup] = field(default_factory=dict)
+    idempotency_header: str = "Idempotency-Key"
+    effect_header: str | None = None
+    timeout: float = 30.0
+    lookup_timeout: float = 10.0
+    keepalive_expiry: float = 5.0
+    provider_idle_timeout: float | None = None
+    max_connections: int = 10
+    key_retention: float | None = None
+    verify_tls: bool = True
+    ca_file: Path | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    auth: AuthSettings | None = None
+    signing: SigningSettings | None = None
+    remaps: tuple[Remap, ...] = ()
+
+
+#: Headers that carry credentials: set through ``auth`` or ``signing``, never ``headers``.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+class _Table:
+    """One table of the settings, read key by key; every problem names its setting."""
+
+    def __init__(self, data: Any, where: str, path: str = "") -> None:
+        self.where = where
+        self.path = path
+        if not isinstance(data, Mapping):
+            self.fail(path or "settings", f"must be a table, not {_kind(data)}")
+        self.data: Mapping[str, Any] = data
+
+    def name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, setting: str, problem: str) -> NoReturn:
+        raise BindingError(f"{self.where}: setting {setting!r} {problem}")
+
+    def only(self, *known: str) -> None:
+        for key in self.data:
+            if key not in known:
+                self.fail(self.name(str(key)), f"is unknown (known: {', '.join(known)})")
+
+    def text(self, key: str, default: str | None = None, *, required: bool = False) -> Any:
+        value = self.data.get(key, default)
+        if value is None:
+            return self.fail(self.name(key), "is required") if required else None
+        if not isinstance(value, str):
+            self.fail(self.name(key), f"must be a string, not {_kind(value)}")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> Any:
+        value = self.text(key, default, required=True)
+        if value not in choices:
+            self.fail(self.name(key), f"must be one of {', '.join(choices)}, not {value!r}")
+        return value
+
+    def seconds(self, key: str, default: float | None, *, zero: bool = False) -> Any:
+        value = self.data.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(self.name(key), f"must be a number of seconds, not {_kind(value)}")
+        if value < 0 or (value == 0 and not zero) or value != value or value == float("inf"):
+            bound = "zero or more" if zero else "more than zero"
+            self.fail(self.name(key), f"must be {bound} seconds, not {value!r}")
+        return float(value)
+
+    def integer(self, key: str, default: int | None, low: int, high: int) -> Any:
+        value = self.data.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.fail(self.name(key), f"must be a whole number from {low} to {high}, not {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(self.name(key), f"must be true or false, not {_kind(value)}")
+        return bool(value)
+
+    def pointer(self, key: str, default: str | None = "", *, required: bool = False) -> Any:
+        value = self.text(key, default, required=required)
+        if value is not None and value != "" and not value.startswith("/"):
+            self.fail(
+                self.name(key), f"must be a JSON pointer ('' or starting with '/'): {value!r}"
+            )
+        return value
+
+    def pair(self, first: str, second: str) -> tuple[str | None, str | None]:
+        """Two settings that go together: both or neither."""
+        a, b = self.pointer(first, None), self.text(second)
+        if (a is None) != (b is None):
+            self.fail(
+                self.name(second if a is not None else first),
+                f"goes with {first!r} and {second!r}: set both or neither",
+            )
+        return a, b
+
+    def table(self, key: str) -> _Table | None:
+        value = self.data.get(key)
+        return None if value is None else _Table(value, self.where, self.name(key))
+
+
+def _kind(value: Any) -> str:
+    names = {bool: "a boolean", str: "a string", int: "a number", float: "a number"}
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return names.get(type(value), type(value).__name__)
+
+
+def _template(table: _Table, key: str, allowed: frozenset[str] | None) -> str:
+    """A path template: starts with '/'; ``{name}`` placeholders only (of ``allowed``, if
+    given); returns it unchanged."""
+    path: str = table.text(key, required=True)
+    if not path.startswith("/"):
+        table.fail(table.name(key), f"must start with '/': {path!r}")
+    try:
+        parts = list(string.Formatter().parse(path))
+    except ValueError as exc:
+        return table.fail(table.name(key), f"is no path template ({exc}): {path!r}")
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if spec or conversion or not name.isidentifier():
+            table.fail(table.name(key), f"has a placeholder that is no plain name: {path!r}")
+        if allowed is not None and name not in allowed:
+            table.fail(table.name(key), f"may name only {{operation_id}}, not {{{name}}}")
+    return path
+
+
+def _secret(table: _Table, stem: str, base_dir: Path | None) -> SecretSource:
+    """``STEM_env`` or ``STEM_file``: exactly one of them."""
+    env, file = table.text(f"{stem}_env"), table.text(f"{stem}_file")
+    if (env is None) == (file is None):
+        table.fail(
+            table.name(f"{stem}_env"),
+            f"or {table.name(stem + '_file')!r}: set exactly one "
+            "(a secret is read from an environment variable or a file, never written here)",
+        )
+    if env is not None:
+        return SecretSource(env=env)
+    return SecretSource(file=_relative(Path(file), base_dir))
+
+
+def _auth(table: _Table, base_dir: Path | None) -> AuthSettings:
+    kind = table.choice("type", ("bearer", "basic"))
+    if kind == "bearer":
+        table.only("type", "token_env", "token_file")
+        return AuthSettings("bearer", _secret(table, "token", base_dir))
+    table.only("type", "username", "password_env", "password_file")
+    username = table.text("username", required=True)
+    if ":" in username:
+        table.fail(table.name("username"), "may not hold ':'")
+    return AuthSettings("basic", _secret(table, "password", base_dir), username)
+
+
+def _signing(table: _Table, base_dir: Path | None) -> SigningSettings:
+    table.only("header", "key_env", "key_file", "algorithm", "prefix")
+    return SigningSettings(
+        header=_header_name(table, "header", None),
+        key=_secret(table, "key", base_dir),
+        algorithm=table.choice("algorithm", ("sha256", "sha512"), "sha256"),
+        prefix=table.text("prefix", ""),
+    )
+
+
+def _header_name(table: _Table, key: str, default: str | None) -> str:
+    name: str = table.text(key, default, required=True)
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        table.fail(table.name(key), f"is no header name: {name!r}")
+    return name
+
+
+def _operation(table: _Table) -> OperationSettings:
+    table.only("method", "path", "arguments", "receipt", "receipt_field")
+    method = table.choice("method", METHODS, "POST")
+    default_go = "query" if method in ("GET", "DELETE") else "json"
+    return OperationSettings(
+        method=method,
+        path=_template(table, "path", None),
+        arguments=table.choice("arguments", ("json", "query"), default_go),
+        receipt=table.pointer("receipt"),
+        receipt_field=table.text("receipt_field", required=True),
+    )
+
+
+def _lookup(table: _Table) -> Lookup:
+    by = table.choice("by", ("endpoint", "listing"))
+    common = ("by", "method", "path", "receipt", "receipt_field")
+    method = table.choice("method", METHODS, "GET")
+    if by == "endpoint":
+        table.only(*common, "not_found_status", "not_found_pointer", "not_found_equals")
+        path = _template(table, "path", frozenset({"operation_id"}))
+        if "{operation_id}" not in path:
+            table.fail(table.name("path"), f"must hold {{operation_id}}: {path!r}")
+        pointer, equals = table.pair("not_found_pointer", "not_found_equals")
+        return EndpointLookup(
+            method=method,
+            path=path,
+            receipt=table.pointer("receipt"),
+            receipt_field=table.text("receipt_field", required=True),
+            not_found_status=table.integer("not_found_status", 404, 400, 499),
+            not_found_pointer=pointer,
+            not_found_equals=equals,
+        )
+    table.only(*common, "items", "reference", "settle")
+    if "settle" not in table.data:
+        table.fail(table.name("settle"), "is required: how long a listing may lag behind a call")
+    return ListingLookup(
+        method=method,
+        path=_template(table, "path", frozenset({"operation_id"})),
+        items=table.pointer("items"),
+        reference=table.pointer("reference", None, required=True),
+        receipt=table.pointer("receipt"),
+        receipt_field=table.text("receipt_field", required=True),
+        settle=table.seconds("settle", None, zero=True),
+    )
+
+
+def _remaps(data: Any, where: str) -> tuple[Remap, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise BindingError(
+            f"{where}: setting 'remap' must be an array of tables, not {_kind(data)}"
+        )
+    remaps = []
+    for i, entry in enumerate(data):
+        table = _Table(entry, where, f"remap[{i}]")
+        table.only("status", "outcome", "body_pointer", "body_equals")
+        if "status" not in table.data:
+            table.fail(table.name("status"), "is required")
+        pointer, equals = table.pair("body_pointer", "body_equals")
+        remaps.append(
+            Remap(
+                status=table.integer("status", None, 100, 599),
+                outcome=table.choice("outcome", REMAP_OUTCOMES),
+                body_pointer=pointer,
+                body_equals=equals,
+            )
+        )
+    return tuple(remaps)
+
+
+def _named(table: _Table | None, read: Any) -> dict[str, Any]:
+    if table is None:
+        return {}
+    return {
+        str(name): read(_Table(value, table.where, table.name(str(name))))
+        for name, value in table.data.items()
+    }
+
+
+def _headers(table: _Table | None) -> dict[str, str]:
+    if table is None:
+        return {}
+    headers = {}
+    for name in table.data:
+        value = table.text(str(name), required=True)
+        if not str(name) or not all(c.isalnum() or c in "-_" for c in str(name)):
+            table.fail(table.name(str(name)), "is no header name")
+        if str(name).lower() in CREDENTIAL_HEADERS:
+            table.fail(
+                table.name(str(name)),
+                "carries credentials: set them with 'auth', read "
+                "from an environment variable or a file",
+            )
+        headers[str(name)] = value
+    return headers
+
+
+def parse_settings(data: Any, *, name: str = "http", base_dir: Path | None = None) -> HttpSettings:
+    """The settings of the HTTP adapter ``name`` from plain data, or :class:`BindingError`
+    naming the first wrong setting. Relative secret and CA files are taken from ``base_dir``
+    (the binding file's folder), when given."""
+    where = f"binding {name!r}"
+    top = _Table(data, where)
+    top.only(
+        "base_url",
+        "operations",
+        "lookups",
+        "idempotency_header",
+        "effect_header",
+        "timeout",
+        "lookup_timeout",
+        "keepalive_expiry",
+        "provider_idle_timeout",
+        "max_connections",
+        "key_retention",
+        "verify_tls",
+        "ca_file",
+        "headers",
+        "auth",
+        "signing",
+        "remap",
+    )
+    base_url: str = top.text("base_url", required=True)
+    if not base_url.startswith(("http://", "https://")) or len(base_url.split("://", 1)[1]) == 0:
+        top.fail("base_url", f"must be an http:// or https:// URL: {base_url!r}")
+    keepalive = top.seconds("keepalive_expiry", 5.0)
+    idle = top.seconds("provider_idle_timeout", None)
+    if idle is not None and keepalive >= idle:
+        top.fail(
+            "keepalive_expiry",
+            f"must be below provider_idle_timeout ({idle:g} s), so "
+            f"that no pooled connection outlives the provider's: {keepalive:g}",
+        )
+    operations = _named(top.table("operations"), _operation)
+    if not operations:
+        top.fail("operations", "is required: at least one operation")
+    ca_file = top.text("ca_file")
+    auth, signing = top.table("auth"), top.table("signing")
+    return HttpSettings(
+        base_url=base_url.rstrip("/"),
+        operations=operations,
+        lookups=_named(top.table("lookups"), _lookup),
+        idempotency_header=_header_name(top, "idempotency_header", "Idempotency-Key"),
+        effect_header=_header_name(top, "effect_header", None) if "effect_header" in data else None,
+        timeout=top.seconds("timeout", 30.0),
+        lookup_timeout=top.seconds("lookup_timeout", 10.0),
+        keepalive_expiry=keepalive,
+        provider_idle_timeout=idle,
+        max_connections=top.integer("max_connections", 10, 1, 1000),
+        key_retention=top.seconds("key_retention", None),
+        verify_tls=top.flag("verify_tls", True),
+        ca_file=None if ca_file is None else _relative(Path(ca_file), base_dir),
+        headers=_headers(top.table("headers")),
+        auth=None if auth is None else _auth(auth, base_dir),
+        signing=None if signing is None else _signing(signing, base_dir),
+        remaps=_remaps(top.data.get("remap"), where),
+    )
+
+
+def _relative(path: Path, base_dir: Path | None) -> Path:
+    return path if path.is_absolute() or base_dir is None else base_dir / path

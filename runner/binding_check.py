@@ -1,0 +1,258 @@
+"""Checking a binding against a spec: every adapter bound, every operation and lookup implemented.
+
+:func:`check` finds what stops a :class:`~ratchet_runner.bindings.Binding` from running a spec,
+each finding a located :class:`~ratchet_runner.errors.Diagnostic` with a ``B`` code
+(:data:`~ratchet_runner.bindings.CODES`): in the binding file, at the line of the adapter's table
+(``B102`` to ``B205``), or, for an adapter the file does not bind, at the spec's adapter
+(``B201``). What an implementation offers is asked of
+:func:`~ratchet_runner.implementations.offer`. :class:`Checker` is ``ratchet validate
+--bindings`` (and ``ratchet check``): each spec against the binding found for it, each file read
+once. :func:`admit` raises the findings as :class:`~ratchet_runner.errors.BindingInvalid`, which
+is how a run is refused before it is created.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import implementations
+from .bindings import Binding, Entry, find, load, place_for
+from .errors import BindingError, BindingInvalid, Diagnostic
+from .implementations import NOT_REAL, Offer, Place
+from .spec.model import Adapter as AdapterSpec
+from .spec.model import Spec
+from .spec.validate import Report
+
+
+def admit(found: list[Diagnostic]) -> None:
+    """Raise ``found`` as :class:`BindingInvalid`, if there is anything in it."""
+    if found:
+        raise BindingInvalid(found)
+
+
+def check(spec: Spec, binding: Binding, place: Place) -> list[Diagnostic]:
+    """What stops ``binding`` from running ``spec``: every adapter of the spec bound (else
+    ``B201``, at the spec's adapter), to a known implementation (``B102``) that can be made with
+    its settings (``B103``), a ``kind: noop`` adapter only with the opt-in (``B202``), and every
+    operation (``B203``), lookup (``B204``) and receipt field (``B205``) its effects use."""
+    found: list[Diagnostic] = []
+    for name, adapter in spec.adapters.items():
+        entry = binding.entries.get(name)
+        if entry is None:
+            found.append(_unbound(spec, adapter, binding))
+            continue
+        if (
+            adapter.kind == "noop"
+            and entry.implementation not in NOT_REAL
+            and not entry.replaces_noop
+        ):
+            found.append(
+                binding.at(
+                    entry.line,
+                    "B202",
+                    f"adapter {name!r} is of kind noop in the spec, and binding it to "
+                    f"{entry.implementation!r} makes real changes: add replaces_noop = true "
+                    "to its table if that is meant",
+                    name,
+                )
+            )
+        if not implementations.known(entry.implementation):
+            found.append(_unknown(binding, entry))
+            continue
+        try:
+            offered = implementations.offer(entry.implementation, entry.settings, adapter, place)
+        except BindingError as exc:
+            found.append(binding.at(_setting_line(binding, entry, exc), "B103", exc.message, name))
+            continue
+        found += _uses(spec, binding, entry, offered)
+    return found
+
+
+_SETTING = re.compile(r"setting '([^']+)'")
+
+
+def _setting_line(binding: Binding, entry: Entry, error: BindingError) -> int:
+    """The line of the setting ``error`` names (``setting 'operations.refund.method'``, as the
+    HTTP settings say it), else of the adapter's table."""
+    named = _SETTING.search(error.message)
+    if named is None:
+        return entry.line
+    return binding.line_of("adapters", entry.adapter, *named.group(1).split("."))
+
+
+def _unbound(spec: Spec, adapter: AdapterSpec, binding: Binding) -> Diagnostic:
+    near = difflib.get_close_matches(adapter.name, list(binding.entries), n=1)
+    hint = f"; did you mean [adapters.{near[0]}]?" if near else ""
+    bound = ", ".join(binding.entries) or "none"
+    return _at_spec(
+        spec,
+        adapter,
+        "B201",
+        f"adapter {adapter.name!r} has no binding in {binding.path} (it binds: {bound}){hint}",
+    )
+
+
+def _unknown(binding: Binding, entry: Entry) -> Diagnostic:
+    installed = sorted(implementations.plugin_kinds())
+    plugins = (
+        f"; installed plugins: {', '.join(installed)}" if installed else "; no plugin is installed"
+    )
+    return binding.at(
+        entry.line,
+        "B102",
+        f"adapter {entry.adapter!r}: no implementation {entry.implementation!r}: built in are "
+        f"{', '.join(implementations.BUILT_IN)}{plugins} (entry-point group "
+        f"{implementations.GROUP})",
+        entry.adapter,
+    )
+
+
+def _uses(spec: Spec, binding: Binding, entry: Entry, offered: Offer) -> list[Diagnostic]:
+    """The operations, lookups and receipt fields the spec's effects on ``entry``'s adapter use
+    that its implementation does not offer."""
+    found: list[Diagnostic] = []
+    name, what = entry.adapter, f"{entry.implementation!r}"
+    for effect in spec.effects.values():
+        if effect.adapter != name:
+            continue
+        used = f"effect {effect.name!r} ({_where(spec, effect.pointer)})"
+        if offered.operations is not None and effect.operation not in offered.operations:
+            found.append(
+                binding.at(
+                    binding.line_of("adapters", name, "operations"),
+                    "B203",
+                    f"adapter {name!r} ({what}) does not implement operation "
+                    f"{effect.operation!r}, which {used} calls; it implements "
+                    f"{', '.join(sorted(offered.operations)) or 'none'}",
+                    name,
+                )
+            )
+        reconcile = effect.reconcile
+        if reconcile and offered.lookups is not None and reconcile not in offered.lookups:
+            found.append(
+                binding.at(
+                    binding.line_of("adapters", name, "lookups"),
+                    "B204",
+                    f"adapter {name!r} ({what}) answers no lookup {reconcile!r}, which {used} "
+                    f"reconciles with; it answers {', '.join(sorted(offered.lookups)) or 'none'}",
+                    name,
+                )
+            )
+        found += _receipts(spec, binding, entry, offered, effect.name)
+    return found
+
+
+def _receipts(
+    spec: Spec, binding: Binding, entry: Entry, offered: Offer, effect_name: str
+) -> list[Diagnostic]:
+    effect = spec.effects[effect_name]
+    expected = {effect.receipt} | {
+        row.receipt for row in spec.transitions if row.external_effect == effect.name
+    }
+    expected.discard(None)
+    returns = [
+        ("operation", effect.operation, offered.receipts.get(effect.operation)),
+        ("lookup", effect.reconcile, offered.lookup_receipts.get(effect.reconcile or "")),
+    ]
+    tables = {"operation": "operations", "lookup": "lookups"}
+    return [
+        binding.at(
+            binding.line_of("adapters", entry.adapter, tables[kind], str(named), "receipt_field"),
+            "B205",
+            f"adapter {entry.adapter!r}: {kind} {named!r} returns receipt field {field!r}, but "
+            f"effect {effect.name!r} expects {', '.join(sorted(map(str, expected)))}",
+            entry.adapter,
+        )
+        for kind, named, field in returns
+        if field is not None and expected and field not in expected
+    ]
+
+
+def _where(spec: Spec, pointer: str) -> str:
+    if spec.document is None:
+        return pointer
+    line, column = spec.document.locate(pointer)
+    return f"{spec.document.file}:{line}:{column}"
+
+
+def _at_spec(spec: Spec, adapter: AdapterSpec, code: str, message: str) -> Diagnostic:
+    if spec.document is None:
+        return Diagnostic("<spec>", 1, 1, code, message, adapter.pointer)
+    return spec.document.diagnostic(adapter.pointer, code, message, key=True)
+
+
+def unbound(spec: Spec, why: str) -> list[Diagnostic]:
+    """``B201`` at every adapter of ``spec``: none has a binding, for the reason ``why``."""
+    return [
+        _at_spec(spec, adapter, "B201", f"adapter {adapter.name!r} has no binding: {why}")
+        for adapter in spec.adapters.values()
+    ]
+
+
+def kinds_unserved(spec: Spec, looked: str) -> list[Diagnostic]:
+    """``B201`` at every adapter of ``spec`` whose kind the practice world does not serve (an
+    ``http`` adapter needs a binding, even on a practice store)."""
+    from ratchet_runner.adapters.practice_services import PRACTICE_SERVICES
+
+    return [
+        _at_spec(
+            spec,
+            adapter,
+            "B201",
+            f"adapter {adapter.name!r} is of kind {adapter.kind!r}, which the practice world "
+            f"does not serve ({', '.join(PRACTICE_SERVICES)}): it needs a binding, and none was "
+            f"found (looked for {looked})",
+        )
+        for adapter in spec.adapters.values()
+        if adapter.kind not in PRACTICE_SERVICES
+    ]
+
+
+# -- validating: a binding checked against several specs ---------------------------------------
+
+
+class Checker:
+    """``ratchet validate --bindings``: each spec checked against the binding :func:`find`
+    finds for it, each file loaded once; a file's own findings (``B100``, ``B101``) are returned
+    once, with the first spec that uses it. Nothing is made but what a ``python`` or plugin
+    factory must make to say what it implements."""
+
+    def __init__(self, explicit: str | Path | None, environ: Mapping[str, str]) -> None:
+        self.explicit = explicit
+        self.environ = environ
+        self._loaded: dict[Path, Binding | None] = {}
+
+    def findings(self, spec_path: str | Path, spec: Spec | None) -> list[Diagnostic]:
+        path = find(self.explicit, spec=spec_path, environ=self.environ)
+        if path is None:
+            return []
+        key = path.resolve()
+        if key not in self._loaded:
+            try:
+                self._loaded[key] = load(path)
+            except BindingInvalid as invalid:
+                self._loaded[key] = None
+                return invalid.diagnostics
+        binding = self._loaded[key]
+        if binding is None or spec is None:
+            return []
+        return check(spec, binding, place_for(binding, _no_world, self.environ))
+
+    def add_to(self, report: Report, spec_path: str | Path) -> Report:
+        """``report`` (of the spec at ``spec_path``) with the binding's findings added."""
+        found = self.findings(spec_path, report.spec)
+        if found:
+            report.diagnostics = sorted(report.diagnostics + found)
+        return report
+
+    def require(self, spec_path: str | Path, spec: Spec) -> None:
+        """Raise :class:`BindingInvalid` when the binding found for ``spec`` has findings."""
+        admit(self.findings(spec_path, spec))
+
+
+def _no_world() -> Any:
+    raise BindingError("checking a binding opens no practice world")

@@ -1,0 +1,320 @@
+"""Runs and bindings: which adapters a run may use, what it records, and who may drive it.
+
+* A practice store runs a spec's adapters as their kinds, and the run records so.
+* A store that is not a practice store refuses, before it creates the run, a spec whose adapters
+  have no binding; so does any store a binding that does not cover the spec (an operation it
+  lacks), and a ``kind: noop`` adapter bound to a real implementation without the opt-in: no run,
+  no spec version, no change in the practice world, no call.
+* A run records its binding's name and digest (context and first event); ``trace`` shows them.
+* A command that would drive a run through another binding (or none) changes nothing; a worker
+  with another binding leaves the run unchanged and unleased, to a worker that has it; a worker
+  with no binding at all, on a store that is not a practice store, parks the run with the reason.
+Each on SQLite and PostgreSQL (the ``store_url`` fixture: stores that are not practice stores).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.bindings import load
+from ratchet_runner.session import Session
+from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.store.records import RunRecord
+from ratchet_runner.store.store import Store
+from tests.conftest import PRACTICE_BINDING, ROOT, SPECS
+from tests.conftest import run_cli as run
+
+RETURNS = SPECS / "returns.yaml"
+REFUND = SPECS / "refund.yaml"
+WELCOME = ROOT / "examples" / "plugin-mailer" / "welcome.yaml"
+ORDER = {"order": "LK-645334", "item": "step ladder", "sku": "LADDER-3", "paid": 129.0}
+
+#: A mailer for welcome.yaml, imported by a ``python`` binding from the test's own folder.
+MAILER = """
+from ratchet_runner import Done, NotFound
+
+
+class Mailer:
+    operations = ("send_email",)
+    lookups = ("find_email",)
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def call(self, request):
+        return Done({"id": "msg-" + request.operation_id[:8]})
+
+    def lookup(self, operation, operation_id, effect=""):
+        return NotFound()
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    for name in ("RATCHET_DB", "RATCHET_BINDINGS", "RATCHET_NOW"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def other_binding(tmp_path: Path) -> Path:
+    """The practice binding under another name: another digest."""
+    path = tmp_path / "other.toml"
+    text = PRACTICE_BINDING.read_text(encoding="utf-8")
+    path.write_text(text.replace('name = "practice"', 'name = "other"'), encoding="utf-8")
+    return path
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def _runs(url: str) -> list[RunRecord]:
+    store = Store(url)
+    try:
+        return store.list_runs(None, 50)
+    finally:
+        store.close()
+
+
+def _get(url: str, run_id: str) -> RunRecord:
+    store = Store(url)
+    try:
+        return store.get_run(run_id)
+    finally:
+        store.close()
+
+
+def _started(url: str, home: Path, binding: Path) -> RunRecord:
+    """A returns run created under ``binding`` (not driven: no call made), its order seeded."""
+    spec = load_spec(RETURNS)
+    example = spec.examples["T-90604"]
+    with Session(url, home=home, bindings=binding, environ={}) as session:
+        session.world.seed({"orders": [{**ORDER, "currency": "CAD"}]})
+        run_record, created = session.runner().start(
+            spec, RETURNS.read_text(encoding="utf-8"), example.input
+        )
+    assert created
+    assert run_record.status == "running"
+    return run_record
+
+
+def _json(text: str) -> Any:
+    return json.loads(text)
+
+
+# -- practice stores, and the others --------------------------------------------------------
+
+
+def test_a_practice_store_runs_the_specs_kinds_and_the_run_says_so(
+    capsys: pytest.CaptureFixture[str], home: Path
+) -> None:
+    code, out, err = run(capsys, "run", str(RETURNS), "--example", "T-90604", "--json")
+    assert code == 0, err
+    assert _json(out)["state"] == "labelled"
+    code, out, _ = run(capsys, "trace", "T-90604/return_label", "--json")
+    trace = _json(out)
+    assert trace["binding"] == {"name": None, "digest": None}
+    assert trace["events"][0]["binding"] == {"name": None, "digest": None}
+    _, text, _ = run(capsys, "trace", "T-90604/return_label")
+    assert "under the spec's own kinds (a practice store, no binding)" in text
+
+
+def test_a_store_that_is_not_practice_refuses_an_unbound_adapter_before_the_run_exists(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str
+) -> None:
+    code, out, err = run(capsys, "run", str(RETURNS), "--example", "T-90604", "--db", store_url)
+    assert code == 1
+    assert out == ""
+    assert f"{RETURNS}:25:3: B201 adapter 'warehouse' has no binding" in err
+    assert "looked for --bindings FILE, $RATCHET_BINDINGS" in err
+    assert "is not a practice store" in err
+    assert "Traceback" not in err
+    assert _runs(store_url) == []
+    store = Store(store_url)
+    try:
+        assert store.latest_spec("returns") is None  # not even the spec was saved
+    finally:
+        store.close()
+    assert PracticeWorld(home / "practice.db").calls() == []
+
+
+def test_run_refuses_a_binding_that_lacks_an_operation_before_the_run_exists(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str, tmp_path: Path
+) -> None:
+    wrong = _write(
+        tmp_path / "wrong.toml",
+        """\
+        [adapters.warehouse]
+        implementation = "practice"
+        service = "payments"
+        """,
+    )
+    code, _, err = run(
+        capsys,
+        "run",
+        str(RETURNS),
+        "--example",
+        "T-90604",
+        "--db",
+        store_url,
+        "--bindings",
+        str(wrong),
+    )
+    assert code == 1
+    assert (
+        f"{wrong}:1:1: B203 adapter 'warehouse' ('practice') does not implement operation " in err
+    )
+    assert "'create_label'" in err
+    assert "'reship'" in err
+    assert _runs(store_url) == []
+    assert PracticeWorld(home / "practice.db").calls() == []
+
+
+def test_a_noop_adapter_runs_on_a_real_implementation_only_with_the_opt_in(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "test_mailer_module.py").write_text(MAILER, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    binding = """\
+        [adapters.mailer]
+        implementation = "python"
+        factory = "test_mailer_module:Mailer"
+        """
+    refused = _write(tmp_path / "refused.toml", binding)
+    args = ("run", str(WELCOME), "--example", "S-1001", "--db", store_url, "--bindings")
+    code, _, err = run(capsys, *args, str(refused))
+    assert code == 1
+    assert f"{refused}:1:1: B202 adapter 'mailer' is of kind noop in the spec" in err
+    assert _runs(store_url) == []
+    opted = _write(tmp_path / "opted.toml", binding + "replaces_noop = true\n")
+    code, out, err = run(capsys, *args, str(opted), "--json")
+    assert code == 0, err
+    assert (_json(out)["state"], _json(out)["status"]) == ("sent", "done")
+
+
+# -- what a run records -----------------------------------------------------------------------
+
+
+def test_a_run_records_its_bindings_name_and_digest_and_trace_shows_them(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str
+) -> None:
+    stamp = load(PRACTICE_BINDING).stamp
+    code, _, err = run(
+        capsys,
+        "run",
+        str(RETURNS),
+        "--example",
+        "T-90604",
+        "--db",
+        store_url,
+        "--bindings",
+        str(PRACTICE_BINDING),
+    )
+    assert code == 0, err
+    [made] = _runs(store_url)
+    assert made.context["binding"] == stamp
+    code, out, _ = run(capsys, "trace", made.id, "--db", store_url, "--json")
+    trace = _json(out)
+    assert trace["binding"] == stamp
+    assert trace["events"][0]["kind"] == "created"
+    assert trace["events"][0]["binding"] == stamp
+    _, text, _ = run(capsys, "trace", made.id, "--db", store_url)
+    assert f"under binding 'practice' (sha256 {stamp['digest'][:12]}…)" in text
+
+
+# -- who may drive a run ----------------------------------------------------------------------
+
+
+def test_a_command_with_another_binding_or_none_changes_nothing(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str, other_binding: Path
+) -> None:
+    practice = str(PRACTICE_BINDING)
+    code, _, err = run(
+        capsys,
+        "run",
+        str(REFUND),
+        "--example",
+        "T-90104",
+        "--db",
+        store_url,
+        "--bindings",
+        practice,
+    )
+    assert code == 0, err
+    [waiting] = _runs(store_url)
+    approve = ("approve", "T-90104", "--as", "agent-7", "--role", "agent", "--db", store_url)
+    code, _, err = run(capsys, *approve, "--bindings", str(other_binding))
+    assert code == 1
+    assert "R205 run " in err
+    assert "started under binding 'practice'" in err
+    assert "this process resolves adapters through binding 'other'" in err
+    code, _, err = run(capsys, *approve)
+    assert code == 1
+    assert "R203 run " in err
+    assert "no binding file was found" in err
+    assert _get(store_url, waiting.id).version == waiting.version  # untouched
+    code, out, err = run(capsys, *approve, "--bindings", practice, "--json")
+    assert code == 0, err
+    assert _json(out)["state"] == "refunded"
+
+
+def test_a_worker_with_another_binding_leaves_the_run_unchanged_to_one_that_has_it(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str, other_binding: Path
+) -> None:
+    started = _started(store_url, home, PRACTICE_BINDING)
+    worker = ("worker", "--once", "--db", store_url, "--json", "--bindings")
+    code, out, err = run(capsys, *worker, str(other_binding))
+    assert code == 0, err
+    report = _json(out)
+    assert report["left"] == [started.id]
+    assert report["runs_advanced"] == []
+    left = _get(store_url, started.id)
+    assert (left.state, left.status, left.context) == (started.state, "running", started.context)
+    assert left.lease_owner is None  # given back at once, not left to run out
+    assert PracticeWorld(home / "practice.db").calls() == []
+    code, out, err = run(capsys, *worker, str(PRACTICE_BINDING))
+    assert code == 0, err
+    assert _json(out)["runs_advanced"] == [
+        {"run": started.id, "state": "labelled", "status": "done"}
+    ]
+
+
+def test_a_pool_with_another_binding_leaves_the_run_and_stops_claiming_it(
+    home: Path, store_url: str, other_binding: Path
+) -> None:
+    started = _started(store_url, home, PRACTICE_BINDING)
+    with Session(store_url, home=home, bindings=other_binding, environ={}) as session:
+        pool = session.pool(concurrency=1, poll=0.05, log=lambda _line: None)
+        report = pool.run(until_idle=True)
+    assert (report.left, report.advanced, report.failed) == (1, 0, [])
+    left = _get(store_url, started.id)
+    assert (left.state, left.status, left.lease_owner) == (started.state, "running", None)
+
+
+def test_a_worker_with_no_binding_parks_the_run_for_a_person_with_the_reason(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str
+) -> None:
+    started = _started(store_url, home, PRACTICE_BINDING)
+    code, out, err = run(capsys, "worker", "--once", "--db", store_url, "--json")
+    assert code == 0, err
+    [(run_id, error)] = [(f["run"], f["error"]) for f in _json(out)["failed"]]
+    assert run_id == started.id
+    assert "no binding file was found" in error
+    parked = _get(store_url, started.id)
+    assert parked.status == "needs_person"
+    assert parked.context["failed_step"]["code"] == "R203"
+    assert PracticeWorld(home / "practice.db").calls() == []

@@ -1,0 +1,313 @@
+"""Binding files: where they are found, what a valid one is, and checking one against a spec.
+
+* The search order: ``--bindings``, else ``RATCHET_BINDINGS``, else ``ratchet.toml`` beside the
+  spec, else in the working directory.
+* A file that is no binding is refused with every finding located in it (``B100``, ``B101``);
+  its name is its stem unless it says one; its digest is the SHA-256 of its canonical JSON.
+* Against a spec (``ratchet validate --bindings``): an unbound adapter (``B201``, at the spec's
+  adapter), an unknown implementation (``B102``), a wrong setting (``B103``, at its line), a
+  ``kind: noop`` adapter bound to a real implementation without the opt-in (``B202``), an
+  operation, a lookup or a receipt field the implementation lacks (``B203``, ``B204``,
+  ``B205``), each at its line of the binding file, as ``FILE:LINE:COL: CODE message``.
+* docs/reference/bindings.md documents every code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ratchet_runner.binding_check import check
+from ratchet_runner.bindings import CODES, find, load, place_for
+from ratchet_runner.errors import BindingInvalid, Diagnostic
+from ratchet_runner.spec.validate import load_spec
+from tests.conftest import ROOT, SPECS
+from tests.conftest import run_cli as run
+
+REFUND = SPECS / "refund.yaml"
+WELCOME = ROOT / "examples" / "plugin-mailer" / "welcome.yaml"
+BINDINGS_MD = ROOT / "docs" / "reference" / "bindings.md"
+
+#: An HTTP binding of refund.yaml's payments adapter that covers it.
+HTTP_PAYMENTS = """\
+name = "staging"
+
+[adapters.payments]
+implementation = "http"
+base_url = "https://payments.example/v1"
+
+[adapters.payments.operations.refund]
+path = "/refunds"
+receipt = ""
+receipt_field = "refund_id"
+
+[adapters.payments.lookups.lookup_refund]
+by = "endpoint"
+path = "/refunds/by-key/{operation_id}"
+receipt = ""
+receipt_field = "refund_id"
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def _findings(spec_path: Path, binding_path: Path) -> list[Diagnostic]:
+    binding = load(binding_path)
+    return check(load_spec(spec_path), binding, place_for(binding, _no_world, {}))
+
+
+def _no_world() -> None:
+    raise AssertionError("a check opens no practice world")
+
+
+# -- where it is found ------------------------------------------------------------------------
+
+
+def test_the_search_order_is_the_option_then_the_variable_then_beside_the_spec_then_here(
+    tmp_path: Path,
+) -> None:
+    spec_dir, cwd = tmp_path / "specs", tmp_path / "here"
+    spec = _write(spec_dir / "refund.yaml", "name: x\n")
+    beside = _write(spec_dir / "ratchet.toml", "")
+    here = _write(cwd / "ratchet.toml", "")
+    env = {"RATCHET_BINDINGS": str(tmp_path / "env.toml")}
+    assert find("given.toml", spec=spec, environ=env, cwd=cwd) == Path("given.toml")
+    assert find(None, spec=spec, environ=env, cwd=cwd) == tmp_path / "env.toml"
+    assert find(None, spec=spec, environ={}, cwd=cwd) == beside
+    assert find(None, spec=None, environ={}, cwd=cwd) == here
+    beside.unlink()
+    assert find(None, spec=spec, environ={}, cwd=cwd) == here
+    here.unlink()
+    assert find(None, spec=spec, environ={}, cwd=cwd) is None
+
+
+# -- reading it -------------------------------------------------------------------------------
+
+
+def test_a_binding_is_named_by_its_stem_unless_it_says_and_digested_as_canonical_json(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path / "prod.toml", HTTP_PAYMENTS.replace('name = "staging"\n', ""))
+    binding = load(path)
+    assert binding.name == "prod"
+    data = {**tomllib.loads(path.read_text(encoding="utf-8")), "name": "prod"}
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert binding.digest == hashlib.sha256(canonical.encode()).hexdigest()
+    assert binding.stamp == {"name": "prod", "digest": binding.digest}
+    named = load(_write(tmp_path / "other.toml", HTTP_PAYMENTS))
+    assert named.name == "staging"
+    assert named.digest != binding.digest
+    assert load(_write(tmp_path / "copy.toml", HTTP_PAYMENTS)).digest == named.digest
+    entry = named.entries["payments"]
+    assert (entry.implementation, entry.line, entry.replaces_noop) == ("http", 3, False)
+    assert "implementation" not in entry.settings
+    assert entry.settings["base_url"] == "https://payments.example/v1"
+
+
+def test_a_file_that_is_not_toml_is_located_where_the_parser_stopped(tmp_path: Path) -> None:
+    path = _write(tmp_path / "b.toml", 'name = "x"\n[adapters.payments\nimplementation = "noop"\n')
+    with pytest.raises(BindingInvalid) as refused:
+        load(path)
+    [found] = refused.value.diagnostics
+    assert (found.code, found.line, found.file) == ("B100", 2, str(path))
+    assert found.message.startswith("not TOML: ")
+    with pytest.raises(BindingInvalid, match="B100 cannot read it"):
+        load(tmp_path / "missing.toml")
+
+
+def test_every_shape_problem_is_reported_at_its_line(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "b.toml",
+        """\
+        name = 7
+        timeout = 3
+
+        [adapters.payments]
+        base_url = "https://payments.example"
+
+        [adapters.mailer]
+        implementation = "noop"
+        replaces_noop = "yes"
+        """,
+    )
+    with pytest.raises(BindingInvalid) as refused:
+        load(path)
+    found = [(d.line, d.code, d.message) for d in refused.value.diagnostics]
+    assert found == [
+        (1, "B101", "'name' must be a non-empty string"),
+        (2, "B101", "unknown key 'timeout': a binding file holds 'name' and [adapters.NAME]"),
+        (4, "B101", "adapter 'payments': 'implementation' (a string) is required"),
+        (9, "B101", "adapter 'mailer': 'replaces_noop' must be true or false"),
+    ]
+    with pytest.raises(BindingInvalid, match="it binds no adapter"):
+        load(_write(tmp_path / "empty.toml", 'name = "empty"\n'))
+
+
+# -- checking it against a spec ---------------------------------------------------------------
+
+
+def test_a_binding_that_covers_the_spec_has_no_findings(tmp_path: Path) -> None:
+    assert _findings(REFUND, _write(tmp_path / "b.toml", HTTP_PAYMENTS)) == []
+    assert _findings(REFUND, SPECS / "practice.toml") == []
+
+
+def test_an_unbound_adapter_is_located_at_the_spec_and_a_near_name_is_suggested(
+    tmp_path: Path,
+) -> None:
+    path = _write(
+        tmp_path / "b.toml", HTTP_PAYMENTS.replace("adapters.payments", "adapters.paymnts")
+    )
+    [found] = _findings(REFUND, path)
+    assert (found.file, found.line, found.column, found.code) == (str(REFUND), 26, 3, "B201")
+    assert "did you mean [adapters.paymnts]?" in found.message
+
+
+def test_an_implementation_nobody_provides_is_refused_naming_what_there_is(tmp_path: Path) -> None:
+    path = _write(tmp_path / "b.toml", '[adapters.payments]\nimplementation = "stripe"\n')
+    [found] = _findings(REFUND, path)
+    assert (found.line, found.code) == (1, "B102")
+    assert "built in are http, python, noop, practice" in found.message
+    assert "ratchet.adapters" in found.message
+
+
+def test_a_wrong_http_setting_is_located_at_its_own_line(tmp_path: Path) -> None:
+    wrong = HTTP_PAYMENTS.replace('path = "/refunds"', 'path = "/refunds"\nmethod = "FETCH"')
+    [found] = _findings(REFUND, _write(tmp_path / "b.toml", wrong))
+    assert (found.line, found.code) == (9, "B103")
+    assert "operations.refund" in found.message
+    assert "FETCH" in found.message
+
+
+def test_operations_lookups_and_receipts_the_binding_lacks_are_each_found(tmp_path: Path) -> None:
+    text = HTTP_PAYMENTS.replace("operations.refund]", "operations.refund_v2]")
+    text = text.replace("lookups.lookup_refund]", "lookups.lookup_v2]")
+    found = sorted((d.code, d.line) for d in _findings(REFUND, _write(tmp_path / "b.toml", text)))
+    assert found == [("B203", 7), ("B204", 12)]
+    text = HTTP_PAYMENTS.replace('receipt_field = "refund_id"\n', 'receipt_field = "id"\n', 1)
+    [receipt] = _findings(REFUND, _write(tmp_path / "c.toml", text))
+    assert (receipt.code, receipt.line) == ("B205", 10)
+    assert "returns receipt field 'id', but effect 'request_refund' expects refund_id" in (
+        receipt.message
+    )
+
+
+def test_binding_a_noop_adapter_to_a_real_implementation_needs_the_opt_in(tmp_path: Path) -> None:
+    real = '[adapters.mailer]\nimplementation = "python"\nfactory = "json:loads"\n'
+    [found] = [d for d in _findings(WELCOME, _write(tmp_path / "b.toml", real)) if d.code == "B202"]
+    assert found.line == 1
+    assert "replaces_noop = true" in found.message
+    opted = real + "replaces_noop = true\n"
+    assert not [
+        d for d in _findings(WELCOME, _write(tmp_path / "c.toml", opted)) if d.code == "B202"
+    ]
+    for harmless in ("noop", "practice"):
+        bound = f'[adapters.mailer]\nimplementation = "{harmless}"\n'
+        assert _findings(WELCOME, _write(tmp_path / f"{harmless}.toml", bound)) == []
+
+
+def test_a_python_factory_that_cannot_be_imported_or_declares_nothing_is_b103(
+    tmp_path: Path,
+) -> None:
+    for factory, says in (
+        ("no_such_module_here:make", "cannot be imported"),
+        ("json", "needs factory"),
+        ("json:loads", "failed to make the adapter"),
+    ):
+        text = f'[adapters.payments]\nimplementation = "python"\nfactory = "{factory}"\n'
+        [found] = _findings(REFUND, _write(tmp_path / "b.toml", text))
+        assert (found.code, found.line) == ("B103", 1)
+        assert says in found.message
+
+
+# -- on the command line ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RATCHET_BINDINGS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_validate_reports_the_bindings_findings_located_with_the_specs(
+    capsys: pytest.CaptureFixture[str], isolated: Path
+) -> None:
+    path = _write(isolated / "b.toml", HTTP_PAYMENTS.replace("lookups.lookup_refund", "lookups.x"))
+    code, out, err = run(capsys, "validate", str(REFUND), "--bindings", str(path))
+    assert code == 1
+    assert re.fullmatch(rf"{re.escape(str(path))}:12:1: B204 adapter 'payments' .*\n", out)
+    assert "1 error(s)" in err
+    code, out, _ = run(capsys, "validate", str(REFUND), "--bindings", str(path), "--json")
+    [diagnostic] = json.loads(out)["files"][0]["diagnostics"]
+    assert (diagnostic["code"], diagnostic["file"], diagnostic["line"]) == ("B204", str(path), 12)
+
+
+def test_validate_finds_the_binding_by_the_variable_and_beside_the_spec(
+    capsys: pytest.CaptureFixture[str], isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = isolated / "specs" / "refund.yaml"
+    _write(spec, REFUND.read_text(encoding="utf-8"))
+    assert run(capsys, "validate", str(spec))[0] == 0  # no binding anywhere: the spec alone
+    _write(isolated / "specs" / "ratchet.toml", '[adapters.payment]\nimplementation = "noop"\n')
+    code, out, _ = run(capsys, "validate", str(spec))
+    assert code == 1
+    assert f"{spec}:26:3: B201 adapter 'payments' has no binding" in out
+    monkeypatch.setenv("RATCHET_BINDINGS", str(SPECS / "practice.toml"))
+    assert run(capsys, "validate", str(spec))[0] == 0
+
+
+def test_a_broken_binding_file_is_reported_once_for_many_specs(
+    capsys: pytest.CaptureFixture[str], isolated: Path
+) -> None:
+    path = _write(isolated / "b.toml", "name = \n")
+    code, out, _ = run(
+        capsys, "validate", str(REFUND), str(SPECS / "returns.yaml"), "--bindings", str(path)
+    )
+    assert code == 1
+    assert out.count("B100") == 1
+
+
+def test_the_reference_documents_every_binding_code() -> None:
+    text = BINDINGS_MD.read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(B\d{3})` \|", text, re.M))
+    assert documented == set(CODES)
+    assert set(re.findall(r"\b(B\d{3})\b", text)) <= set(CODES)
+
+
+def test_check_refuses_a_spec_its_binding_does_not_cover_before_any_case(
+    capsys: pytest.CaptureFixture[str], isolated: Path
+) -> None:
+    path = _write(isolated / "b.toml", '[adapters.payments]\nimplementation = "practice"\n')
+    code, out, err = run(capsys, "check", str(SPECS / "returns.yaml"), "--bindings", str(path))
+    assert code == 1
+    assert out == ""
+    assert f"{SPECS / 'returns.yaml'}:25:3: B201 adapter 'warehouse' has no binding" in err
+
+
+def test_even_a_practice_store_needs_a_binding_for_a_kind_the_practice_world_lacks(
+    capsys: pytest.CaptureFixture[str], isolated: Path
+) -> None:
+    spec = _write(
+        isolated / "refund_http.yaml",
+        REFUND.read_text(encoding="utf-8").replace(
+            "payments: {kind: payments,", "payments: {kind: http,"
+        ),
+    )
+    code, _, err = run(capsys, "run", str(spec), "--example", "T-90104")
+    assert code == 1
+    assert (
+        f"{spec}:26:3: B201 adapter 'payments' is of kind 'http', which the practice world" in err
+    )
+    code, out, _ = run(capsys, "runs", "--json")
+    assert json.loads(out) == []
