@@ -25,22 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ratchet_runner.adapters.practice import parse_fault
+from ratchet_runner.adapters.practice import FAULT_KINDS, parse_fault
 from ratchet_runner.errors import RatchetError, UsageError
 from ratchet_runner.review import table as tables
 from ratchet_runner.review import views
 from ratchet_runner.review.diagram import draw as diagrams
 from ratchet_runner.session import Session
-from ratchet_runner.settings import INTERRUPT_POINTS, OPERATOR_ACTIONS
+from ratchet_runner.settings import OPERATOR_ACTIONS, interrupt_point
 from ratchet_runner.spec.loader import load_file
 from ratchet_runner.spec.schema import spec_schema_text
-from ratchet_runner.spec.validate import Report, load_spec, spec_files, validate_path
+from ratchet_runner.spec.validate import load_spec
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from ratchet_runner.engine.commands import CommandResult
     from ratchet_runner.engine.runner import Runner, Strategy
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+#: A file a command writes (instead of stdout).
+OUTPUT = click.Path(dir_okay=False, writable=True)
 
 
 def _emit_json(value: Any) -> None:
@@ -126,30 +128,19 @@ def validate(
     """
     from ratchet_runner.binding_check import Checker
 
-    reports: list[Report] = []
-    crashed: list[str] = []
-    checker = Checker(bindings, os.environ)
-    for path, name in spec_files(specs):
-        try:
-            reports.append(checker.add_to(validate_path(path, name), path))
-        except Exception as exc:  # a bug; report it and go on with the other files
-            if os.environ.get("RATCHET_DEBUG"):
-                raise
-            crashed.append(name)
-            _say(
-                f"ratchet: internal error validating {name}: {type(exc).__name__}: {exc} "
-                "(please report it)"
-            )
-    if not reports and not crashed:
+    done = Checker(bindings, os.environ).validate(specs, debug=bool(os.getenv("RATCHET_DEBUG")))
+    for name, why in done.crashed:  # a bug: reported, and the other files went on
+        _say(f"ratchet: internal error validating {name}: {why} (please report it)")
+    if not done.reports and not done.crashed:
         raise click.UsageError("no .yaml or .yml files found in the given directories")
-    failed = [r for r in reports if not r.ok(strict=strict)]
+    failed = done.failed(strict)
     if as_json:
-        _emit_json(views.validation_json(reports, strict))
+        _emit_json(views.validation_json(done.reports, strict))
     else:
-        _echo_lines(d.format() for r in reports for d in r.diagnostics)
+        _echo_lines(d.format() for r in done.reports for d in r.diagnostics)
         if not quiet:
-            _say(views.validation_tally(reports, bool(failed), len(crashed)))
-    sys.exit(EXIT_INTERNAL if crashed else EXIT_INVALID if failed else EXIT_OK)
+            _say(views.validation_tally(done.reports, bool(failed), len(done.crashed)))
+    sys.exit(EXIT_INTERNAL if done.crashed else EXIT_INVALID if failed else EXIT_OK)
 
 
 @cli.command()
@@ -174,12 +165,7 @@ def schema() -> None:
     show_default=True,
     help="Markdown for a pull-request description, or an HTML table.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write to FILE instead of stdout.",
-)
+@click.option("-o", "--output", type=OUTPUT, help="Write to FILE instead of stdout.")
 def table(spec: str, fmt: str, output: str | None) -> None:
     """Print the transition table of SPEC: one row per transition, all eleven columns."""
     loaded = load_spec(spec)
@@ -222,12 +208,7 @@ def _write(output: str | None, data: bytes) -> None:
     help="dot or mermaid: text (no Graphviz needed). svg, png or pdf: drawn by Graphviz's dot, "
     "written to -o FILE. Default: from FILE's suffix, else dot.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write to FILE instead of stdout (required for svg, png and pdf).",
-)
+@click.option("-o", "--output", type=OUTPUT, help="Write to FILE (required for svg, png, pdf).")
 def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: str | None) -> None:
     """Draw SPEC for review: its states, its crash windows, or its saga.
 
@@ -260,13 +241,23 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
 # -- running workflows ------------------------------------------------------------------------
 
 
-def _check_interrupt(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    point = value.partition(":")[0]
-    if point not in INTERRUPT_POINTS:
-        raise click.BadParameter(f"{point!r} is not one of {', '.join(INTERRUPT_POINTS)}")
-    return value
+def _checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that ``check``s a given value by the library's rule (a
+    :class:`UsageError` shown as a bad value of the option)."""
+
+    def callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        try:
+            return None if value is None else check(value)
+        except UsageError as exc:
+            raise click.BadParameter(exc.message) from None
+
+    return callback
+
+
+def _lease(seconds: float) -> float:
+    from ratchet_runner.engine.lease import validate_lease
+
+    return validate_lease(seconds)
 
 
 DB_OPTION = click.option(
@@ -278,15 +269,6 @@ DB_OPTION = click.option(
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
 
-def _check_lease(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
-    from ratchet_runner.engine.lease import validate_lease
-
-    try:
-        return validate_lease(value)
-    except UsageError as exc:
-        raise click.BadParameter(exc.message) from None
-
-
 def _lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
     return click.option(
         "--lease",
@@ -295,7 +277,7 @@ def _lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
         default=30.0,
         show_default=True,
         envvar=envvar,
-        callback=_check_lease,
+        callback=_checked(_lease),
         metavar="SECONDS",
         help=help,
     )
@@ -310,7 +292,7 @@ LEASE_OPTION = _lease_option(
 INTERRUPT_OPTION = click.option(
     "--interrupt",
     metavar="POINT[:EFFECT]",
-    callback=_check_interrupt,
+    callback=_checked(interrupt_point),
     help="End the process at POINT of the next call (of EFFECT, if given), with no cleanup "
     "(SIGKILL), to practise recovery: before-write (call recorded, not sent), after-write (the "
     "provider made the change, the reply is lost), after-receipt (receipt stored). Then "
@@ -320,39 +302,46 @@ INTERRUPT_OPTION = click.option(
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a run command works: the lease it holds, the store, JSON or text, where to crash,
-    the binding file its adapters resolve through."""
+    """How a command works: the store, JSON or text, the binding file its adapters resolve
+    through, the lease it holds, where to crash."""
 
-    lease_seconds: float
-    db: str | None
-    as_json: bool
-    interrupt: str | None = None
+    db: str | None = None
+    as_json: bool = False
     bindings: str | None = None
+    lease_seconds: float = 30.0
+    interrupt: str | None = None
 
 
-def run_options(*, interrupt: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a run command ``--interrupt`` (if ``interrupt``), ``--lease``, ``--db``,
-    ``--bindings`` and ``--json``, passed on to it as one ``how: RunOptions``."""
+def with_options(
+    *names: str, lease: Any = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the shared options ``names`` (``interrupt``, ``lease``, ``db``,
+    ``bindings``, ``json``; ``lease``: another ``--lease`` option than a run command's), passed
+    on to it as one ``how: RunOptions``."""
+    shared = {
+        "interrupt": INTERRUPT_OPTION,
+        "lease": lease or LEASE_OPTION,
+        "db": DB_OPTION,
+        "bindings": BINDINGS_OPTION,
+        "json": JSON_OPTION,
+    }
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
-        def wrapper(
-            *args: Any,
-            lease_seconds: float,
-            db: str | None,
-            bindings: str | None,
-            as_json: bool,
-            **kwargs: Any,
-        ) -> None:
-            how = RunOptions(lease_seconds, db, as_json, kwargs.pop("interrupt", None), bindings)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            fields = ("db", "as_json", "bindings", "lease_seconds", "interrupt")
+            how = RunOptions(**{name: kwargs.pop(name) for name in fields if name in kwargs})
             command(*args, how=how, **kwargs)
 
-        options = [INTERRUPT_OPTION] if interrupt else []
-        for option in reversed([*options, LEASE_OPTION, DB_OPTION, BINDINGS_OPTION, JSON_OPTION]):
-            wrapper = option(wrapper)
+        for name in reversed(names):
+            wrapper = shared[name](wrapper)
         return wrapper
 
     return decorate
+
+
+#: The options of every command that drives a run.
+RUN_COMMAND = ("lease", "db", "bindings", "json")
 
 
 def _runner(session: Session, interrupt: str | None = None, naive: bool = False) -> Runner:
@@ -400,10 +389,7 @@ def _hinted(option: str) -> Iterator[None]:
     "faults",
     multiple=True,
     metavar="EFFECT:KIND",
-    help="Inject a fault into EFFECT's next call: timeout_before_write, "
-    "timeout_after_write, unavailable, refuse, malformed, lookup_fails, slow_reply, slow_commit, "
-    "commits_late. "
-    "Repeatable.",
+    help=f"Inject a fault into EFFECT's next call: {', '.join(FAULT_KINDS)}. Repeatable.",
 )
 @click.option(
     "--naive",
@@ -411,7 +397,7 @@ def _hinted(option: str) -> Iterator[None]:
     help="DEMONSTRATION ONLY: a new operation ID on every attempt and no reconcile, "
     "as a hand-rolled retry loop does. Shows how duplicates happen.",
 )
-@run_options(interrupt=True)
+@with_options("interrupt", *RUN_COMMAND)
 def run(
     spec_path: str,
     input_path: str | None,
@@ -425,9 +411,8 @@ def run(
     The input comes from --input FILE or --example NAME. Starting the same business key again
     finds the existing run and drives it on; it never makes a second run (or a second change).
 
-    The adapters resolve through the binding file (--bindings, or found); without one, only a
-    practice store runs them as their kinds. A spec the binding does not cover (an adapter
-    unbound, an operation or lookup not implemented) is refused before the run is created.
+    A spec the binding file does not cover (an adapter unbound, an operation or lookup not
+    implemented) is refused before the run is created.
 
     \b
     Example:
@@ -444,11 +429,7 @@ def run(
     with _hinted("--fault"):
         parsed = [parse_fault(spec.effects, f) for f in faults]
     if naive:
-        click.echo(
-            "warning: --naive makes a new operation ID on every attempt and never "
-            "reconciles; it exists to show how duplicates happen",
-            err=True,
-        )
+        _say(views.NAIVE_WARNING)
     from ratchet_runner.engine import commands
 
     with Session(how.db, bindings=how.bindings, spec=spec_path) as session:
@@ -488,7 +469,7 @@ def _decide(
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "actor", required=True, help="Who approves (recorded).")
 @click.option("--role", required=True, help="The approver's role; the spec lists who may.")
-@run_options(interrupt=True)
+@with_options("interrupt", *RUN_COMMAND)
 def approve(run_id: str, actor: str, role: str, how: RunOptions) -> None:
     """Approve the action RUN is waiting for, then drive the run on.
 
@@ -506,7 +487,7 @@ def approve(run_id: str, actor: str, role: str, how: RunOptions) -> None:
 @click.option("--as", "actor", required=True, help="Who rejects (recorded).")
 @click.option("--reason", required=True, help="Why (recorded, shown in the trace).")
 @click.option("--role", help="The decider's role, checked against the spec when given.")
-@run_options(interrupt=False)
+@with_options(*RUN_COMMAND)
 def reject(run_id: str, actor: str, reason: str, role: str | None, how: RunOptions) -> None:
     """Reject the action RUN is waiting for. Nothing is executed."""
     _decide(run_id, "reject", actor, role, reason, how)
@@ -514,7 +495,7 @@ def reject(run_id: str, actor: str, reason: str, role: str | None, how: RunOptio
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
-@run_options(interrupt=True)
+@with_options("interrupt", *RUN_COMMAND)
 def resume(run_id: str, how: RunOptions) -> None:
     """Drive RUN on from where it stopped (after a crash, an interrupt, or a fix).
 
@@ -551,37 +532,37 @@ def resume(run_id: str, how: RunOptions) -> None:
     show_default=True,
     help="With --stuck: seconds without progress that count as stuck.",
 )
-@DB_OPTION
-@JSON_OPTION
+@with_options("db", "json")
 def runs_command(
-    status: str | None, limit: int, stuck: bool, older_than: float, db: str | None, as_json: bool
+    status: str | None, limit: int, stuck: bool, older_than: float, how: RunOptions
 ) -> None:
     """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
-    with Session(db) as session:
+    with Session(how.db) as session:
         if stuck:
             stalled = session.store.stuck(session.clock.now(), older_than)
             _show(
-                as_json,
+                how.as_json,
                 views.stuck_json(stalled),
                 lambda: views.stuck_lines(stalled),
                 "no stuck runs",
             )
             return
         found = session.store.list_runs(status, limit)
-    _show(as_json, [views.run_json(r) for r in found], lambda: views.runs_lines(found), "no runs")
+    _show(
+        how.as_json, [views.run_json(r) for r in found], lambda: views.runs_lines(found), "no runs"
+    )
 
 
 @cli.command("status")
-@DB_OPTION
-@JSON_OPTION
-def status_command(db: str | None, as_json: bool) -> None:
+@with_options("db", "json")
+def status_command(how: RunOptions) -> None:
     """Runs by status, the leases workers hold (owner, how long held, time left by the
     database's clock), and the runs whose lease expired."""
-    with Session(db) as session:
+    with Session(how.db) as session:
         now = session.clock.now()
         counts, leases = session.store.status_counts(), session.store.leases()
     _show(
-        as_json,
+        how.as_json,
         views.status_json(counts, leases, now),
         lambda: views.status_lines(counts, leases, now),
     )
@@ -589,17 +570,16 @@ def status_command(db: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
-@DB_OPTION
-@JSON_OPTION
-def trace(run_id: str, db: str | None, as_json: bool) -> None:
+@with_options("db", "json")
+def trace(run_id: str, how: RunOptions) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
     from ratchet_runner.review import trace as traces
 
-    with Session(db) as session:
+    with Session(how.db) as session:
         found = session.store.resolve(run_id)
         history = session.store.history(found.id)
-    _show(as_json, views.trace_json(found, history), lambda: traces.lines(found, history))
+    _show(how.as_json, views.trace_json(found, history), lambda: traces.lines(found, history))
 
 
 @cli.command()
@@ -631,22 +611,17 @@ def effects(as_json: bool) -> None:
     "set the time (the default store under RATCHET_HOME is one already). Never for a store "
     "that does real work.",
 )
-@DB_OPTION
-@JSON_OPTION
-def reset(everything: bool, practice: bool, db: str | None, as_json: bool) -> None:
+@with_options("db", "json")
+def reset(everything: bool, practice: bool, how: RunOptions) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too;
     with --all --practice, declare that store a practice store."""
     if practice and not everything:
         raise click.UsageError(
             "--practice declares an emptied store a practice store: give it with --all"
         )
-    with Session(db) as session:
-        session.world.reset()
-        if everything:
-            session.store.reset()
-            if practice:
-                session.store.mark_practice()
-    if as_json:
+    with Session(how.db) as session:
+        session.reset(everything, practice)
+    if how.as_json:
         _emit_json(views.reset_json(everything, practice))
     else:
         _say(views.reset_line(everything, practice))
@@ -679,17 +654,12 @@ def serve(host: str, port: int, as_json: bool) -> None:
     SIGTERM or Ctrl-C stops it. The routes, statuses and faults are in
     docs/reference/adapters.md ("The practice world over HTTP").
     """
-    from ratchet_runner.adapters.practice_http import PracticeServer
-
     with Session() as session:
-        world = session.world
-    server = PracticeServer(world, host, port)
-    if as_json:
-        click.echo(json.dumps({"url": server.url, "practice_world": str(world.path)}))
-    else:
-        click.echo(server.url)
-    _say(f"serving the practice world {world.path} at {server.url}; SIGTERM or Ctrl-C stops")
-    server.serve_until_signalled()
+        server = session.practice_server(host, port)
+        shown = {"url": server.url, "practice_world": str(session.world.path)}
+        click.echo(json.dumps(shown) if as_json else server.url)
+        _say(f"serving the practice world {session.world.path} at {server.url}; SIGTERM stops")
+        server.serve_until_signalled()
     _say("stopped")
 
 
@@ -709,7 +679,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
     default=None,
     help="The spec version the sender means: a run pinned to another version refuses it.",
 )
-@run_options(interrupt=False)
+@with_options(*RUN_COMMAND)
 def signal_command(
     run_id: str, event: str, signal_id: str, data: str, spec_version: int | None, how: RunOptions
 ) -> None:
@@ -747,24 +717,16 @@ def signal_command(
     help="Worker threads in this process (several processes on several machines "
     "may share one PostgreSQL store).",
 )
-@_lease_option(
-    help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
-    "longer than the longest effect timeout plus 1 s (a call is started only when the lease "
-    "outlasts it).",
-)
 @click.option("--poll", default=1.0, show_default=True, help="Seconds to wait when idle.")
-@DB_OPTION
-@BINDINGS_OPTION
-@JSON_OPTION
-def worker(
-    once: bool,
-    concurrency: int,
-    lease_seconds: float,
-    poll: float,
-    db: str | None,
-    bindings: str | None,
-    as_json: bool,
-) -> None:
+@with_options(
+    *RUN_COMMAND,
+    lease=_lease_option(
+        help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
+        "longer than the longest effect timeout plus 1 s (a call is started only when the "
+        "lease outlasts it).",
+    ),
+)
+def worker(once: bool, concurrency: int, poll: float, how: RunOptions) -> None:
     """Fire due timers and advance runnable runs under leases until stopped, or --once.
 
     Runs are claimed with leases (FOR UPDATE SKIP LOCKED on PostgreSQL) that a heartbeat keeps
@@ -776,34 +738,26 @@ def worker(
     that has it; a worker with no binding at all, on a store that is not a practice store,
     parks the runs it claims for a person (docs/reference/bindings.md).
     """
-    with Session(db, bindings=bindings) as session:
-        if once:
-            _worker_pass(session, lease_seconds, as_json)
-        else:
-            _worker_pool(session, concurrency, lease_seconds, poll, as_json)
-
-
-def _worker_pass(session: Session, lease_seconds: float, as_json: bool) -> None:
     from ratchet_runner.worker.passes import worker_pass
 
-    report = worker_pass(session.runner(), lease_seconds=lease_seconds)
-    if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
-        return
-    out, err = views.pass_lines(report)
-    _echo_lines(out)
-    _echo_lines(err, err=True)
-
-
-def _worker_pool(
-    session: Session, concurrency: int, lease_seconds: float, poll: float, as_json: bool
-) -> None:
-    pool = session.pool(concurrency=concurrency, lease_seconds=lease_seconds, poll=poll, log=_say)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: pool.stop.set())
-    _say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
-    report = pool.run()
-    if as_json:
+    with Session(how.db, bindings=how.bindings) as session:
+        if once:
+            passed = worker_pass(session.runner(), lease_seconds=how.lease_seconds)
+            if how.as_json:
+                click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
+                return
+            out, err = views.pass_lines(passed)
+            _echo_lines(out)
+            _echo_lines(err, err=True)
+            return
+        pool = session.pool(
+            concurrency=concurrency, lease_seconds=how.lease_seconds, poll=poll, log=_say
+        )
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: pool.stop.set())
+        _say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
+        report = pool.run()
+    if how.as_json:
         _emit_json(views.pool_json(pool.owner, report))
     else:
         _say(views.pool_line(report))
@@ -815,7 +769,7 @@ def _worker_pool(
 @click.option("--as", "actor", required=True, help="Who acts (recorded in the history).")
 @click.option("--role", required=True, help="An operator role the spec declares.")
 @click.option("--note", help="Why (recorded).")
-@run_options(interrupt=False)
+@with_options(*RUN_COMMAND)
 def ops_command(
     action: str, run_id: str, actor: str, role: str, note: str | None, how: RunOptions
 ) -> None:
@@ -843,16 +797,17 @@ def ops_command(
 
 
 @cli.command("queue")
-@DB_OPTION
-@JSON_OPTION
-def queue_command(db: str | None, as_json: bool) -> None:
+@with_options("db", "json")
+def queue_command(how: RunOptions) -> None:
     """List the runs waiting for a person: what to do, how long they have waited, and the
     evidence (what was done, undone, left, and what failed)."""
     from ratchet_runner.engine.operator_queue import queue
 
-    with Session(db) as session:
+    with Session(how.db) as session:
         items = queue(session.runner())
-    _show(as_json, items, lambda: views.queue_lines(items), "nobody is needed: the queue is empty")
+    _show(
+        how.as_json, items, lambda: views.queue_lines(items), "nobody is needed: the queue is empty"
+    )
 
 
 @cli.command()
@@ -880,16 +835,14 @@ def queue_command(db: str | None, as_json: bool) -> None:
     help="Also run every case with the "
     "naive strategy (a new operation ID per attempt, no reconcile), side by side.",
 )
-@BINDINGS_OPTION
-@JSON_OPTION
+@with_options("bindings", "json")
 def check(
     spec_path: str,
     examples: tuple[str, ...],
     case_name: str | None,
     kill: bool,
     compare: str | None,
-    bindings: str | None,
-    as_json: bool,
+    how: RunOptions,
 ) -> None:
     """Run every crash window of every effect for real, and prove no effect happens twice.
 
@@ -900,21 +853,17 @@ def check(
     world, a crash at that window, a resume to the end, and the invariants checked. Exit 1 if
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
     the naive strategy under --compare are the point of the comparison, not failures.
-
-    With a binding file (--bindings, or found), the spec is first checked against it, and
-    refused with its B findings if the binding does not cover it; the cases run in the practice
-    world.
     """
     from ratchet_runner.binding_check import Checker
     from ratchet_runner.review import check as checks
 
     spec, text, findings = checks.load_checkable(spec_path)
-    Checker(bindings, os.environ).require(spec_path, spec)
+    Checker(how.bindings, os.environ).require(spec_path, spec)
     _echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
     strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
     with _hinted("--case" if case_name else "--example"):
         selected = checks.select(spec, text, examples, case_name, strategies)
-    shown = not as_json and sys.stderr.isatty()  # else the bar is drawn nowhere
+    shown = not how.as_json and sys.stderr.isatty()  # else the bar is drawn nowhere
     where = sys.stderr if shown else io.StringIO()
     with click.progressbar(
         length=len(selected), label="checking", file=where, show_pos=True
@@ -923,14 +872,12 @@ def check(
             checks.run_cases(spec, text, selected, kill=kill, progress=lambda _r: bar.update(1))
         )
     failed = views.failed_cases(results)
-    if as_json:
+    if how.as_json:
         _emit_json(views.check_json(spec_path, kill, results))
     else:
         _echo_lines(views.check_table(results, compare is not None))
         click.echo(views.check_tally(results, len(strategies), kill, compare is not None))
-        for result in failed:
-            _say(f"VIOLATION {result.case.name}: {'; '.join(map(str, result.violations))}")
-            _say(f"  reproduce: {checks.reproduce(spec_path, result.case, kill)}")
+        _echo_lines(views.violation_lines(failed, spec_path, kill), err=True)
     sys.exit(EXIT_INVALID if failed else EXIT_OK)
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from .errors import BindingError, BindingInvalid, Diagnostic
 from .implementations import NOT_REAL, Offer, Place
 from .spec.model import Adapter as AdapterSpec
 from .spec.model import Spec
-from .spec.validate import Report
+from .spec.validate import Report, spec_files, validate_path
 
 
 def admit(found: list[Diagnostic]) -> None:
@@ -252,6 +253,31 @@ class Checker:
     def require(self, spec_path: str | Path, spec: Spec) -> None:
         """Raise :class:`BindingInvalid` when the binding found for ``spec`` has findings."""
         admit(self.findings(spec_path, spec))
+
+    def validate(self, paths: Iterable[str], *, debug: bool = False) -> Validated:
+        """Validate each spec file (a directory: every ``.yaml``/``.yml`` under it) with its
+        binding's findings. A file whose validation fails unexpectedly (a bug) is named in
+        ``crashed`` with the error, and the others go on; ``debug`` raises it instead."""
+        done = Validated()
+        for path, name in spec_files(paths):
+            try:
+                done.reports.append(self.add_to(validate_path(path, name), path))
+            except Exception as exc:
+                if debug:
+                    raise
+                done.crashed.append((name, f"{type(exc).__name__}: {exc}"))
+        return done
+
+
+@dataclass
+class Validated:
+    """What validating spec files found: a report per file, and the files that crashed."""
+
+    reports: list[Report] = field(default_factory=list)
+    crashed: list[tuple[str, str]] = field(default_factory=list)
+
+    def failed(self, strict: bool) -> list[Report]:
+        return [r for r in self.reports if not r.ok(strict=strict)]
 
 
 def _no_world() -> Any:

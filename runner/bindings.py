@@ -16,9 +16,8 @@ beside the spec; else ``ratchet.toml`` in the working directory. :func:`load` re
 ``B101`` for a file that is no binding, located in the file); :mod:`~ratchet_runner.binding_check`
 checks it against what a spec's effects use (``B102`` to ``B205``). A binding is identified by
 its name and its digest, the SHA-256 of its canonical JSON: secrets never live in the file (its
-settings name environment variables and files), so the digest holds none. :func:`resolve` is what
-a session resolves adapters through: the binding, else (a practice store only) the spec's own
-kinds, else nothing, and every run refused before it is created.
+settings name environment variables and files), so the digest holds none.
+:mod:`~ratchet_runner.resolve` resolves a runner's adapters through it.
 """
 
 from __future__ import annotations
@@ -33,13 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner.adapters.base import Adapter
-
-from . import implementations
-from .engine.resolution import SPEC_KINDS, Resolution
-from .errors import BindingError, BindingInvalid, Diagnostic
+from .errors import BindingInvalid, Diagnostic
 from .implementations import Place
-from .spec.model import Adapter as AdapterSpec
 
 #: The environment variable naming a binding file, and the file looked for beside the spec and
 #: in the working directory.
@@ -252,56 +246,3 @@ def place_for(
     """Where a binding's adapters are made: its file's folder, the environment, the world."""
     base = binding.path.parent if binding is not None else Path.cwd()
     return Place(base, os.environ if environ is None else environ, world)
-
-
-AdapterFactory = Callable[[AdapterSpec], Adapter]
-
-
-def resolve(
-    binding: Binding | None,
-    *,
-    practice: bool,
-    place: Place,
-    looked: str,
-    store: str,
-) -> tuple[AdapterFactory, Resolution]:
-    """The adapter factory and resolution of a runner: through ``binding`` when there is one;
-    else, on a ``practice`` store, the spec's own kinds in the practice world; else none, every
-    run refused before it is created (``looked``: where bindings were looked for; ``store``: the
-    store's redacted URL, for the message)."""
-    from .binding_check import admit, check, kinds_unserved, unbound
-
-    if binding is not None:
-        return _bound(binding, place), Resolution(
-            stamp=binding.stamp, admit=lambda spec: admit(check(spec, binding, place))
-        )
-    if practice:
-        return _spec_kinds(place), Resolution(
-            stamp=SPEC_KINDS, admit=lambda spec: admit(kinds_unserved(spec, looked))
-        )
-    why = (
-        f"no binding file was found (looked for {looked}), and the store {store} is not a "
-        "practice store: only a practice store runs a spec's adapters as their kinds"
-    )
-
-    def refuse(adapter: AdapterSpec) -> Adapter:
-        raise BindingError(f"adapter {adapter.name!r} has no binding: {why}")
-
-    return refuse, Resolution(missing=why, admit=lambda spec: admit(unbound(spec, why)))
-
-
-def _bound(binding: Binding, place: Place) -> AdapterFactory:
-    def adapter_for(adapter: AdapterSpec) -> Adapter:
-        entry = binding.entries.get(adapter.name)
-        if entry is None:
-            raise BindingError(f"adapter {adapter.name!r} has no binding in {binding.path}")
-        return implementations.make(entry.implementation, entry.settings, adapter, place)
-
-    return adapter_for
-
-
-def _spec_kinds(place: Place) -> AdapterFactory:
-    def adapter_for(adapter: AdapterSpec) -> Adapter:
-        return implementations.make("practice", {}, adapter, place)
-
-    return adapter_for

@@ -32,6 +32,8 @@ from .clock import Clock
 from .settings import home as default_home
 
 if TYPE_CHECKING:
+    from ratchet_runner.adapters.practice_http import PracticeServer
+
     from .bindings import Binding
     from .engine.resolution import Resolution
     from .engine.runner import (
@@ -250,11 +252,28 @@ class Session:
             log=log,
         )
 
+    def reset(self, everything: bool = False, practice: bool = False) -> None:
+        """Empty the practice world; with ``everything``, the store too; with ``practice`` as
+        well, declare that store a practice store (``ratchet reset``)."""
+        self.world.reset()
+        if everything:
+            self.store.reset()
+            if practice:
+                self.store.mark_practice()
+
+    def practice_server(self, host: str = "127.0.0.1", port: int = 0) -> PracticeServer:
+        """The practice world served over HTTP on ``host``:``port`` (0: a free port), listening
+        once made (``ratchet practice serve``)."""
+        from ratchet_runner.adapters.practice_http import PracticeServer
+
+        return PracticeServer(self.world, host, port)
+
     def resolution(self, store: Store | None = None) -> tuple[AdapterFactory, Resolution]:
         """How a runner on ``store`` (default: the session's) resolves adapters: through the
         session's binding; else, on a practice store, the spec's kinds in the practice world;
         else not at all (every run refused before it is created, none driven)."""
-        from .bindings import place_for, resolve, searched
+        from .bindings import place_for, searched
+        from .resolve import resolve
         from .store.dialects import redact
 
         on = self.store if store is None else store

@@ -6,12 +6,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import UsageError
+
 DEFAULT_HOME = ".ratchet"
 ENV_DB = "RATCHET_DB"
 ENV_HOME = "RATCHET_HOME"
 
 #: Points at which ``--interrupt`` ends the process (as SIGKILL would).
 INTERRUPT_POINTS = ("before-write", "after-write", "after-receipt")
+
+
+def interrupt_point(value: str) -> str:
+    """``POINT[:EFFECT]`` as ``--interrupt`` takes it, checked: POINT is one of
+    :data:`INTERRUPT_POINTS` (else a :class:`UsageError`)."""
+    point = value.partition(":")[0]
+    if point not in INTERRUPT_POINTS:
+        raise UsageError(f"{point!r} is not one of {', '.join(INTERRUPT_POINTS)}")
+    return value
+
 
 #: The operator controls (``ratchet ops ACTION``).
 OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")

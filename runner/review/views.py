@@ -399,6 +399,24 @@ def check_table(results: Iterable[Result], compare: bool) -> list[str]:
     return lines
 
 
+#: What ``ratchet run --naive`` says first.
+NAIVE_WARNING = (
+    "warning: --naive makes a new operation ID on every attempt and never reconciles; it exists "
+    "to show how duplicates happen"
+)
+
+
+def violation_lines(failed: Iterable[Result], spec_path: str, kill: bool) -> list[str]:
+    """Each failed case of ``ratchet check``: its violations, and the command that reproduces it."""
+    from .check import reproduce
+
+    lines = []
+    for result in failed:
+        lines.append(f"VIOLATION {result.case.name}: {'; '.join(map(str, result.violations))}")
+        lines.append(f"  reproduce: {reproduce(spec_path, result.case, kill)}")
+    return lines
+
+
 def failed_cases(results: Iterable[Result]) -> list[Result]:
     """The cases Ratchet's protocol failed (the naive strategy's are the comparison's point)."""
     return [r for r in results if r.case.strategy == "ratchet" and not r.ok]

@@ -141,7 +141,9 @@ def test_an_internal_error_is_one_line_with_exit_three(
     def explode(*_: object, **__: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli_module, "validate_path", explode)
+    from ratchet_runner import binding_check  # where ratchet validate validates each file
+
+    monkeypatch.setattr(binding_check, "validate_path", explode)
     monkeypatch.delenv("RATCHET_DEBUG", raising=False)
     code, out, err = run(capsys, "validate", REFUND)
     assert code == 3
