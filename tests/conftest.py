@@ -71,9 +71,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _SCHEMAS:
         return
     engine = create_engine(PG_URL, connect_args={"connect_timeout": 3})
-    try:
-        with engine.begin() as conn:
-            for schema in _SCHEMAS:
+    try:  # one transaction per schema: dropping them all in one takes more locks than allowed
+        for schema in _SCHEMAS:
+            with engine.begin() as conn:
                 conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
     finally:
         engine.dispose()
