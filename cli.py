@@ -31,7 +31,7 @@ from ratchet_runner.review import table as tables
 from ratchet_runner.review import views
 from ratchet_runner.review.diagram import draw as diagrams
 from ratchet_runner.session import Session
-from ratchet_runner.settings import OPERATOR_ACTIONS, interrupt_point
+from ratchet_runner.settings import OPERATOR_ACTIONS, RUN_STATUSES, interrupt_point, json_object
 from ratchet_runner.spec.loader import load_file
 from ratchet_runner.spec.schema import spec_schema_text
 from ratchet_runner.spec.validate import load_spec
@@ -221,14 +221,8 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     red with their codes, the findings are printed on stderr, and when any is an error (an E
     code) the exit status is 1.
     """
-    fmt = fmt or diagrams.format_for(output) or "dot"
-    if fmt in diagrams.IMAGE_FORMATS and not output:
-        raise click.UsageError(
-            f"--format {fmt} is drawn into a file: give -o FILE, or print text with --format dot "
-            "or --format mermaid"
-        )
-    if effect is not None and view != "crash-windows":
-        raise click.UsageError("--effect applies to --view crash-windows only")
+    with _hinted("--format"):
+        fmt = diagrams.output_format(fmt, output)
     loaded, flagged = diagrams.load(spec, view)
     with _hinted("--effect"):
         drawn = diagrams.build(loaded, view, effect=effect, diagnostics=flagged)
@@ -301,7 +295,7 @@ INTERRUPT_OPTION = click.option(
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class How:
     """How a command works: the store, JSON or text, the binding file its adapters resolve
     through, the lease it holds, where to crash."""
 
@@ -317,7 +311,7 @@ def with_options(
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command the shared options ``names`` (``interrupt``, ``lease``, ``db``,
     ``bindings``, ``json``; ``lease``: another ``--lease`` option than a run command's), passed
-    on to it as one ``how: RunOptions``."""
+    on to it as one ``how: How``."""
     shared = {
         "interrupt": INTERRUPT_OPTION,
         "lease": lease or LEASE_OPTION,
@@ -330,7 +324,7 @@ def with_options(
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> None:
             fields = ("db", "as_json", "bindings", "lease_seconds", "interrupt")
-            how = RunOptions(**{name: kwargs.pop(name) for name in fields if name in kwargs})
+            how = How(**{name: kwargs.pop(name) for name in fields if name in kwargs})
             command(*args, how=how, **kwargs)
 
         for name in reversed(names):
@@ -352,18 +346,14 @@ def _runner(session: Session, interrupt: str | None = None, naive: bool = False)
 
 
 def _report(
-    runner: Runner,
-    result: CommandResult,
-    as_json: bool,
-    key: str | None,
-    headline: str | None = None,
+    runner: Runner, result: CommandResult, how: How, key: str, head: str | None = None
 ) -> None:
     """Show a command's result: what it did (and what happened after), then the run."""
     summary = views.command_summary(runner, result, key)
-    if as_json:
+    if how.as_json:
         _emit_json(summary)
     else:
-        click.echo(views.summary_text(summary, views.command_headline(result, headline)))
+        click.echo(views.summary_text(summary, views.command_headline(result, head)))
 
 
 @contextmanager
@@ -404,7 +394,7 @@ def run(
     example: str | None,
     faults: tuple[str, ...],
     naive: bool,
-    how: RunOptions,
+    how: How,
 ) -> None:
     """Start a run of SPEC and drive it until it waits, ends or needs a person.
 
@@ -442,18 +432,18 @@ def run(
             runner, spec, text, data, lease_seconds=how.lease_seconds, before_drive=prepare
         )
         headline = "" if created else f"run {result.run.id} already existed for this business key"
-        _report(runner, result, how.as_json, "start", headline)
+        _report(runner, result, how, "start", headline)
 
 
-def _drive(how: RunOptions, key: str, act: Callable[[Runner], CommandResult]) -> None:
+def _drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
     """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
     with Session(how.db, bindings=how.bindings) as session:
         runner = _runner(session, how.interrupt)
-        _report(runner, act(runner), how.as_json, key)
+        _report(runner, act(runner), how, key)
 
 
 def _decide(
-    run_id: str, decision: str, actor: str, role: str | None, reason: str | None, how: RunOptions
+    run_id: str, decision: str, actor: str, role: str | None, reason: str | None, how: How
 ) -> None:
     from ratchet_runner.engine import commands
 
@@ -470,7 +460,7 @@ def _decide(
 @click.option("--as", "actor", required=True, help="Who approves (recorded).")
 @click.option("--role", required=True, help="The approver's role; the spec lists who may.")
 @with_options("interrupt", *RUN_COMMAND)
-def approve(run_id: str, actor: str, role: str, how: RunOptions) -> None:
+def approve(run_id: str, actor: str, role: str, how: How) -> None:
     """Approve the action RUN is waiting for, then drive the run on.
 
     The approval is bound to a digest of the exact arguments shown; if they change, it no
@@ -488,7 +478,7 @@ def approve(run_id: str, actor: str, role: str, how: RunOptions) -> None:
 @click.option("--reason", required=True, help="Why (recorded, shown in the trace).")
 @click.option("--role", help="The decider's role, checked against the spec when given.")
 @with_options(*RUN_COMMAND)
-def reject(run_id: str, actor: str, reason: str, role: str | None, how: RunOptions) -> None:
+def reject(run_id: str, actor: str, reason: str, role: str | None, how: How) -> None:
     """Reject the action RUN is waiting for. Nothing is executed."""
     _decide(run_id, "reject", actor, role, reason, how)
 
@@ -496,7 +486,7 @@ def reject(run_id: str, actor: str, reason: str, role: str | None, how: RunOptio
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @with_options("interrupt", *RUN_COMMAND)
-def resume(run_id: str, how: RunOptions) -> None:
+def resume(run_id: str, how: How) -> None:
     """Drive RUN on from where it stopped (after a crash, an interrupt, or a fix).
 
     A pending operation with a call on record is reconciled before anything else, so a resume
@@ -515,10 +505,7 @@ def resume(run_id: str, how: RunOptions) -> None:
 
 
 @cli.command("runs")
-@click.option(
-    "--status",
-    type=click.Choice(["running", "waiting", "done", "needs_person", "paused", "cancelled"]),
-)
+@click.option("--status", type=click.Choice(RUN_STATUSES))
 @click.option("--limit", default=50, show_default=True)
 @click.option(
     "--stuck",
@@ -533,9 +520,7 @@ def resume(run_id: str, how: RunOptions) -> None:
     help="With --stuck: seconds without progress that count as stuck.",
 )
 @with_options("db", "json")
-def runs_command(
-    status: str | None, limit: int, stuck: bool, older_than: float, how: RunOptions
-) -> None:
+def runs_command(status: str | None, limit: int, stuck: bool, older_than: float, how: How) -> None:
     """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
     with Session(how.db) as session:
         if stuck:
@@ -555,7 +540,7 @@ def runs_command(
 
 @cli.command("status")
 @with_options("db", "json")
-def status_command(how: RunOptions) -> None:
+def status_command(how: How) -> None:
     """Runs by status, the leases workers hold (owner, how long held, time left by the
     database's clock), and the runs whose lease expired."""
     with Session(how.db) as session:
@@ -571,7 +556,7 @@ def status_command(how: RunOptions) -> None:
 @cli.command()
 @click.argument("run_id", metavar="RUN")
 @with_options("db", "json")
-def trace(run_id: str, how: RunOptions) -> None:
+def trace(run_id: str, how: How) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
     from ratchet_runner.review import trace as traces
@@ -612,7 +597,7 @@ def effects(as_json: bool) -> None:
     "that does real work.",
 )
 @with_options("db", "json")
-def reset(everything: bool, practice: bool, how: RunOptions) -> None:
+def reset(everything: bool, practice: bool, how: How) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too;
     with --all --practice, declare that store a practice store."""
     if practice and not everything:
@@ -672,7 +657,12 @@ def serve(host: str, port: int, as_json: bool) -> None:
     required=True,
     help="The signal's own ID: the same ID twice is delivered once.",
 )
-@click.option("--data", default="{}", help="A JSON object the row's guard sees as `signal`.")
+@click.option(
+    "--data",
+    default="{}",
+    callback=_checked(json_object),
+    help="A JSON object the row's guard sees as `signal`.",
+)
 @click.option(
     "--spec-version",
     type=click.IntRange(min=1),
@@ -681,7 +671,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
 )
 @with_options(*RUN_COMMAND)
 def signal_command(
-    run_id: str, event: str, signal_id: str, data: str, spec_version: int | None, how: RunOptions
+    run_id: str, event: str, signal_id: str, data: Any, spec_version: int | None, how: How
 ) -> None:
     """Send EVENT to a paused RUN, once per --id.
 
@@ -692,16 +682,9 @@ def signal_command(
     """
     from ratchet_runner.engine import commands
 
-    try:
-        payload = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--data") from None
-    if not isinstance(payload, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--data")
-
     def act(runner: Runner) -> CommandResult:
         return commands.signal(
-            runner, run_id, event, signal_id, payload, spec_version, lease_seconds=how.lease_seconds
+            runner, run_id, event, signal_id, data, spec_version, lease_seconds=how.lease_seconds
         )
 
     _drive(how, "signal", act)
@@ -726,7 +709,7 @@ def signal_command(
         "lease outlasts it).",
     ),
 )
-def worker(once: bool, concurrency: int, poll: float, how: RunOptions) -> None:
+def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
     """Fire due timers and advance runnable runs under leases until stopped, or --once.
 
     Runs are claimed with leases (FOR UPDATE SKIP LOCKED on PostgreSQL) that a heartbeat keeps
@@ -771,7 +754,7 @@ def worker(once: bool, concurrency: int, poll: float, how: RunOptions) -> None:
 @click.option("--note", help="Why (recorded).")
 @with_options(*RUN_COMMAND)
 def ops_command(
-    action: str, run_id: str, actor: str, role: str, note: str | None, how: RunOptions
+    action: str, run_id: str, actor: str, role: str, note: str | None, how: How
 ) -> None:
     """Operator controls: pause, resume, cancel, retry, reconcile or compensate RUN.
 
@@ -798,7 +781,7 @@ def ops_command(
 
 @cli.command("queue")
 @with_options("db", "json")
-def queue_command(how: RunOptions) -> None:
+def queue_command(how: How) -> None:
     """List the runs waiting for a person: what to do, how long they have waited, and the
     evidence (what was done, undone, left, and what failed)."""
     from ratchet_runner.engine.operator_queue import queue
@@ -820,7 +803,6 @@ def queue_command(how: RunOptions) -> None:
 )
 @click.option(
     "--case",
-    "case_name",
     metavar="EXAMPLE:EFFECT:WINDOW:FAULT",
     help="Run one case (the command printed for a failing case).",
 )
@@ -839,10 +821,10 @@ def queue_command(how: RunOptions) -> None:
 def check(
     spec_path: str,
     examples: tuple[str, ...],
-    case_name: str | None,
+    case: str | None,
     kill: bool,
     compare: str | None,
-    how: RunOptions,
+    how: How,
 ) -> None:
     """Run every crash window of every effect for real, and prove no effect happens twice.
 
@@ -854,15 +836,13 @@ def check(
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
     the naive strategy under --compare are the point of the comparison, not failures.
     """
-    from ratchet_runner.binding_check import Checker
     from ratchet_runner.review import check as checks
 
-    spec, text, findings = checks.load_checkable(spec_path)
-    Checker(how.bindings, os.environ).require(spec_path, spec)
+    spec, text, findings = checks.load_checkable(spec_path, how.bindings)
     _echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
     strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
-    with _hinted("--case" if case_name else "--example"):
-        selected = checks.select(spec, text, examples, case_name, strategies)
+    with _hinted("--case" if case else "--example"):
+        selected = checks.select(spec, text, examples, case, strategies)
     shown = not how.as_json and sys.stderr.isatty()  # else the bar is drawn nowhere
     where = sys.stderr if shown else io.StringIO()
     with click.progressbar(

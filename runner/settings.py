@@ -3,8 +3,10 @@ that ``ratchet validate`` starts quickly."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
@@ -16,6 +18,17 @@ ENV_HOME = "RATCHET_HOME"
 INTERRUPT_POINTS = ("before-write", "after-write", "after-receipt")
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object (``--data``); else a :class:`UsageError` that says why."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError("must be a JSON object")
+    return value
+
+
 def interrupt_point(value: str) -> str:
     """``POINT[:EFFECT]`` as ``--interrupt`` takes it, checked: POINT is one of
     :data:`INTERRUPT_POINTS` (else a :class:`UsageError`)."""
@@ -24,6 +37,9 @@ def interrupt_point(value: str) -> str:
         raise UsageError(f"{point!r} is not one of {', '.join(INTERRUPT_POINTS)}")
     return value
 
+
+#: A run's statuses (docs/explanation/lifecycle.md).
+RUN_STATUSES = ("running", "waiting", "done", "needs_person", "paused", "cancelled")
 
 #: The operator controls (``ratchet ops ACTION``).
 OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")

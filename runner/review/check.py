@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,14 +141,20 @@ def cases(
     ]
 
 
-def load_checkable(spec_path: str) -> tuple[Spec, str, list[Diagnostic]]:
+def load_checkable(
+    spec_path: str, bindings: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Spec, str, list[Diagnostic]]:
     """The spec at ``spec_path``, its text, and its errors: only effect-safety findings (``E5``),
-    which a check runs anyway to show what they cause; any other error is a :class:`SpecError`."""
+    which a check runs anyway to show what they cause; any other error is a :class:`SpecError`.
+    A binding file (``bindings``, or the one found for the spec) that does not cover the spec is
+    a :class:`~ratchet_runner.errors.BindingInvalid`."""
+    from ..binding_check import Checker
     from ..spec.validate import validate_path
 
     report = validate_path(spec_path)
     if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):
         raise SpecError(report.errors or report.diagnostics)
+    Checker(bindings, os.environ if environ is None else environ).require(spec_path, report.spec)
     return report.spec, Path(spec_path).read_text(encoding="utf-8"), report.errors
 
 

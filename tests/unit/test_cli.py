@@ -192,3 +192,32 @@ def test_strict_json_marks_a_file_with_warnings_invalid(
     code, out, _ = run(capsys, "validate", "--json", "--strict", str(path))
     document = json.loads(out)
     assert (code, document["valid"], document["files"][0]["valid"]) == (1, False, False)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--format", "png"], "png is drawn into a file: give -o FILE"),
+        (["--view", "states", "--effect", "request_refund"], "crash-windows only"),
+        (["--view", "crash-windows", "--effect", "nope"], "no row performs 'nope'"),
+    ],
+)
+def test_a_diagram_that_cannot_be_drawn_as_asked_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    code, out, err = run(capsys, "diagram", REFUND, *args)
+    assert code == 2
+    assert said in err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("data", "said"), [("[1, 2]", "must be a JSON object"), ("{bad", "not JSON")]
+)
+def test_signal_data_that_is_no_json_object_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], data: str, said: str
+) -> None:
+    code, out, err = run(capsys, "signal", "T-1", "arrived", "--id", "s-1", "--data", data)
+    assert (code, out) == (2, "")
+    assert "Invalid value for '--data'" in err
+    assert said in err

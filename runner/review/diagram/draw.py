@@ -105,6 +105,8 @@ def build(
     """The plain graph of ``view`` (one of :data:`VIEWS`). ``diagnostics`` are the findings to
     draw on crash windows; by default the spec is linted for them. ``effect`` limits the
     crash-windows view to the rows that perform it (a :class:`UsageError` if none does)."""
+    if effect is not None and view != "crash-windows":
+        raise UsageError("--effect applies to --view crash-windows only")
     if effect is not None and effect not in effect_names(spec):
         performed = ", ".join(effect_names(spec)) or "none"
         raise UsageError(f"no row performs {effect!r}; the effects rows perform: {performed}")
@@ -118,6 +120,18 @@ def build(
             diagnostics = lint(spec) if spec.document is not None else []
         return crash_windows_graph(spec, diagnostics, effect)
     raise UsageError(f"unknown view {view!r}: use one of {', '.join(VIEWS)}")
+
+
+def output_format(fmt: str | None, output: str | None) -> str:
+    """The format to draw in: ``fmt``, else the one ``output``'s suffix names, else DOT; a
+    :class:`UsageError` for an image format with no file to draw it into."""
+    chosen = fmt or format_for(output) or "dot"
+    if chosen in IMAGE_FORMATS and not output:
+        raise UsageError(
+            f"{chosen} is drawn into a file: give -o FILE, or print text with --format dot or "
+            "--format mermaid"
+        )
+    return chosen
 
 
 def format_for(output: str | None) -> str | None:
