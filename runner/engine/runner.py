@@ -36,7 +36,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
@@ -189,20 +189,19 @@ class Runner:
             self._latest.pop(spec.name, None)
         run_id = f"run_{uuid.uuid4().hex[:16]}"
         first = spec.states[spec.start]
-        draft = RunRecord(
+        stamp = self.resolution.stamp
+        new = NewRun(
             run_id,
             spec.name,
             spec.digest,
             str(key),
             first.name,
             status_of(first),
-            1,
             input,
-            {},
             now,
-            now,
+            binding=None if stamp is None else dict(stamp),
         )
-        stamp = self.resolution.stamp
+        draft = new.record()  # the run as it will be: what its first state's timers are armed on
         context: dict[str, Any] = {} if stamp is None else {"binding": dict(stamp)}
         first_events: list[tuple[str, dict[str, Any]]] = []
         armed = timers.arm(draft, spec, first, now)
@@ -212,22 +211,8 @@ class Runner:
             pause = timers.pause_record(draft, spec, first, now)
             context["pause"] = pause
             first_events.append(("paused", pause))
-        return self.store.create_run(
-            NewRun(
-                run_id,
-                spec.name,
-                spec.digest,
-                str(key),
-                first.name,
-                status_of(first),
-                input,
-                now,
-                context=context,
-                timers=armed,
-                events=first_events,
-                binding=None if stamp is None else dict(stamp),
-            )
-        )
+        new = replace(new, context=context, timers=armed, events=first_events)
+        return self.store.create_run(new)
 
     def advance(self, run: str | RunRecord, max_steps: int = 10_000) -> RunRecord:
         """Drive the run (by ID, or as just committed) until it waits, ends, or needs a

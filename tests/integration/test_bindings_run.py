@@ -108,6 +108,14 @@ def _started(url: str, home: Path, binding: Path) -> RunRecord:
     return run_record
 
 
+def _run_returns(
+    capsys: pytest.CaptureFixture[str], store_url: str, binding: Path
+) -> tuple[int, str, str]:
+    """``ratchet run`` of the returns example T-90604 on ``store_url`` under ``binding``."""
+    args = ("run", str(RETURNS), "--example", "T-90604", "--db", store_url)
+    return run(capsys, *args, "--bindings", str(binding))
+
+
 def _json(text: str) -> Any:
     return json.loads(text)
 
@@ -159,17 +167,7 @@ def test_run_refuses_a_binding_that_lacks_an_operation_before_the_run_exists(
         service = "payments"
         """,
     )
-    code, _, err = run(
-        capsys,
-        "run",
-        str(RETURNS),
-        "--example",
-        "T-90604",
-        "--db",
-        store_url,
-        "--bindings",
-        str(wrong),
-    )
+    code, _, err = _run_returns(capsys, store_url, wrong)
     assert code == 1
     assert (
         f"{wrong}:1:1: B203 adapter 'warehouse' ('practice') does not implement operation " in err
@@ -213,17 +211,7 @@ def test_a_run_records_its_bindings_name_and_digest_and_trace_shows_them(
     capsys: pytest.CaptureFixture[str], home: Path, store_url: str
 ) -> None:
     stamp = load(PRACTICE_BINDING).stamp
-    code, _, err = run(
-        capsys,
-        "run",
-        str(RETURNS),
-        "--example",
-        "T-90604",
-        "--db",
-        store_url,
-        "--bindings",
-        str(PRACTICE_BINDING),
-    )
+    code, _, err = _run_returns(capsys, store_url, PRACTICE_BINDING)
     assert code == 0, err
     [made] = _runs(store_url)
     assert made.context["binding"] == stamp
