@@ -1,7 +1,8 @@
 """The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
 
 Over 500 lines because it is the whole command line: one click command per verb, each with the
-``--help`` text that teaches it; everything else is the library's.
+``--help`` text that teaches it; everything else is the library's (the options and output
+helpers the commands share are in ``ratchet_runner.cli_options``).
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -11,27 +12,42 @@ JSON is printed on stdout; messages go to stderr.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from ratchet_runner.adapters.practice import FAULT_KINDS, parse_fault
-from ratchet_runner.errors import RatchetError, UsageError
+from ratchet_runner.cli_options import (
+    BINDINGS_OPTION,
+    JSON_OPTION,
+    OUTPUT,
+    RUN_COMMAND,
+    How,
+    checked,
+    command_runner,
+    drive,
+    echo_lines,
+    emit_json,
+    hinted,
+    lease_option,
+    report_result,
+    say,
+    show,
+    with_options,
+    write_output,
+)
+from ratchet_runner.errors import RatchetError
 from ratchet_runner.review import table as tables
 from ratchet_runner.review import views
 from ratchet_runner.review.diagram import draw as diagrams
 from ratchet_runner.session import Session
-from ratchet_runner.settings import OPERATOR_ACTIONS, RUN_STATUSES, interrupt_point, json_object
+from ratchet_runner.settings import OPERATOR_ACTIONS, RUN_STATUSES, json_object
 from ratchet_runner.spec.loader import load_file
 from ratchet_runner.spec.schema import spec_schema_text
 from ratchet_runner.spec.validate import load_spec
@@ -41,41 +57,6 @@ if TYPE_CHECKING:  # the run commands import the store and the runner only when 
     from ratchet_runner.engine.runner import Runner, Strategy
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-#: A file a command writes (instead of stdout).
-OUTPUT = click.Path(dir_okay=False, writable=True)
-
-
-def _emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _echo_lines(lines: Iterable[str], err: bool = False) -> None:
-    for line in lines:
-        click.echo(line, err=err)
-
-
-def _say(line: str) -> None:
-    click.echo(line, err=True)
-
-
-def _show(as_json: bool, data: Any, text: Callable[[], Iterable[str]], empty: str = "") -> None:
-    """Print ``data`` as JSON, else the lines ``text()`` makes, or (on stderr) ``empty`` when
-    there is no data and it says so."""
-    if as_json:
-        _emit_json(data)
-    elif not data and empty:
-        _say(empty)
-    else:
-        _echo_lines(text())
-
-
-BINDINGS_OPTION = click.option(
-    "--bindings",
-    metavar="FILE",
-    help="The binding file: how each adapter is reached (default: $RATCHET_BINDINGS, else "
-    "ratchet.toml beside the spec, else in the working directory). Without one, only a practice "
-    "store runs adapters as their kinds. See docs/reference/bindings.md.",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -130,16 +111,16 @@ def validate(
 
     done = Checker(bindings, os.environ).validate(specs, debug=bool(os.getenv("RATCHET_DEBUG")))
     for name, why in done.crashed:  # a bug: reported, and the other files went on
-        _say(f"ratchet: internal error validating {name}: {why} (please report it)")
+        say(f"ratchet: internal error validating {name}: {why} (please report it)")
     if not done.reports and not done.crashed:
         raise click.UsageError("no .yaml or .yml files found in the given directories")
     failed = done.failed(strict)
     if as_json:
-        _emit_json(views.validation_json(done.reports, strict))
+        emit_json(views.validation_json(done.reports, strict))
     else:
-        _echo_lines(d.format() for r in done.reports for d in r.diagnostics)
+        echo_lines(d.format() for r in done.reports for d in r.diagnostics)
         if not quiet:
-            _say(views.validation_tally(done.reports, bool(failed), len(done.crashed)))
+            say(views.validation_tally(done.reports, bool(failed), len(done.crashed)))
     sys.exit(EXIT_INTERNAL if done.crashed else EXIT_INVALID if failed else EXIT_OK)
 
 
@@ -170,19 +151,7 @@ def table(spec: str, fmt: str, output: str | None) -> None:
     """Print the transition table of SPEC: one row per transition, all eleven columns."""
     loaded = load_spec(spec)
     text = tables.to_markdown(loaded) if fmt == "md" else tables.to_html(loaded)
-    _write(output, text.encode("utf-8"))
-
-
-def _write(output: str | None, data: bytes) -> None:
-    """Write ``data`` to the file ``output``, or (text) to stdout."""
-    if not output:
-        click.echo(data.decode("utf-8"), nl=False)
-        return
-    try:
-        Path(output).write_bytes(data)
-    except OSError as exc:
-        raise click.FileError(output, exc.strerror or str(exc)) from None
-    _say(f"wrote {output}")
+    write_output(output, text.encode("utf-8"))
 
 
 @cli.command()
@@ -221,148 +190,18 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     red with their codes, the findings are printed on stderr, and when any is an error (an E
     code) the exit status is 1.
     """
-    with _hinted("--format"):
+    with hinted("--format"):
         fmt = diagrams.output_format(fmt, output)
     loaded, flagged = diagrams.load(spec, view)
-    with _hinted("--effect"):
+    with hinted("--effect"):
         drawn = diagrams.build(loaded, view, effect=effect, diagnostics=flagged)
-    _write(output, diagrams.render(drawn, fmt))
-    _echo_lines((d.format() for d in flagged), err=True)
+    write_output(output, diagrams.render(drawn, fmt))
+    echo_lines((d.format() for d in flagged), err=True)
     if any(d.severity == "error" for d in flagged):
         sys.exit(EXIT_INVALID)
 
 
 # -- running workflows ------------------------------------------------------------------------
-
-
-def _checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """A click callback that ``check``s a given value by the library's rule (a
-    :class:`UsageError` shown as a bad value of the option)."""
-
-    def callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        try:
-            return None if value is None else check(value)
-        except UsageError as exc:
-            raise click.BadParameter(exc.message) from None
-
-    return callback
-
-
-def _lease(seconds: float) -> float:
-    from ratchet_runner.engine.lease import validate_lease
-
-    return validate_lease(seconds)
-
-
-DB_OPTION = click.option(
-    "--db",
-    envvar="RATCHET_DB",
-    metavar="URL",
-    help="Store URL (default: sqlite:///.ratchet/ratchet.db; env RATCHET_DB).",
-)
-JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
-
-
-def _lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
-    return click.option(
-        "--lease",
-        "lease_seconds",
-        type=float,
-        default=30.0,
-        show_default=True,
-        envvar=envvar,
-        callback=_checked(_lease),
-        metavar="SECONDS",
-        help=help,
-    )
-
-
-LEASE_OPTION = _lease_option(
-    envvar="RATCHET_LEASE",
-    help="How long this command leases the run while it changes it and drives it on (a "
-    "heartbeat renews the lease; env RATCHET_LEASE). Workers cannot take the run meanwhile; if "
-    "this process dies, they take it over once the lease has run out.",
-)
-INTERRUPT_OPTION = click.option(
-    "--interrupt",
-    metavar="POINT[:EFFECT]",
-    callback=_checked(interrupt_point),
-    help="End the process at POINT of the next call (of EFFECT, if given), with no cleanup "
-    "(SIGKILL), to practise recovery: before-write (call recorded, not sent), after-write (the "
-    "provider made the change, the reply is lost), after-receipt (receipt stored). Then "
-    "'ratchet resume RUN'.",
-)
-
-
-@dataclass(frozen=True)
-class How:
-    """How a command works: the store, JSON or text, the binding file its adapters resolve
-    through, the lease it holds, where to crash."""
-
-    db: str | None = None
-    as_json: bool = False
-    bindings: str | None = None
-    lease_seconds: float = 30.0
-    interrupt: str | None = None
-
-
-def with_options(
-    *names: str, lease: Any = None
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command the shared options ``names`` (``interrupt``, ``lease``, ``db``,
-    ``bindings``, ``json``; ``lease``: another ``--lease`` option than a run command's), passed
-    on to it as one ``how: How``."""
-    shared = {
-        "interrupt": INTERRUPT_OPTION,
-        "lease": lease or LEASE_OPTION,
-        "db": DB_OPTION,
-        "bindings": BINDINGS_OPTION,
-        "json": JSON_OPTION,
-    }
-
-    def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        @functools.wraps(command)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
-            fields = ("db", "as_json", "bindings", "lease_seconds", "interrupt")
-            how = How(**{name: kwargs.pop(name) for name in fields if name in kwargs})
-            command(*args, how=how, **kwargs)
-
-        for name in reversed(names):
-            wrapper = shared[name](wrapper)
-        return wrapper
-
-    return decorate
-
-
-#: The options of every command that drives a run.
-RUN_COMMAND = ("lease", "db", "bindings", "json")
-
-
-def _runner(session: Session, interrupt: str | None = None, naive: bool = False) -> Runner:
-    """The command's runner on the session's store, clock and practice world; ``interrupt``:
-    the ``--interrupt`` point to end the process at."""
-    strategy: Strategy = "naive" if naive else "ratchet"
-    return session.runner(interrupt=session.kill_at(interrupt, _say), strategy=strategy)
-
-
-def _report(
-    runner: Runner, result: CommandResult, how: How, key: str, head: str | None = None
-) -> None:
-    """Show a command's result: what it did (and what happened after), then the run."""
-    summary = views.command_summary(runner, result, key)
-    if how.as_json:
-        _emit_json(summary)
-    else:
-        click.echo(views.summary_text(summary, views.command_headline(result, head)))
-
-
-@contextmanager
-def _hinted(option: str) -> Iterator[None]:
-    """A :class:`UsageError` from the library, shown as a bad value of ``option``."""
-    try:
-        yield
-    except UsageError as exc:
-        raise click.BadParameter(exc.message, param_hint=option) from None
 
 
 @cli.command()
@@ -414,32 +253,25 @@ def run(
         raise click.UsageError("give exactly one of --input FILE and --example NAME")
     spec = load_spec(spec_path)
     text = Path(spec_path).read_text(encoding="utf-8")
-    with _hinted("--example"):
+    with hinted("--example"):
         chosen = spec.example(example) if example is not None else None
-    with _hinted("--fault"):
+    with hinted("--fault"):
         parsed = [parse_fault(spec.effects, f) for f in faults]
     if naive:
-        _say(views.NAIVE_WARNING)
+        say(views.NAIVE_WARNING)
     from ratchet_runner.engine import commands
 
     with Session(how.db, bindings=how.bindings, spec=spec_path) as session:
-        runner = _runner(session, how.interrupt, naive)
+        runner = command_runner(session, how.interrupt, naive)
         data: dict[str, Any] = (
             chosen.input if chosen is not None else load_file(str(input_path)).data
         )
-        prepare = session.practice_setup(chosen.world if chosen is not None else None, parsed, _say)
+        prepare = session.practice_setup(chosen.world if chosen is not None else None, parsed, say)
         result, created = commands.start(
             runner, spec, text, data, lease_seconds=how.lease_seconds, before_drive=prepare
         )
         headline = "" if created else f"run {result.run.id} already existed for this business key"
-        _report(runner, result, how, "start", headline)
-
-
-def _drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
-    """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
-    with Session(how.db, bindings=how.bindings) as session:
-        runner = _runner(session, how.interrupt)
-        _report(runner, act(runner), how, key)
+        report_result(runner, result, how, "start", headline)
 
 
 def _decide(
@@ -452,7 +284,7 @@ def _decide(
             runner, run_id, decision, actor, role, reason, lease_seconds=how.lease_seconds
         )
 
-    _drive(how, "decision", act)
+    drive(how, "decision", act)
 
 
 @cli.command()
@@ -497,7 +329,7 @@ def resume(run_id: str, how: How) -> None:
     """
     from ratchet_runner.engine import commands
 
-    _drive(
+    drive(
         how,
         "resume",
         lambda runner: commands.resume(runner, run_id, lease_seconds=how.lease_seconds),
@@ -525,7 +357,7 @@ def runs_command(status: str | None, limit: int, stuck: bool, older_than: float,
     with Session(how.db) as session:
         if stuck:
             stalled = session.store.stuck(session.clock.now(), older_than)
-            _show(
+            show(
                 how.as_json,
                 views.stuck_json(stalled),
                 lambda: views.stuck_lines(stalled),
@@ -533,7 +365,7 @@ def runs_command(status: str | None, limit: int, stuck: bool, older_than: float,
             )
             return
         found = session.store.list_runs(status, limit)
-    _show(
+    show(
         how.as_json, [views.run_json(r) for r in found], lambda: views.runs_lines(found), "no runs"
     )
 
@@ -546,7 +378,7 @@ def status_command(how: How) -> None:
     with Session(how.db) as session:
         now = session.clock.now()
         counts, leases = session.store.status_counts(), session.store.leases()
-    _show(
+    show(
         how.as_json,
         views.status_json(counts, leases, now),
         lambda: views.status_lines(counts, leases, now),
@@ -564,7 +396,7 @@ def trace(run_id: str, how: How) -> None:
     with Session(how.db) as session:
         found = session.store.resolve(run_id)
         history = session.store.history(found.id)
-    _show(how.as_json, views.trace_json(found, history), lambda: traces.lines(found, history))
+    show(how.as_json, views.trace_json(found, history), lambda: traces.lines(found, history))
 
 
 @cli.command()
@@ -574,12 +406,12 @@ def effects(as_json: bool) -> None:
     with Session() as session:
         changes, calls = session.world.changes(), session.world.calls()
     if as_json:
-        _emit_json(views.effects_json(changes, calls))
+        emit_json(views.effects_json(changes, calls))
         return
     if not changes:
-        _say("no changes in the practice database")
-    _echo_lines(views.effects_lines(changes))
-    _say(views.effects_tally(changes, calls))
+        say("no changes in the practice database")
+    echo_lines(views.effects_lines(changes))
+    say(views.effects_tally(changes, calls))
 
 
 @cli.command()
@@ -607,9 +439,9 @@ def reset(everything: bool, practice: bool, how: How) -> None:
     with Session(how.db) as session:
         session.reset(everything, practice)
     if how.as_json:
-        _emit_json(views.reset_json(everything, practice))
+        emit_json(views.reset_json(everything, practice))
     else:
-        _say(views.reset_line(everything, practice))
+        say(views.reset_line(everything, practice))
 
 
 @cli.group()
@@ -643,9 +475,9 @@ def serve(host: str, port: int, as_json: bool) -> None:
         server = session.practice_server(host, port)
         shown = {"url": server.url, "practice_world": str(session.world.path)}
         click.echo(json.dumps(shown) if as_json else server.url)
-        _say(f"serving the practice world {session.world.path} at {server.url}; SIGTERM stops")
+        say(f"serving the practice world {session.world.path} at {server.url}; SIGTERM stops")
         server.serve_until_signalled()
-    _say("stopped")
+    say("stopped")
 
 
 @cli.command("signal")
@@ -660,7 +492,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
 @click.option(
     "--data",
     default="{}",
-    callback=_checked(json_object),
+    callback=checked(json_object),
     help="A JSON object the row's guard sees as `signal`.",
 )
 @click.option(
@@ -687,7 +519,7 @@ def signal_command(
             runner, run_id, event, signal_id, data, spec_version, lease_seconds=how.lease_seconds
         )
 
-    _drive(how, "signal", act)
+    drive(how, "signal", act)
 
 
 @cli.command()
@@ -703,7 +535,7 @@ def signal_command(
 @click.option("--poll", default=1.0, show_default=True, help="Seconds to wait when idle.")
 @with_options(
     *RUN_COMMAND,
-    lease=_lease_option(
+    lease=lease_option(
         help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
         "longer than the longest effect timeout plus 1 s (a call is started only when the "
         "lease outlasts it).",
@@ -730,20 +562,20 @@ def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
                 click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
                 return
             out, err = views.pass_lines(passed)
-            _echo_lines(out)
-            _echo_lines(err, err=True)
+            echo_lines(out)
+            echo_lines(err, err=True)
             return
         pool = session.pool(
-            concurrency=concurrency, lease_seconds=how.lease_seconds, poll=poll, log=_say
+            concurrency=concurrency, lease_seconds=how.lease_seconds, poll=poll, log=say
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: pool.stop.set())
-        _say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
+        say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
         report = pool.run()
     if how.as_json:
-        _emit_json(views.pool_json(pool.owner, report))
+        emit_json(views.pool_json(pool.owner, report))
     else:
-        _say(views.pool_line(report))
+        say(views.pool_line(report))
 
 
 @cli.command("ops")
@@ -776,7 +608,7 @@ def ops_command(
             runner, run_id, action, actor, role, note, lease_seconds=how.lease_seconds
         )
 
-    _drive(how, "operator", act)
+    drive(how, "operator", act)
 
 
 @cli.command("queue")
@@ -788,7 +620,7 @@ def queue_command(how: How) -> None:
 
     with Session(how.db) as session:
         items = queue(session.runner())
-    _show(
+    show(
         how.as_json, items, lambda: views.queue_lines(items), "nobody is needed: the queue is empty"
     )
 
@@ -839,9 +671,9 @@ def check(
     from ratchet_runner.review import check as checks
 
     spec, text, findings = checks.load_checkable(spec_path, how.bindings)
-    _echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
+    echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
     strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
-    with _hinted("--case" if case else "--example"):
+    with hinted("--case" if case else "--example"):
         selected = checks.select(spec, text, examples, case, strategies)
     shown = not how.as_json and sys.stderr.isatty()  # else the bar is drawn nowhere
     where = sys.stderr if shown else io.StringIO()
@@ -853,11 +685,11 @@ def check(
         )
     failed = views.failed_cases(results)
     if how.as_json:
-        _emit_json(views.check_json(spec_path, kill, results))
+        emit_json(views.check_json(spec_path, kill, results))
     else:
-        _echo_lines(views.check_table(results, compare is not None))
+        echo_lines(views.check_table(results, compare is not None))
         click.echo(views.check_tally(results, len(strategies), kill, compare is not None))
-        _echo_lines(views.violation_lines(failed, spec_path, kill), err=True)
+        echo_lines(views.violation_lines(failed, spec_path, kill), err=True)
     sys.exit(EXIT_INVALID if failed else EXIT_OK)
 
 
@@ -873,7 +705,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except RatchetError as exc:  # its code and message, or a spec's diagnostics
-        _echo_lines(exc.report(), err=True)
+        echo_lines(exc.report(), err=True)
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ratchet_runner.errors import WorldError
 
@@ -46,9 +46,7 @@ from .base import (
     Done,
     Found,
     LookupFailed,
-    LookupResult,
     NotFound,
-    Outcome,
     Refused,
     Transient,
 )
@@ -62,6 +60,9 @@ from .practice_faults import (
     parse_fault,
 )
 from .practice_services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
+
+if TYPE_CHECKING:  # annotations only
+    from .base import LookupResult, Outcome
 
 __all__ = [
     "COMMITS_LATE_SECONDS",

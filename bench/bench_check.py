@@ -20,10 +20,8 @@ TARGET_SECONDS = 60.0
 def run(quick: bool = False) -> Section:
     spec = load_spec(SPEC)
     text = SPEC.read_text(encoding="utf-8")
-    section = Section(
-        "Checking every crash window of the booking saga",
-        __doc__.strip().splitlines()[0] if __doc__ else "",
-        baseline_name="one clean case",
+    section = Section.of(
+        "Checking every crash window of the booking saga", __doc__, "one clean case"
     )
     clean = best_of(lambda: run_case(spec, text, Case("happy", "hold_flight", "none", "none")), 3)
     start = time.perf_counter()

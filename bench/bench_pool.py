@@ -185,11 +185,7 @@ def _alternate(
 
 
 def run(quick: bool = False) -> Section:
-    section = Section(
-        "Ratchet against DBOS, and PostgreSQL workers",
-        __doc__.strip().splitlines()[0] if __doc__ else "",
-        baseline_name="baseline",
-    )
+    section = Section.of("Ratchet against DBOS, and PostgreSQL workers", __doc__, "baseline")
     n = 100 if quick else 300
     rounds = 1 if quick else 3
     python = _dbos_python()

@@ -108,11 +108,7 @@ def _measure(
 
 
 def run(quick: bool = False) -> Section:
-    section = Section(
-        "Durable effect steps per second",
-        __doc__.strip().splitlines()[0] if __doc__ else "",
-        baseline_name="ceiling",
-    )
+    section = Section.of("Durable effect steps per second", __doc__, "ceiling")
     runs = 100 if quick else 300
     seconds = 1.0 if quick else 3.0
     rounds = 3 if quick else 5

@@ -35,11 +35,7 @@ def run(quick: bool = False) -> Section:
     from ratchet_runner.spec.expressions import compile_expression
     from ratchet_runner.spec.validate import validate_path
 
-    section = Section(
-        f"Validating a {ROWS:,}-row spec",
-        __doc__.strip().splitlines()[0] if __doc__ else "",
-        baseline_name="libyaml parse",
-    )
+    section = Section.of(f"Validating a {ROWS:,}-row spec", __doc__, "libyaml parse")
     repeat = 3 if quick else 7
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.yaml"

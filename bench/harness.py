@@ -41,6 +41,11 @@ class Section:
     rows: list[Row] = field(default_factory=list)
     baseline_name: str = ""
 
+    @classmethod
+    def of(cls, title: str, doc: str | None, baseline_name: str) -> Section:
+        """A section whose description is the first line of a benchmark module's ``doc``."""
+        return cls(title, doc.strip().splitlines()[0] if doc else "", baseline_name=baseline_name)
+
     def markdown(self) -> str:
         lines = [f"## {self.title}", "", self.what, ""]
         lines += [

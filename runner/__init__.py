@@ -13,21 +13,20 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a test checks)
-    from ratchet_runner.adapters.base import (
-        Adapter,
-        Ambiguous,
-        Call,
-        Done,
-        Escalate,
-        Found,
-        LookupFailed,
-        LookupResult,
-        NotFound,
-        Outcome,
-        Refused,
-        Transient,
-        receipt_of,
-    )
+    # one statement a name, as the explicit re-export form of PEP 484 spells it
+    from ratchet_runner.adapters.base import Adapter as Adapter
+    from ratchet_runner.adapters.base import Ambiguous as Ambiguous
+    from ratchet_runner.adapters.base import Call as Call
+    from ratchet_runner.adapters.base import Done as Done
+    from ratchet_runner.adapters.base import Escalate as Escalate
+    from ratchet_runner.adapters.base import Found as Found
+    from ratchet_runner.adapters.base import LookupFailed as LookupFailed
+    from ratchet_runner.adapters.base import LookupResult as LookupResult
+    from ratchet_runner.adapters.base import NotFound as NotFound
+    from ratchet_runner.adapters.base import Outcome as Outcome
+    from ratchet_runner.adapters.base import Refused as Refused
+    from ratchet_runner.adapters.base import Transient as Transient
+    from ratchet_runner.adapters.base import receipt_of as receipt_of
     from ratchet_runner.adapters.practice import PracticeWorld
 
     from .clock import Clock, FakeClock, SystemClock
@@ -140,65 +139,29 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "worker_pass",
 ]
 
-#: The module each public name lives in; a name is imported under its own name there, but for
-#: the command functions, whose names there are bare verbs (:data:`_RENAMED`).
-_HOMES: dict[str, tuple[str, ...]] = {
-    "ratchet_runner.spec.validate": (
-        "Report",
-        "load_spec",
-        "load_spec_text",
-        "validate_path",
-        "validate_text",
-    ),
-    "ratchet_runner.spec.model": ("Spec",),
-    "ratchet_runner.session": ("Session",),
-    "ratchet_runner.engine.runner": ("Runner",),
-    "ratchet_runner.engine.commands": ("CommandResult",),
-    "ratchet_runner.store.store": ("Store",),
-    "ratchet_runner.store.records": ("RunRecord",),
-    "ratchet_runner.worker.passes": ("worker_pass",),
-    "ratchet_runner.adapters.practice": ("PracticeWorld",),
+#: The module each public name lives in, and its names there (space-separated); a name is
+#: imported under its own name there, but for the command functions, whose names there are bare
+#: verbs (:data:`_RENAMED`).
+_HOMES: dict[str, str] = {
+    "ratchet_runner.spec.validate": "Report load_spec load_spec_text validate_path validate_text",
+    "ratchet_runner.spec.model": "Spec",
+    "ratchet_runner.session": "Session",
+    "ratchet_runner.engine.runner": "Runner",
+    "ratchet_runner.engine.commands": "CommandResult",
+    "ratchet_runner.store.store": "Store",
+    "ratchet_runner.store.records": "RunRecord",
+    "ratchet_runner.worker.passes": "worker_pass",
+    "ratchet_runner.adapters.practice": "PracticeWorld",
     "ratchet_runner.adapters.base": (
-        "Adapter",
-        "Ambiguous",
-        "Call",
-        "Done",
-        "Escalate",
-        "Found",
-        "LookupFailed",
-        "LookupResult",
-        "NotFound",
-        "Outcome",
-        "Refused",
-        "Transient",
-        "receipt_of",
+        "Adapter Ambiguous Call Done Escalate Found LookupFailed LookupResult NotFound Outcome"
+        " Refused Transient receipt_of"
     ),
-    "ratchet_runner.clock": ("Clock", "FakeClock", "SystemClock"),
+    "ratchet_runner.clock": "Clock FakeClock SystemClock",
     "ratchet_runner.errors": (
-        "Diagnostic",
-        "ApprovalError",
-        "ApprovalExpired",
-        "ApprovalStale",
-        "BindingError",
-        "BindingInvalid",
-        "BindingMismatch",
-        "DuplicateOperation",
-        "ExpressionError",
-        "GraphvizNotFound",
-        "LeaseLost",
-        "LeaseTooShort",
-        "OperatorRefused",
-        "RatchetError",
-        "RunBusy",
-        "RunError",
-        "RunNotFound",
-        "SignalRefused",
-        "SpecError",
-        "StepFailed",
-        "StoreError",
-        "UsageError",
-        "VersionConflict",
-        "WorldError",
+        "Diagnostic ApprovalError ApprovalExpired ApprovalStale BindingError BindingInvalid"
+        " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound LeaseLost"
+        " LeaseTooShort OperatorRefused RatchetError RunBusy RunError RunNotFound SignalRefused"
+        " SpecError StepFailed StoreError UsageError VersionConflict WorldError"
     ),
 }
 _RENAMED = {
@@ -207,7 +170,7 @@ _RENAMED = {
 } | {"trace_lines": ("ratchet_runner.review.trace", "lines")}
 #: Each public name -> (its module, its name there).
 _EXPORTS: dict[str, tuple[str, str]] = {
-    **{name: (module, name) for module, names in _HOMES.items() for name in names},
+    **{name: (module, name) for module, names in _HOMES.items() for name in names.split()},
     **_RENAMED,
 }
 

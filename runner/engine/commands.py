@@ -151,19 +151,27 @@ def heartbeat(runner: Runner, lease: Lease, stop: threading.Event) -> None:
             runner.leases.renewed(lease.run_id, lease.token, asked)
 
 
+@dataclass(frozen=True)
+class _Hold:
+    """How long a command leases the run, how long it waits for a run another process holds,
+    and in whose name (default: the command's)."""
+
+    lease_seconds: float
+    patience: float
+    owner: str | None = None
+
+
 def _act(
     runner: Runner,
     run_ref: str,
     command: str,
     act: Callable[[RunRecord], CommandResult],
+    hold: _Hold,
     *,
-    lease_seconds: float,
-    patience: float,
-    owner: str | None = None,
     only_running: bool = False,
     calls_out: bool = True,
 ) -> CommandResult:
-    """Carry out ``act`` on the run under its lease: a run that has ended (or, with
+    """Carry out ``act`` on the run under its lease (``hold``): a run that has ended (or, with
     ``only_running``, one that is not running: nothing would be called) is read, not leased.
     An act that may call out for the run (``calls_out``) is refused, with nothing changed, when
     this runner's adapters are not the ones the run started under."""
@@ -173,7 +181,8 @@ def _act(
     problem = refusal(runner.resolution, run, runner.spec_of(run)) if calls_out else None
     if problem is not None:
         raise problem
-    with holding(runner, run, owner or command_owner(command), lease_seconds, patience) as held:
+    owner = hold.owner or command_owner(command)
+    with holding(runner, run, owner, hold.lease_seconds, hold.patience) as held:
         return act(held)
 
 
@@ -205,9 +214,7 @@ def start(
             started.id,
             "run",
             lambda run: _drive_only(runner, run, f"run {started.id} {made}"),
-            lease_seconds=lease_seconds,
-            patience=patience,
-            owner=owner,
+            _Hold(lease_seconds, patience, owner),
             only_running=True,
         )
     except RunBusy as busy:
@@ -232,14 +239,7 @@ def resume(
 
     try:
         return _act(
-            runner,
-            run_ref,
-            "resume",
-            act,
-            lease_seconds=lease_seconds,
-            patience=patience,
-            owner=owner,
-            only_running=True,
+            runner, run_ref, "resume", act, _Hold(lease_seconds, patience, owner), only_running=True
         )
     except RunBusy as busy:
         return _handed_over(runner, run_ref, "", busy)
@@ -269,15 +269,7 @@ def decide(
         driven, then = carry_on(runner, recorded.run)
         return CommandResult(driven, True, recorded.message, then)
 
-    return _act(
-        runner,
-        run_ref,
-        decision,
-        act,
-        lease_seconds=lease_seconds,
-        patience=patience,
-        owner=owner,
-    )
+    return _act(runner, run_ref, decision, act, _Hold(lease_seconds, patience, owner))
 
 
 def signal(
@@ -300,15 +292,7 @@ def signal(
         outcome = send_signal(runner, run.id, event, signal_id, data, spec_version)
         return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
 
-    return _act(
-        runner,
-        run_ref,
-        "signal",
-        act,
-        lease_seconds=lease_seconds,
-        patience=patience,
-        owner=owner,
-    )
+    return _act(runner, run_ref, "signal", act, _Hold(lease_seconds, patience, owner))
 
 
 def operate(
@@ -331,16 +315,9 @@ def operate(
         outcome = carry_out(runner, run.id, action, actor, role, note)
         return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
 
-    return _act(
-        runner,
-        run_ref,
-        f"ops {action}",
-        act,
-        lease_seconds=lease_seconds,
-        patience=patience,
-        owner=owner,
-        calls_out=action not in ("pause", "cancel"),
-    )
+    hold = _Hold(lease_seconds, patience, owner)
+    calls_out = action not in ("pause", "cancel")
+    return _act(runner, run_ref, f"ops {action}", act, hold, calls_out=calls_out)
 
 
 # -- helpers --------------------------------------------------------------------------------

@@ -412,12 +412,7 @@ class PostgresWriter(Writer):
                 self._refused(conn, change, change.lease_token is not None)
 
     def claim(
-        self,
-        owner: str,
-        lease_seconds: float,
-        now: float,
-        limit: int = 1,
-        skip: tuple[str, ...] = (),
+        self, owner: str, lease_seconds: float, now: float, limit: int = 1, skip: Sequence[str] = ()
     ) -> list[RunRecord]:
         """Lease up to ``limit`` runnable runs, none of ``skip``, in one statement (``FOR UPDATE
         SKIP LOCKED``: concurrent claims pass each other by instead of queueing)."""

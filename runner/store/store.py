@@ -293,12 +293,7 @@ class Store:
     # -- leases -------------------------------------------------------------------------------
 
     def claim(
-        self,
-        owner: str,
-        lease_seconds: float,
-        now: float,
-        limit: int = 1,
-        skip: Sequence[str] = (),
+        self, owner: str, lease_seconds: float, now: float, limit: int = 1, skip: Sequence[str] = ()
     ) -> list[RunRecord]:
         """Lease up to ``limit`` runnable runs to ``owner`` (running, not waiting for a back-off,
         not leased, or whose lease expired by the database's clock), none of the runs ``skip``

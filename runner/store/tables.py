@@ -10,6 +10,7 @@ is a practice store).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -32,6 +33,19 @@ from sqlalchemy import (
 # ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
 JSON_TYPE = JSON()
 metadata = MetaData()
+
+
+def _run_rows(name: str, *columns: Column[Any]) -> Table:
+    """A table of rows a run owns, numbered in the order they were written: ``id``, ``run_id``,
+    then ``columns``."""
+    return Table(
+        name,
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+        *columns,
+    )
+
 
 spec_versions = Table(
     "spec_versions",
@@ -69,11 +83,8 @@ Index("ix_runs_status", runs.c.status, runs.c.wake_at)
 # with a backlog of a hundred thousand runs as with ten.
 Index("ix_runs_claim", runs.c.status, runs.c.updated_at, runs.c.id)
 
-events = Table(
+events = _run_rows(
     "events",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
     Column("version", Integer, nullable=False),
     Column("kind", String(40), nullable=False),
     Column("data", JSON_TYPE, nullable=False),
@@ -100,11 +111,8 @@ operations = Table(
 )
 Index("ix_operations_run", operations.c.run_id)
 
-approvals = Table(
+approvals = _run_rows(
     "approvals",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
     Column("name", String(200), nullable=False),
     Column("effect", String(200), nullable=False),
     Column("digest", String(64), nullable=False),
@@ -120,11 +128,8 @@ approvals = Table(
 )
 Index("ix_approvals_run", approvals.c.run_id)
 
-timers = Table(
+timers = _run_rows(
     "timers",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
     Column("state", String(200), nullable=False),
     Column("event", String(200), nullable=False),
     Column("due_at", Float, nullable=False),

@@ -18,7 +18,7 @@ comes back here for the rest. A transaction runs on ``engine`` with the executio
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -328,12 +328,7 @@ class Writer:
     # -- leases -------------------------------------------------------------------------------
 
     def claim(
-        self,
-        owner: str,
-        lease_seconds: float,
-        now: float,
-        limit: int = 1,
-        skip: tuple[str, ...] = (),
+        self, owner: str, lease_seconds: float, now: float, limit: int = 1, skip: Sequence[str] = ()
     ) -> list[RunRecord]:
         """Lease up to ``limit`` runnable runs to ``owner``, least recently moved first, none of
         ``skip``, in one transaction (on SQLite, its write lock serialises claims)."""

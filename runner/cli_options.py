@@ -1,0 +1,212 @@
+"""The command line's shared options and output (imported only by ``ratchet_runner.cli``).
+
+The click options several commands share (``--db``, ``--json``, ``--bindings``, ``--lease``,
+``--interrupt``), passed on to a command as one :class:`How` by :func:`with_options`; the
+helpers that print (JSON on stdout, text, messages on stderr, a file or stdout); and the steps
+every run command takes (its runner, its result shown). The commands themselves, with their
+``--help`` text, are ``cli.py``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .errors import UsageError
+from .review import views
+from .session import Session
+from .settings import interrupt_point
+
+if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
+    from .engine.commands import CommandResult
+    from .engine.runner import Runner, Strategy
+
+#: A file a command writes (instead of stdout).
+OUTPUT = click.Path(dir_okay=False, writable=True)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def echo_lines(lines: Iterable[str], err: bool = False) -> None:
+    for line in lines:
+        click.echo(line, err=err)
+
+
+def say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def show(as_json: bool, data: Any, text: Callable[[], Iterable[str]], empty: str = "") -> None:
+    """Print ``data`` as JSON, else the lines ``text()`` makes, or (on stderr) ``empty`` when
+    there is no data and it says so."""
+    if as_json:
+        emit_json(data)
+    elif not data and empty:
+        say(empty)
+    else:
+        echo_lines(text())
+
+
+def write_output(output: str | None, data: bytes) -> None:
+    """Write ``data`` to the file ``output``, or (text) to stdout."""
+    if not output:
+        click.echo(data.decode("utf-8"), nl=False)
+        return
+    try:
+        Path(output).write_bytes(data)
+    except OSError as exc:
+        raise click.FileError(output, exc.strerror or str(exc)) from None
+    say(f"wrote {output}")
+
+
+@contextmanager
+def hinted(option: str) -> Iterator[None]:
+    """A :class:`UsageError` from the library, shown as a bad value of ``option``."""
+    try:
+        yield
+    except UsageError as exc:
+        raise click.BadParameter(exc.message, param_hint=option) from None
+
+
+def checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that ``check``s a given value by the library's rule (a
+    :class:`UsageError` shown as a bad value of the option)."""
+
+    def callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        try:
+            return None if value is None else check(value)
+        except UsageError as exc:
+            raise click.BadParameter(exc.message) from None
+
+    return callback
+
+
+def _lease(seconds: float) -> float:
+    from .engine.lease import validate_lease
+
+    return validate_lease(seconds)
+
+
+BINDINGS_OPTION = click.option(
+    "--bindings",
+    metavar="FILE",
+    help="The binding file: how each adapter is reached (default: $RATCHET_BINDINGS, else "
+    "ratchet.toml beside the spec, else in the working directory). Without one, only a practice "
+    "store runs adapters as their kinds. See docs/reference/bindings.md.",
+)
+DB_OPTION = click.option(
+    "--db",
+    envvar="RATCHET_DB",
+    metavar="URL",
+    help="Store URL (default: sqlite:///.ratchet/ratchet.db; env RATCHET_DB).",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+
+
+def lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
+    return click.option(
+        "--lease",
+        "lease_seconds",
+        type=float,
+        default=30.0,
+        show_default=True,
+        envvar=envvar,
+        callback=checked(_lease),
+        metavar="SECONDS",
+        help=help,
+    )
+
+
+LEASE_OPTION = lease_option(
+    envvar="RATCHET_LEASE",
+    help="How long this command leases the run while it changes it and drives it on (a "
+    "heartbeat renews the lease; env RATCHET_LEASE). Workers cannot take the run meanwhile; if "
+    "this process dies, they take it over once the lease has run out.",
+)
+INTERRUPT_OPTION = click.option(
+    "--interrupt",
+    metavar="POINT[:EFFECT]",
+    callback=checked(interrupt_point),
+    help="End the process at POINT of the next call (of EFFECT, if given), with no cleanup "
+    "(SIGKILL), to practise recovery: before-write (call recorded, not sent), after-write (the "
+    "provider made the change, the reply is lost), after-receipt (receipt stored). Then "
+    "'ratchet resume RUN'.",
+)
+
+
+@dataclass(frozen=True)
+class How:
+    """How a command works: the store, JSON or text, the binding file its adapters resolve
+    through, the lease it holds, where to crash."""
+
+    db: str | None = None
+    as_json: bool = False
+    bindings: str | None = None
+    lease_seconds: float = 30.0
+    interrupt: str | None = None
+
+
+def with_options(
+    *names: str, lease: Any = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the shared options ``names`` (``interrupt``, ``lease``, ``db``,
+    ``bindings``, ``json``; ``lease``: another ``--lease`` option than a run command's), passed
+    on to it as one ``how: How``."""
+    shared = {
+        "interrupt": INTERRUPT_OPTION,
+        "lease": lease or LEASE_OPTION,
+        "db": DB_OPTION,
+        "bindings": BINDINGS_OPTION,
+        "json": JSON_OPTION,
+    }
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            fields = ("db", "as_json", "bindings", "lease_seconds", "interrupt")
+            how = How(**{name: kwargs.pop(name) for name in fields if name in kwargs})
+            command(*args, how=how, **kwargs)
+
+        for name in reversed(names):
+            wrapper = shared[name](wrapper)
+        return wrapper
+
+    return decorate
+
+
+#: The options of every command that drives a run.
+RUN_COMMAND = ("lease", "db", "bindings", "json")
+
+
+def command_runner(session: Session, interrupt: str | None = None, naive: bool = False) -> Runner:
+    """The command's runner on the session's store, clock and practice world; ``interrupt``:
+    the ``--interrupt`` point to end the process at."""
+    strategy: Strategy = "naive" if naive else "ratchet"
+    return session.runner(interrupt=session.kill_at(interrupt, say), strategy=strategy)
+
+
+def report_result(
+    runner: Runner, result: CommandResult, how: How, key: str, head: str | None = None
+) -> None:
+    """Show a command's result: what it did (and what happened after), then the run."""
+    summary = views.command_summary(runner, result, key)
+    if how.as_json:
+        emit_json(summary)
+    else:
+        click.echo(views.summary_text(summary, views.command_headline(result, head)))
+
+
+def drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
+    """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
+    with Session(how.db, bindings=how.bindings) as session:
+        runner = command_runner(session, how.interrupt)
+        report_result(runner, act(runner), how, key)
