@@ -26,6 +26,7 @@ from ratchet_runner.adapters.practice import FAULT_KINDS, parse_fault
 from ratchet_runner.cli_options import (
     BINDINGS_OPTION,
     JSON_OPTION,
+    LIMIT,
     OUTPUT,
     RUN_COMMAND,
     How,
@@ -34,12 +35,18 @@ from ratchet_runner.cli_options import (
     drive,
     echo_lines,
     emit_json,
+    finite_seconds,
     hinted,
     lease_option,
+    named,
+    not_utf8,
     report_result,
+    run_checks,
     say,
     show,
+    show_usage_error,
     with_options,
+    world_fixture,
     write_output,
 )
 from ratchet_runner.errors import RatchetError
@@ -95,7 +102,8 @@ def validate(
 ) -> None:
     """Check spec files before they run.
 
-    Each SPEC is a YAML file or a directory of them. Every problem is printed as
+    Each SPEC is a YAML file or a directory of them (of which files with no top-level name: or
+    transitions: are skipped with a note: input files, configs). Every problem is printed as
 
     \b
       FILE:LINE:COL: CODE message
@@ -112,11 +120,13 @@ def validate(
     done = Checker(bindings, os.environ).validate(specs, debug=bool(os.getenv("RATCHET_DEBUG")))
     for name, why in done.crashed:  # a bug: reported, and the other files went on
         say(f"ratchet: internal error validating {name}: {why} (please report it)")
+    for name in done.skipped:
+        say(f"ratchet: skipped {name}: not a spec (no top-level name: or transitions:)")
     if not done.reports and not done.crashed:
-        raise click.UsageError("no .yaml or .yml files found in the given directories")
+        raise click.UsageError("no spec (.yaml or .yml file) found in the given directories")
     failed = done.failed(strict)
     if as_json:
-        emit_json(views.validation_json(done.reports, strict))
+        emit_json(views.validation_json(done.reports, strict, done.skipped))
     else:
         echo_lines(d.format() for r in done.reports for d in r.diagnostics)
         if not quiet:
@@ -168,7 +178,8 @@ def table(spec: str, fmt: str, output: str | None) -> None:
 @click.option(
     "--effect",
     metavar="NAME",
-    help="With --view crash-windows: only the rows that perform effect NAME.",
+    help="With --view crash-windows: only the rows that perform effect NAME, or the steps "
+    "of compensating effect NAME.",
 )
 @click.option(
     "--format",
@@ -214,6 +225,14 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
 )
 @click.option("--example", help="Use the spec's named example (its input and practice world).")
 @click.option(
+    "--world",
+    "world_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Seed the practice world from FILE (JSON or YAML, as an example's world: orders, "
+    "stock, faults; see docs/reference/adapters.md) when the run is created; with --example, "
+    "instead of the example's world.",
+)
+@click.option(
     "--fault",
     "faults",
     multiple=True,
@@ -231,14 +250,16 @@ def run(
     spec_path: str,
     input_path: str | None,
     example: str | None,
+    world_path: str | None,
     faults: tuple[str, ...],
     naive: bool,
     how: How,
 ) -> None:
     """Start a run of SPEC and drive it until it waits, ends or needs a person.
 
-    The input comes from --input FILE or --example NAME. Starting the same business key again
-    finds the existing run and drives it on; it never makes a second run (or a second change).
+    The input comes from --input FILE or --example NAME; the practice world from the example,
+    or from --world FILE. Starting the same business key again finds the existing run and drives
+    it on; it never makes a second run (or a second change).
 
     A spec the binding file does not cover (an adapter unbound, an operation or lookup not
     implemented) is refused before the run is created.
@@ -262,16 +283,28 @@ def run(
     from ratchet_runner.engine import commands
 
     with Session(how.db, bindings=how.bindings, spec=spec_path) as session:
+        if naive and not session.store.is_practice():  # it makes duplicates on purpose
+            raise click.BadParameter(
+                "the naive strategy runs only on a practice store: it makes duplicates on "
+                "purpose, to show how they happen",
+                param_hint="--naive",
+            )
         runner = command_runner(session, how.interrupt, naive)
         data: dict[str, Any] = (
             chosen.input if chosen is not None else load_file(str(input_path)).data
         )
-        prepare = session.practice_setup(chosen.world if chosen is not None else None, parsed, say)
+        world = world_fixture(world_path) if world_path else chosen.world if chosen else None
+        prepare = session.practice_setup(world, parsed, say)
         result, created = commands.start(
             runner, spec, text, data, lease_seconds=how.lease_seconds, before_drive=prepare
         )
         headline = "" if created else f"run {result.run.id} already existed for this business key"
         report_result(runner, result, how, "start", headline)
+        for effect, kind in dict.fromkeys(f for f in session.world.armed() if f in parsed):
+            say(
+                f"note: --fault {effect}:{kind} has met no call yet: it waits for {effect}'s "
+                "next call, in whichever run makes it (ratchet reset disarms it)"
+            )
 
 
 def _decide(
@@ -289,8 +322,13 @@ def _decide(
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
-@click.option("--as", "actor", required=True, help="Who approves (recorded).")
-@click.option("--role", required=True, help="The approver's role; the spec lists who may.")
+@click.option("--as", "actor", required=True, callback=named(), help="Who approves (recorded).")
+@click.option(
+    "--role",
+    required=True,
+    callback=named(),
+    help="The approver's role; the spec lists who may.",
+)
 @with_options("interrupt", *RUN_COMMAND)
 def approve(run_id: str, actor: str, role: str, how: How) -> None:
     """Approve the action RUN is waiting for, then drive the run on.
@@ -306,9 +344,11 @@ def approve(run_id: str, actor: str, role: str, how: How) -> None:
 
 @cli.command()
 @click.argument("run_id", metavar="RUN")
-@click.option("--as", "actor", required=True, help="Who rejects (recorded).")
+@click.option("--as", "actor", required=True, callback=named(), help="Who rejects (recorded).")
 @click.option("--reason", required=True, help="Why (recorded, shown in the trace).")
-@click.option("--role", help="The decider's role, checked against the spec when given.")
+@click.option(
+    "--role", callback=named(), help="The decider's role, checked against the spec when given."
+)
 @with_options(*RUN_COMMAND)
 def reject(run_id: str, actor: str, reason: str, role: str | None, how: How) -> None:
     """Reject the action RUN is waiting for. Nothing is executed."""
@@ -338,7 +378,9 @@ def resume(run_id: str, how: How) -> None:
 
 @cli.command("runs")
 @click.option("--status", type=click.Choice(RUN_STATUSES))
-@click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--limit", default=50, show_default=True, type=LIMIT, help="List at most this many runs."
+)
 @click.option(
     "--stuck",
     is_flag=True,
@@ -349,6 +391,7 @@ def resume(run_id: str, how: How) -> None:
     "--older-than",
     default=300.0,
     show_default=True,
+    callback=finite_seconds,
     help="With --stuck: seconds without progress that count as stuck.",
 )
 @with_options("db", "json")
@@ -475,7 +518,10 @@ def serve(host: str, port: int, as_json: bool) -> None:
         server = session.practice_server(host, port)
         shown = {"url": server.url, "practice_world": str(session.world.path)}
         click.echo(json.dumps(shown) if as_json else server.url)
-        say(f"serving the practice world {session.world.path} at {server.url}; SIGTERM stops")
+        say(
+            f"serving the practice world {session.world.path} at {server.url}; "
+            "SIGTERM or Ctrl-C stops"
+        )
         server.serve_until_signalled()
     say("stopped")
 
@@ -487,6 +533,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
     "--id",
     "signal_id",
     required=True,
+    callback=named(),
     help="The signal's own ID: the same ID twice is delivered once.",
 )
 @click.option(
@@ -532,7 +579,13 @@ def signal_command(
     help="Worker threads in this process (several processes on several machines "
     "may share one PostgreSQL store).",
 )
-@click.option("--poll", default=1.0, show_default=True, help="Seconds to wait when idle.")
+@click.option(
+    "--poll",
+    default=1.0,
+    show_default=True,
+    callback=finite_seconds,
+    help="Seconds to wait when idle.",
+)
 @with_options(
     *RUN_COMMAND,
     lease=lease_option(
@@ -551,13 +604,18 @@ def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
 
     A run that started under another binding than the worker's is left, unchanged, to a worker
     that has it; a worker with no binding at all, on a store that is not a practice store,
-    parks the runs it claims for a person (docs/reference/bindings.md).
+    warns on stderr when it starts and parks each run it claims whose spec declares adapters,
+    for a person (docs/reference/bindings.md).
     """
-    from ratchet_runner.worker.passes import worker_pass
+    from ratchet_runner.worker.passes import unbound_warning, worker_pass
 
     with Session(how.db, bindings=how.bindings) as session:
         if once:
-            passed = worker_pass(session.runner(), lease_seconds=how.lease_seconds)
+            runner = session.runner()
+            warning = unbound_warning(runner)
+            if warning is not None:
+                say(warning)
+            passed = worker_pass(runner, lease_seconds=how.lease_seconds)
             if how.as_json:
                 click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
                 return
@@ -581,8 +639,10 @@ def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
 @cli.command("ops")
 @click.argument("action", type=click.Choice(OPERATOR_ACTIONS))
 @click.argument("run_id", metavar="RUN")
-@click.option("--as", "actor", required=True, help="Who acts (recorded in the history).")
-@click.option("--role", required=True, help="An operator role the spec declares.")
+@click.option(
+    "--as", "actor", required=True, callback=named(), help="Who acts (recorded in the history)."
+)
+@click.option("--role", required=True, callback=named(), help="An operator role the spec declares.")
 @click.option("--note", help="Why (recorded).")
 @with_options(*RUN_COMMAND)
 def ops_command(
@@ -649,6 +709,13 @@ def queue_command(how: How) -> None:
     help="Also run every case with the "
     "naive strategy (a new operation ID per attempt, no reconcile), side by side.",
 )
+@click.option(
+    "--results",
+    "results_path",
+    metavar="FILE",
+    help="Also write each case's result as a JSON line to FILE ('-': stdout, instead of the "
+    "table) the moment the case ends, so that a stopped check leaves what it found.",
+)
 @with_options("bindings", "json")
 def check(
     spec_path: str,
@@ -656,6 +723,7 @@ def check(
     case: str | None,
     kill: bool,
     compare: str | None,
+    results_path: str | None,
     how: How,
 ) -> None:
     """Run every crash window of every effect for real, and prove no effect happens twice.
@@ -666,43 +734,61 @@ def check(
     each ambiguous fault paired with lookup_fails on the same effect): a fresh store and practice
     world, a crash at that window, a resume to the end, and the invariants checked. Exit 1 if
     Ratchet's protocol breaks any (with the command that reproduces the case); violations of
-    the naive strategy under --compare are the point of the comparison, not failures.
+    the naive strategy under --compare are the point of the comparison, not failures. Adapters
+    the binding binds to http go through the HTTP adapter to the case's practice world, served
+    on 127.0.0.1 (never to the host the binding names).
     """
     from ratchet_runner.review import check as checks
 
-    spec, text, findings = checks.load_checkable(spec_path, how.bindings)
-    echo_lines((f"{d.format()} (checking anyway, to show what it causes)" for d in findings), True)
     strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
-    with hinted("--case" if case else "--example"):
-        selected = checks.select(spec, text, examples, case, strategies)
-    shown = not how.as_json and sys.stderr.isatty()  # else the bar is drawn nowhere
-    where = sys.stderr if shown else io.StringIO()
-    with click.progressbar(
-        length=len(selected), label="checking", file=where, show_pos=True
-    ) as bar:
-        results = list(
-            checks.run_cases(spec, text, selected, kill=kill, progress=lambda _r: bar.update(1))
-        )
+    from ratchet_runner.review.check_plan import plan
+
+    planned = plan(spec_path, how.bindings, examples, case, strategies, hint=hinted, say=say)
+    spec, text, wire, selected = planned.spec, planned.text, planned.wire, planned.selected
+    compared = compare is not None
+    if not how.as_json:
+        if wire is not None:
+            click.echo(f"adapters: {wire.describe()}")
+        click.echo(views.check_header(compared))
+    # the rows stream as cases end; the bar only where they do not show (stdout not a terminal)
+    shown = sys.stderr.isatty() and (how.as_json or not sys.stdout.isatty())
+    results, stopped = run_checks(
+        checks.run_cases(spec, text, selected, kill=kill, wire=wire),
+        len(selected),
+        len(strategies),
+        results_path,
+        None if how.as_json else lambda pair: click.echo(views.check_row(pair, compared)),
+        sys.stderr if shown else io.StringIO(),
+    )
     failed = views.failed_cases(results)
     if how.as_json:
-        emit_json(views.check_json(spec_path, kill, results))
+        emit_json(views.check_json(spec_path, kill, results, wire) | {"stopped": stopped})
     else:
-        echo_lines(views.check_table(results, compare is not None))
-        click.echo(views.check_tally(results, len(strategies), kill, compare is not None))
-        echo_lines(views.violation_lines(failed, spec_path, kill), err=True)
-    sys.exit(EXIT_INVALID if failed else EXIT_OK)
+        click.echo(views.check_tally(results, len(strategies), kill, compared, wire))
+        if views.slowest(results):
+            click.echo(views.slowest(results))
+        echo_lines(views.violation_lines(failed, spec_path, kill, wire), err=True)
+    if stopped:
+        say(f"ratchet: stopped after {len(results)} of {len(selected)} run(s): see above")
+        sys.exit(130)
+    sys.exit(EXIT_INVALID if failed or planned.findings else EXIT_OK)  # an invalid spec fails too
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: no traceback ever reaches the user (each command's session has closed what
-    it opened by the time an error reaches here)."""
+    it opened by the time an error reaches here). Arguments that are not UTF-8 are refused
+    before any is read (R206)."""
+    arguments = sys.argv[1:] if argv is None else argv
     try:
-        cli.main(args=argv, prog_name="ratchet", standalone_mode=False)
+        refused = not_utf8(arguments)
+        if refused is not None:
+            raise refused
+        cli.main(args=arguments, prog_name="ratchet", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        show_usage_error(exc)  # a malformed command line: Error: R206 ...
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except RatchetError as exc:  # its code and message, or a spec's diagnostics
         echo_lines(exc.report(), err=True)

@@ -4,12 +4,13 @@
 a provider that a binding describes (:mod:`~ratchet_runner.adapters.http_settings`): per
 operation, the method, the path template and whether the arguments go as the JSON body or the
 query; the operation ID in the idempotency header; the receipt at a JSON pointer of the reply;
-per lookup, a lookup endpoint or a listing of recent changes. Each call runs under one
-wall-clock deadline, the effect's timeout, over connecting, sending and reading the whole reply
-(:mod:`~ratchet_runner.adapters.http_transport`), and every outcome is classified at the
-boundary by what the client observed (:mod:`~ratchet_runner.adapters.http_classify`). Secrets
-come from the environment or files and never appear in an outcome
-(:mod:`~ratchet_runner.adapters.http_secrets`).
+per lookup, a lookup endpoint or a listing of recent changes (a lookup without its own receipt
+field takes a receipt holding any operation's, and the runner checks the effect's). Each call
+runs under one wall-clock deadline, the effect's timeout, over connecting, sending and reading
+the whole reply (:mod:`~ratchet_runner.adapters.http_transport`), and every outcome is
+classified at the boundary by what the client observed
+(:mod:`~ratchet_runner.adapters.http_classify`). Secrets come from the environment or files and
+never appear in an outcome (:mod:`~ratchet_runner.adapters.http_secrets`).
 
 The adapter remembers, in memory, when it first and last sent each operation ID: the first
 bounds how late a retry may reuse a key the provider keeps for ``key_retention`` seconds; the
@@ -161,9 +162,11 @@ class HttpAdapter:
         self.settings = settings
         self.name = name
         self._credentials = Credentials(settings, environ, where)
-        transport = DeadlineTransport(
-            _ssl_context(settings, where), settings.max_connections, settings.keepalive_expiry
-        )
+        # TLS only for an https:// provider (loading the CA certificates takes a while); a
+        # ca_file is read all the same, so that a wrong one is refused when the adapter is made
+        tls = settings.base_url.startswith("https://") or settings.ca_file is not None
+        context = _ssl_context(settings, where) if tls else None
+        transport = DeadlineTransport(context, settings.max_connections, settings.keepalive_expiry)
         self._client = httpx.Client(transport=transport, trust_env=False, follow_redirects=False)
         self._now = now
         self._sent = _SendTimes(now)
@@ -204,7 +207,7 @@ class HttpAdapter:
         operation = self.settings.operations.get(request.operation)
         if operation is None:
             return self._unbound(f"operation {request.operation!r}")
-        seconds = request.timeout or self.settings.timeout
+        seconds = (request.timeout or self.settings.timeout) * self.settings.timeout_scale
         sent = self._key_expired(request.operation_id) or self._build(operation, request, seconds)
         if isinstance(sent, Escalate):
             return sent
@@ -223,17 +226,21 @@ class HttpAdapter:
         if lookup is None:
             return LookupFailed(f"the binding {self.name!r} has no lookup {operation!r}")
         path, _ = _fill(lookup.path, {"operation_id": operation_id})
+        named = self.settings.effect_header  # the effect looked up, as on its calls
+        headers = {named: effect} if named and effect else {}
+        seconds = self.settings.lookup_timeout
         try:
-            sent = self._request(lookup.method, path, b"", {}, None, self.settings.lookup_timeout)
-            reply = self._exchange(sent, self.settings.lookup_timeout)
+            sent = self._request(lookup.method, path, b"", headers, None, seconds)
+            reply = self._exchange(sent, seconds)
         except Exception as exc:
             return lookup_failed(exc, self._credentials, self.settings.lookup_timeout)
         if reply is None:
             return LookupFailed(f"a reply larger than {MAX_REPLY_BYTES} bytes was not read")
+        fields = self.settings.lookup_fields(lookup)
         if isinstance(lookup, EndpointLookup):
-            return endpoint_result(reply, lookup, self._credentials)
+            return endpoint_result(reply, lookup, fields, self._credentials)
         settled = self._now() - self._sent.last(operation_id) >= lookup.settle
-        return listing_result(reply, lookup, operation_id, settled, self._credentials)
+        return listing_result(reply, lookup, fields, operation_id, settled, self._credentials)
 
     # -- how -------------------------------------------------------------------------------
 

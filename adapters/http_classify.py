@@ -25,7 +25,8 @@ anything else (1xx, 3xx)              :class:`Ambiguous`
 ====================================  =================================================
 
 Lookups: a reply with the lookup's "not found" status is :class:`NotFound`; a 2xx with the
-receipt is :class:`Found`; anything else, and every transport error, :class:`LookupFailed`. A
+receipt (holding the lookup's ``receipt_field``, or, without one, an operation's) is
+:class:`Found`; anything else, and every transport error, :class:`LookupFailed`. A
 listing that does not list the operation ID is :class:`NotFound` only once the settle time
 after the call has passed. Every text kept (reasons, evidence, receipts) is redacted by the
 binding's :class:`~ratchet_runner.adapters.http_secrets.Credentials`.
@@ -113,6 +114,25 @@ def receipt_at(data: Any, pointer: str, field: str) -> dict[str, Any] | None:
     if isinstance(value, str | int | float) and not isinstance(value, bool) and value != "":
         return {field: value}
     return None
+
+
+def lookup_receipt(data: Any, pointer: str, fields: tuple[str, ...]) -> dict[str, Any] | str:
+    """The receipt a lookup found at ``pointer``: an object holding one of ``fields`` (the
+    lookup's ``receipt_field``, or each operation's), or a plain value taken as the one field
+    there is; else why there is none."""
+    value = resolve(data, pointer)
+    named = " or ".join(map(repr, fields))
+    if isinstance(value, dict):
+        if any(value.get(f) not in (None, "", False) for f in fields):
+            return value
+        return f"no {named} at {pointer!r}"
+    if len(fields) == 1:
+        receipt = receipt_at(data, pointer, fields[0])
+        return f"no {named} at {pointer!r}" if receipt is None else receipt
+    return (
+        f"the value at {pointer!r} is no object holding {named}, and a plain value cannot say "
+        "which operation's receipt field it is: give the lookup a receipt_field"
+    )
 
 
 def retry_after(value: str | None) -> float | None:
@@ -263,23 +283,29 @@ def lookup_failed(exc: BaseException, credentials: Credentials, seconds: float) 
     return LookupFailed(text)
 
 
-def endpoint_result(reply: Reply, lookup: EndpointLookup, credentials: Credentials) -> LookupResult:
-    """What a lookup endpoint's reply says about the operation ID."""
+def endpoint_result(
+    reply: Reply, lookup: EndpointLookup, fields: tuple[str, ...], credentials: Credentials
+) -> LookupResult:
+    """What a lookup endpoint's reply says about the operation ID (``fields``: the receipt
+    fields the receipt may hold, :meth:`~.http_settings.HttpSettings.lookup_fields`)."""
     if reply.status == lookup.not_found_status and _matches(
         reply, lookup.not_found_pointer, lookup.not_found_equals
     ):
         return NotFound()
     if not 200 <= reply.status < 300:
         return LookupFailed(f"the lookup was answered {_brief(reply, credentials)}")
-    receipt = receipt_at(parse_json(reply.body), lookup.receipt, lookup.receipt_field)
-    if receipt is None:
-        return LookupFailed(f"a lookup reply without the receipt: {_brief(reply, credentials)}")
+    receipt = lookup_receipt(parse_json(reply.body), lookup.receipt, fields)
+    if isinstance(receipt, str):
+        return LookupFailed(
+            f"a lookup reply without the receipt ({receipt}): {_brief(reply, credentials)}"
+        )
     return Found(credentials.redact_data(receipt))
 
 
 def listing_result(
     reply: Reply,
     lookup: ListingLookup,
+    fields: tuple[str, ...],
     operation_id: str,
     settled: bool,
     credentials: Credentials,
@@ -293,9 +319,9 @@ def listing_result(
         return LookupFailed(f"the listing holds no list at {lookup.items!r}")
     for item in items:
         if resolve(item, lookup.reference) == operation_id:
-            receipt = receipt_at(item, lookup.receipt, lookup.receipt_field)
-            if receipt is None:
-                return LookupFailed(f"the listed change has no {lookup.receipt_field!r}")
+            receipt = lookup_receipt(item, lookup.receipt, fields)
+            if isinstance(receipt, str):
+                return LookupFailed(f"the listed change has no receipt: {receipt}")
             return Found(credentials.redact_data(receipt))
     if not settled:
         return LookupFailed(

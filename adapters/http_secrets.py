@@ -4,10 +4,11 @@
 that a binding names (:class:`~ratchet_runner.adapters.http_settings.SecretSource`: an
 environment variable or a file, never the binding itself), builds the headers that carry them,
 and redacts them from every text the adapter keeps: reasons, evidence bodies, receipts,
-exception messages. It redacts each secret's value (also JSON-escaped, URL-encoded and, for
-basic auth, base64-encoded) and the value of every header that carries one (``Authorization``,
-the signing header), in the ``name: value`` forms a provider echoing the request's headers
-writes them in. Its ``repr`` shows no secret.
+exception messages. It redacts each secret's value (and, for basic auth, its base64 form)
+however a provider's encoder wrote it, character by character: as is, JSON-escaped (``\\/``,
+``\\u002B``, hex in either case) or URL-encoded; and the value of every header that carries one
+(``Authorization``, the signing header), in the ``name: value`` forms a provider echoing the
+request's headers writes them in. Its ``repr`` shows no secret.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 from ratchet_runner.errors import BindingError
 
@@ -126,16 +125,52 @@ class Credentials:
         return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
-def _variants(secret: str) -> set[str]:
-    """The forms a secret may be echoed in: as is, JSON-escaped, URL-encoded."""
-    return {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote(secret)} - {""}
+#: The short escapes JSON may write a character with ('/' is escaped by some encoders, PHP's).
+_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "/": "\\/",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+def _hex(data: bytes) -> str:
+    """A pattern for ``data`` in hex, its letters in either case."""
+    return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in data.hex())
+
+
+def _character(char: str) -> str:
+    """A pattern for one character of a secret in every form a provider may echo it in: as is;
+    JSON-escaped (short, or ``\\uXXXX`` in either case, as .NET writes '+'; a surrogate pair past
+    U+FFFF); URL-encoded (``%XX`` a UTF-8 byte, in either case; a space also as '+')."""
+    units = char.encode("utf-16-be")
+    forms = [
+        re.escape(char),
+        "".join(rf"\\u{_hex(units[i : i + 2])}" for i in range(0, len(units), 2)),
+        "".join(f"%{_hex(bytes([byte]))}" for byte in char.encode("utf-8")),
+    ]
+    if char in _SHORT_ESCAPES:
+        forms.append(re.escape(_SHORT_ESCAPES[char]))
+    if char == " ":
+        forms.append(r"\+")
+    return f"(?:{'|'.join(forms)})"
+
+
+def _secret_pattern(secret: str) -> str:
+    """A pattern for ``secret`` however it was encoded, character by character, mixed too (a
+    JSON encoder that escapes only some characters, a URL encoder that keeps '/')."""
+    return "".join(_character(char) for char in secret)
 
 
 def _pattern(secrets: list[str], headers: tuple[str, ...]) -> re.Pattern[str] | None:
     """One pattern for every secret's forms and every ``header: value`` pair that carries one
     (``Name: value``, ``"name": "value"``, ``'name': 'value'``, ``name=value``)."""
-    forms = sorted({v for s in secrets for v in _variants(s)}, key=len, reverse=True)
-    alternatives = [re.escape(f) for f in forms]
+    forms = sorted(set(secrets) - {""}, key=len, reverse=True)
+    alternatives = [_secret_pattern(f) for f in forms]
     if headers:
         names = "|".join(re.escape(h) for h in headers)
         alternatives.insert(

@@ -75,12 +75,14 @@ class OperationSettings:
 class EndpointLookup:
     """Ask a lookup endpoint about an operation ID: ``path`` holds ``{operation_id}``; a reply
     with ``not_found_status`` (and, when set, ``not_found_equals`` at ``not_found_pointer`` of
-    its body) means the provider has no change under that ID."""
+    its body) means the provider has no change under that ID. Without ``receipt_field``, the
+    receipt holds the receipt field of one of the operations (:meth:`HttpSettings.lookup_fields`).
+    """
 
     method: str
     path: str
     receipt: str
-    receipt_field: str
+    receipt_field: str | None
     not_found_status: int = 404
     not_found_pointer: str | None = None
     not_found_equals: str | None = None
@@ -91,14 +93,15 @@ class EndpointLookup:
 class ListingLookup:
     """List the provider's recent changes and find the one whose ``reference`` (a JSON pointer
     into each item) is the operation ID. "None listed" within ``settle`` seconds after the call
-    counts as unknown (the listing may lag), never as not found."""
+    counts as unknown (the listing may lag), never as not found. ``receipt_field`` as for
+    :class:`EndpointLookup`."""
 
     method: str
     path: str
     items: str
     reference: str
     receipt: str
-    receipt_field: str
+    receipt_field: str | None
     settle: float
     by: Literal["listing"] = field(default="listing", init=False)
 
@@ -138,6 +141,19 @@ class HttpSettings:
     auth: AuthSettings | None = None
     signing: SigningSettings | None = None
     remaps: tuple[Remap, ...] = ()
+    #: Multiplies each call's deadline (the effect's timeout, or ``timeout``): in (0, 1], for a
+    #: binding that ``ratchet check`` or practice runs use, never for a real provider.
+    timeout_scale: float = 1.0
+
+    def lookup_fields(self, lookup: Lookup) -> tuple[str, ...]:
+        """The receipt fields a reply to ``lookup`` may hold to be the receipt: its own
+        ``receipt_field``; without one, the receipt field of each operation (each once, in the
+        binding's order), for the lookup is told the operation ID and the effect, not the
+        operation, and one lookup may serve operations with different receipt fields. The runner
+        then checks the field of the effect looked up."""
+        if lookup.receipt_field is not None:
+            return (lookup.receipt_field,)
+        return tuple(dict.fromkeys(op.receipt_field for op in self.operations.values()))
 
 
 #: Headers that carry credentials: set through ``auth`` or ``signing``, never ``headers``.
@@ -326,7 +342,7 @@ def _lookup(table: _Table) -> Lookup:
             method=method,
             path=path,
             receipt=table.pointer("receipt"),
-            receipt_field=table.text("receipt_field", required=True),
+            receipt_field=table.text("receipt_field"),
             not_found_status=table.integer("not_found_status", 404, 400, 499),
             not_found_pointer=pointer,
             not_found_equals=equals,
@@ -340,7 +356,7 @@ def _lookup(table: _Table) -> Lookup:
         items=table.pointer("items"),
         reference=table.pointer("reference", None, required=True),
         receipt=table.pointer("receipt"),
-        receipt_field=table.text("receipt_field", required=True),
+        receipt_field=table.text("receipt_field"),
         settle=table.seconds("settle", None, zero=True),
     )
 
@@ -421,6 +437,7 @@ def parse_settings(data: Any, *, name: str = "http", base_dir: Path | None = Non
         "auth",
         "signing",
         "remap",
+        "timeout_scale",
     )
     base_url: str = top.text("base_url", required=True)
     if not base_url.startswith(("http://", "https://")) or len(base_url.split("://", 1)[1]) == 0:
@@ -456,7 +473,16 @@ def parse_settings(data: Any, *, name: str = "http", base_dir: Path | None = Non
         auth=None if auth is None else _auth(auth, base_dir),
         signing=None if signing is None else _signing(signing, base_dir),
         remaps=_remaps(top.data.get("remap"), where),
+        timeout_scale=_scale(top, "timeout_scale"),
     )
+
+
+def _scale(table: _Table, key: str) -> float:
+    """A factor above 0 and at most 1 (default 1)."""
+    value = table.data.get(key, 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        table.fail(key, f"must be a number above 0 and at most 1, not {value!r}")
+    return float(value)
 
 
 def _relative(path: Path, base_dir: Path | None) -> Path:

@@ -154,7 +154,7 @@ class DeadlineTransport(httpx.BaseTransport):
     set by :func:`deadline`; idle connections are dropped after ``keepalive_expiry`` seconds."""
 
     def __init__(
-        self, ssl_context: ssl.SSLContext, max_connections: int, keepalive_expiry: float
+        self, ssl_context: ssl.SSLContext | None, max_connections: int, keepalive_expiry: float
     ) -> None:
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,

@@ -32,13 +32,10 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-
-from ratchet_runner.errors import WorldError
 
 from .base import (
     Ambiguous,
@@ -50,6 +47,7 @@ from .base import (
     Refused,
     Transient,
 )
+from .practice_db import PracticeDatabase
 from .practice_faults import (
     COMMITS_LATE_SECONDS,
     FAULT_KINDS,
@@ -59,6 +57,7 @@ from .practice_faults import (
     next_fault,
     parse_fault,
 )
+from .practice_fixtures import check_fixture
 from .practice_services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
 
 if TYPE_CHECKING:  # annotations only
@@ -74,6 +73,7 @@ __all__ = [
     "Handled",
     "PracticeAdapter",
     "PracticeWorld",
+    "check_fixture",
     "parse_fault",
 ]
 
@@ -191,66 +191,51 @@ class PracticeWorld:
         self.sleep: Callable[[float], None] = sleep or time.sleep
         #: When a ``commits_late`` change is due (epoch seconds).
         self.now: Callable[[], float] = time.time
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-        finally:
-            db.close()
+        #: The database; read-only when it is there and cannot be written (then it is read,
+        #: by ``ratchet effects``, and never changed).
+        self.db = PracticeDatabase(self.path, _SCHEMA)
+        self._tx = self.db.transaction
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=60000")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
+
+    def ready(self) -> None:
+        """Make sure the world can be changed (:meth:`PracticeDatabase.ready`)."""
+        self.db.ready()
 
     # -- fixtures and faults ----------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget every order, change, call, fault and change not yet committed."""
+        """Forget every order, change, call, fault and change not yet committed; the changes
+        are numbered from 1 again."""
         with self._tx() as db:
             for table in ("orders", "stock", "changes", "holds", "calls", "faults", "late"):
                 db.execute(f"DELETE FROM {table}")  # fixed names, never input
+            db.execute("DELETE FROM sqlite_sequence")  # the AUTOINCREMENT counters
 
-    def seed(self, fixture: dict[str, Any]) -> None:
-        """Add the orders, stock and faults of an example's ``world:`` fixture."""
-        if not isinstance(fixture, dict):
-            raise WorldError("a world fixture is a mapping")
-        unknown = set(fixture) - {"orders", "stock", "faults"}
-        if unknown:
-            raise WorldError(f"unknown world fixture keys: {', '.join(sorted(unknown))}")
-        try:
-            with self._tx() as db:
-                for order in fixture.get("orders", []):
-                    db.execute(
-                        "INSERT OR REPLACE INTO orders VALUES (?, ?, ?, ?, ?)",
-                        (
-                            str(order["order"]),
-                            order.get("item"),
-                            order.get("sku"),
-                            float(order["paid"]),
-                            str(order["currency"]),
-                        ),
-                    )
-                for sku, available in dict(fixture.get("stock", {})).items():
-                    db.execute("INSERT OR REPLACE INTO stock VALUES (?, ?)", (sku, int(available)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WorldError(f"bad order or stock in the world fixture: {exc}") from None
-        for fault in fixture.get("faults", []):
-            if not isinstance(fault, dict) or "effect" not in fault or "kind" not in fault:
-                raise WorldError("a fault needs 'effect' and 'kind'")
-            self.add_fault(fault["effect"], fault["kind"], fault.get("calls"), fault.get("times"))
+    def seed(self, fixture: Mapping[str, Any]) -> None:
+        """Add the orders, stock and faults of an example's ``world:`` fixture, all or nothing:
+        a fixture the world cannot use is a :class:`WorldError` before anything is written
+        (:func:`~ratchet_runner.adapters.practice_fixtures.check_fixture`)."""
+        check_fixture(fixture)
+        with self._tx() as db:
+            for order in fixture.get("orders", []):
+                db.execute(
+                    "INSERT OR REPLACE INTO orders VALUES (?, ?, ?, ?, ?)",
+                    (
+                        order["order"],
+                        order.get("item"),
+                        order.get("sku"),
+                        float(order["paid"]),
+                        order["currency"],
+                    ),
+                )
+            for sku, available in dict(fixture.get("stock", {})).items():
+                db.execute("INSERT OR REPLACE INTO stock VALUES (?, ?)", (sku, available))
+            for fault in fixture.get("faults", []):
+                calls, times = fault.get("calls"), fault.get("times")
+                insert_fault(db, fault["effect"], fault["kind"], calls, times)
 
     def add_fault(
         self, effect: str, kind: str, calls: list[int] | None = None, times: int | None = None
@@ -259,6 +244,17 @@ class PracticeWorld:
         next ``times`` calls (default: the next one)."""
         with self._tx() as db:
             insert_fault(db, effect, kind, calls, times)
+
+    def armed(self) -> list[tuple[str, str]]:
+        """The faults injected into the next calls of an effect (``times``) that no call has met
+        yet, as ``(effect, kind)``, oldest first: they wait for the effect's next call, in
+        whichever run makes it."""
+        with self.db.reading() as db:
+            rows = db.execute(
+                "SELECT effect, kind FROM faults WHERE times IS NOT NULL AND used < times "
+                "ORDER BY id"
+            ).fetchall()
+        return [(str(effect), str(kind)) for effect, kind in rows]
 
     # -- the services -----------------------------------------------------------------------
 
@@ -434,8 +430,11 @@ class PracticeWorld:
     # -- reading the world ------------------------------------------------------------------
 
     def changes(self) -> list[Change]:
-        with self._tx() as db:
-            self._settle(db)
+        """Every change made, oldest first (those of ``commits_late`` that are due made first,
+        unless the world is read-only)."""
+        with self.db.reading() as db:
+            if not self.read_only:
+                self._settle(db)
             rows = db.execute(
                 "SELECT seq, operation_id, service, operation, effect, args, result, at "
                 "FROM changes ORDER BY seq"
@@ -451,7 +450,7 @@ class PracticeWorld:
         if effect is not None:
             query += " WHERE effect = ?"
             params = (effect,)
-        with self._tx() as db:
+        with self.db.reading() as db:
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
         keys = ("operation_id", "effect", "operation", "outcome", "at")
         return [dict(zip(keys, r, strict=True)) for r in rows]

@@ -3,6 +3,8 @@ fault, if any, the next call or lookup of an effect meets.
 
 A fault names the effect and the kind, and either the call numbers it hits (``calls: [1, 2]``,
 counted per effect, lookups excluded) or how many of the next calls (``times: 3``; default 1).
+A call meets the oldest fault given for the next calls before any given by call number, so that
+``ratchet run --fault`` always reaches the effect's next call.
 The faults live in the practice database (its ``faults`` table), so that every process that
 serves the world (a command, ``ratchet practice serve``) meets the same ones.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
+from typing import Any
 
 from ratchet_runner.errors import WorldError
 
@@ -50,13 +53,26 @@ def parse_fault(effects: Iterable[str], text: str) -> tuple[str, str]:
     return effect, kind
 
 
+def check_fault_calls(kind: Any, calls: Any, times: Any) -> None:
+    """Raise :class:`WorldError` for an unknown fault ``kind``, or ``calls`` that are not call
+    numbers from 1, or ``times`` that is not a whole number from 1."""
+    if kind not in FAULT_KINDS:
+        raise WorldError(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+    if calls is not None and (
+        not isinstance(calls, list) or not calls or not all(_whole(c) and c >= 1 for c in calls)
+    ):
+        raise WorldError(f"a fault's calls are call numbers from 1 (e.g. [1, 2]), not {calls!r}")
+    if times is not None and (not _whole(times) or times < 1):
+        raise WorldError(f"a fault's times is a whole number from 1, not {times!r}")
+
+
 def insert_fault(
     db: sqlite3.Connection, effect: str, kind: str, calls: list[int] | None, times: int | None
 ) -> None:
     """Record ``kind`` for ``effect``'s calls: on the given call numbers (1-based), or on the
-    next ``times`` calls (default: the next one); a :class:`WorldError` for an unknown kind."""
-    if kind not in FAULT_KINDS:
-        raise WorldError(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS)})")
+    next ``times`` calls (default: the next one); a :class:`WorldError` for an unknown kind, or
+    calls or times that are no such numbers."""
+    check_fault_calls(kind, calls, times)
     if calls is None and times is None:
         times = 1
     db.execute(
@@ -74,7 +90,8 @@ def next_fault(db: sqlite3.Connection, effect: str, lookup: bool) -> str | None:
     ).fetchone()
     number = made + (0 if lookup else 1)
     for fid, kind, calls, times, used in db.execute(
-        "SELECT id, kind, calls, times, used FROM faults WHERE effect = ? ORDER BY id",
+        "SELECT id, kind, calls, times, used FROM faults WHERE effect = ? "
+        "ORDER BY times IS NULL, id",
         (effect,),
     ).fetchall():
         if (kind == "lookup_fails") != lookup:
@@ -85,3 +102,7 @@ def next_fault(db: sqlite3.Connection, effect: str, lookup: bool) -> str | None:
             db.execute("UPDATE faults SET used = used + 1 WHERE id = ?", (fid,))
             return str(kind)
     return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

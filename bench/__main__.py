@@ -8,7 +8,14 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_check, bench_hostile, bench_pool, bench_steps, bench_validate
+from bench import (
+    bench_check,
+    bench_hostile,
+    bench_http,
+    bench_pool,
+    bench_steps,
+    bench_validate,
+)
 from bench.harness import ROOT
 
 BENCHMARKS = {
@@ -17,6 +24,7 @@ BENCHMARKS = {
     "steps": bench_steps.run,
     "check": bench_check.run,
     "pool": bench_pool.run,
+    "http": bench_http.run,
 }
 
 

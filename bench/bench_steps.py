@@ -20,7 +20,9 @@ from sqlalchemy import Column, Integer, MetaData, Table, insert, text, update
 
 from bench.harness import ROOT, Row, Section
 from ratchet_runner.adapters.noop import NoopAdapter
+from ratchet_runner.engine.runner import Runner
 from ratchet_runner.session import Session
+from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.store import Store
 
@@ -64,20 +66,24 @@ def commit_rate(store: Store, seconds: float) -> float:
     return done / elapsed
 
 
-def step_rate(session: Session, runs: int) -> float:
-    spec = load_spec(SPEC)
-    spec_text = SPEC.read_text(encoding="utf-8")
-    adapter = NoopAdapter()
-    runner = session.runner(adapters=lambda _: adapter)
+def drive_runs(runner: Runner, spec: Spec, spec_text: str, runs: int) -> float:
+    """Durable effect steps per second: ``runs`` runs of the three-effect workflow started and
+    driven to their end by ``runner``."""
     prefix = f"b{time.time_ns()}"
     start = time.perf_counter()
     for i in range(runs):
         run, _ = runner.start(spec, spec_text, {"key": f"{prefix}-{i}"})
         final = runner.advance(run)
         assert final.state == "done", final
-    elapsed = time.perf_counter() - start
+    return 3 * runs / (time.perf_counter() - start)
+
+
+def step_rate(session: Session, runs: int) -> float:
+    adapter = NoopAdapter()
+    runner = session.runner(adapters=lambda _: adapter)
+    rate = drive_runs(runner, load_spec(SPEC), SPEC.read_text(encoding="utf-8"), runs)
     assert adapter.calls == 3 * runs
-    return 3 * runs / elapsed
+    return rate
 
 
 def _measure(

@@ -7,8 +7,10 @@ each finding a located :class:`~ratchet_runner.errors.Diagnostic` with a ``B`` c
 (``B201``). What an implementation offers is asked of
 :func:`~ratchet_runner.implementations.offer`. :class:`Checker` is ``ratchet validate
 --bindings`` (and ``ratchet check``): each spec against the binding found for it, each file read
-once. :func:`admit` raises the findings as :class:`~ratchet_runner.errors.BindingInvalid`, which
-is how a run is refused before it is created.
+once; a spec with no binding found, against the practice world (an adapter of a kind it does not
+serve is ``B201``, as ``ratchet run`` would say). :func:`admit` raises the findings as
+:class:`~ratchet_runner.errors.BindingInvalid`, which is how a run is refused before it is
+created.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import implementations
-from .bindings import Binding, Entry, find, load, place_for
+from .bindings import Binding, Entry, find, load, place_for, searched
 from .errors import BindingError, BindingInvalid, Diagnostic
 from .implementations import NOT_REAL, Offer, Place
 from .spec.model import Adapter as AdapterSpec
@@ -69,7 +71,7 @@ def check(spec: Spec, binding: Binding, place: Place) -> list[Diagnostic]:
         except BindingError as exc:
             found.append(binding.at(_setting_line(binding, entry, exc), "B103", exc.message, name))
             continue
-        found += _uses(spec, binding, entry, offered)
+        found += _uses(spec, adapter, binding, entry, offered)
     return found
 
 
@@ -112,52 +114,88 @@ def _unknown(binding: Binding, entry: Entry) -> Diagnostic:
     )
 
 
-def _uses(spec: Spec, binding: Binding, entry: Entry, offered: Offer) -> list[Diagnostic]:
-    """The operations, lookups and receipt fields the spec's effects on ``entry``'s adapter use
-    that its implementation does not offer."""
+@dataclass(frozen=True)
+class _Need:
+    """An operation the spec needs of an adapter, the lookup it reconciles with, the receipt
+    fields it expects, and who needs it (for messages)."""
+
+    operation: str
+    lookup: str | None
+    receipts: frozenset[str]
+    by: str
+
+
+def _needs(spec: Spec, adapter: AdapterSpec) -> list[_Need]:
+    """What the spec needs of ``adapter``: its contract's operations when it declares one, else
+    what its effects call."""
+    if adapter.operations is not None:
+        return [
+            _Need(
+                op.name,
+                op.lookup,
+                _fields(op.receipt),
+                f"the spec's contract ({_where(spec, op.pointer, key=True)})",
+            )
+            for op in adapter.operations.values()
+        ]
+    return [
+        _Need(
+            effect.operation,
+            effect.reconcile,
+            _fields(
+                effect.receipt,
+                *(row.receipt for row in spec.transitions if row.external_effect == effect.name),
+            ),
+            f"effect {effect.name!r} ({_where(spec, effect.pointer)})",
+        )
+        for effect in spec.effects.values()
+        if effect.adapter == adapter.name
+    ]
+
+
+def _fields(*names: str | None) -> frozenset[str]:
+    return frozenset(name for name in names if name is not None)
+
+
+def _uses(
+    spec: Spec, adapter: AdapterSpec, binding: Binding, entry: Entry, offered: Offer
+) -> list[Diagnostic]:
+    """The operations, lookups and receipt fields the spec needs of ``entry``'s adapter (its
+    contract, or what its effects use) that its implementation does not offer."""
     found: list[Diagnostic] = []
     name, what = entry.adapter, f"{entry.implementation!r}"
-    for effect in spec.effects.values():
-        if effect.adapter != name:
-            continue
-        used = f"effect {effect.name!r} ({_where(spec, effect.pointer)})"
-        if offered.operations is not None and effect.operation not in offered.operations:
+    for need in _needs(spec, adapter):
+        if offered.operations is not None and need.operation not in offered.operations:
             found.append(
                 binding.at(
                     binding.line_of("adapters", name, "operations"),
                     "B203",
                     f"adapter {name!r} ({what}) does not implement operation "
-                    f"{effect.operation!r}, which {used} calls; it implements "
+                    f"{need.operation!r}, which {need.by} needs; it implements "
                     f"{', '.join(sorted(offered.operations)) or 'none'}",
                     name,
                 )
             )
-        reconcile = effect.reconcile
-        if reconcile and offered.lookups is not None and reconcile not in offered.lookups:
+        lookup = need.lookup
+        if lookup and offered.lookups is not None and lookup not in offered.lookups:
             found.append(
                 binding.at(
                     binding.line_of("adapters", name, "lookups"),
                     "B204",
-                    f"adapter {name!r} ({what}) answers no lookup {reconcile!r}, which {used} "
-                    f"reconciles with; it answers {', '.join(sorted(offered.lookups)) or 'none'}",
+                    f"adapter {name!r} ({what}) answers no lookup {lookup!r}, which {need.by} "
+                    f"reconciles {need.operation!r} with; it answers "
+                    f"{', '.join(sorted(offered.lookups)) or 'none'}",
                     name,
                 )
             )
-        found += _receipts(spec, binding, entry, offered, effect.name)
+        found += _receipts(binding, entry, offered, need)
     return found
 
 
-def _receipts(
-    spec: Spec, binding: Binding, entry: Entry, offered: Offer, effect_name: str
-) -> list[Diagnostic]:
-    effect = spec.effects[effect_name]
-    expected = {effect.receipt} | {
-        row.receipt for row in spec.transitions if row.external_effect == effect.name
-    }
-    expected.discard(None)
+def _receipts(binding: Binding, entry: Entry, offered: Offer, need: _Need) -> list[Diagnostic]:
     returns = [
-        ("operation", effect.operation, offered.receipts.get(effect.operation)),
-        ("lookup", effect.reconcile, offered.lookup_receipts.get(effect.reconcile or "")),
+        ("operation", need.operation, offered.receipts.get(need.operation)),
+        ("lookup", need.lookup, offered.lookup_receipts.get(need.lookup or "")),
     ]
     tables = {"operation": "operations", "lookup": "lookups"}
     return [
@@ -165,18 +203,18 @@ def _receipts(
             binding.line_of("adapters", entry.adapter, tables[kind], str(named), "receipt_field"),
             "B205",
             f"adapter {entry.adapter!r}: {kind} {named!r} returns receipt field {field!r}, but "
-            f"effect {effect.name!r} expects {', '.join(sorted(map(str, expected)))}",
+            f"{need.by} expects {', '.join(sorted(need.receipts))}",
             entry.adapter,
         )
         for kind, named, field in returns
-        if field is not None and expected and field not in expected
+        if field is not None and need.receipts and field not in need.receipts
     ]
 
 
-def _where(spec: Spec, pointer: str) -> str:
+def _where(spec: Spec, pointer: str, key: bool = False) -> str:
     if spec.document is None:
         return pointer
-    line, column = spec.document.locate(pointer)
+    line, column = spec.document.locate(pointer, key=key)
     return f"{spec.document.file}:{line}:{column}"
 
 
@@ -196,7 +234,9 @@ def unbound(spec: Spec, why: str) -> list[Diagnostic]:
 
 def kinds_unserved(spec: Spec, looked: str) -> list[Diagnostic]:
     """``B201`` at every adapter of ``spec`` whose kind the practice world does not serve (an
-    ``http`` adapter needs a binding, even on a practice store)."""
+    ``http`` adapter needs a binding, even on a practice store); a kind no implementation has is
+    the spec's error (``E304``), not reported again here."""
+    from ratchet_runner.adapters import KINDS
     from ratchet_runner.adapters.practice_services import PRACTICE_SERVICES
 
     return [
@@ -209,7 +249,7 @@ def kinds_unserved(spec: Spec, looked: str) -> list[Diagnostic]:
             f"found (looked for {looked})",
         )
         for adapter in spec.adapters.values()
-        if adapter.kind not in PRACTICE_SERVICES
+        if adapter.kind not in PRACTICE_SERVICES and adapter.kind in KINDS
     ]
 
 
@@ -228,9 +268,12 @@ class Checker:
         self._loaded: dict[Path, Binding | None] = {}
 
     def findings(self, spec_path: str | Path, spec: Spec | None) -> list[Diagnostic]:
+        """What stops ``spec`` from running through the binding found for it; with none found,
+        its adapters whose kind only a binding can run (``http``: ``B201``, as ``ratchet run``
+        says on any store)."""
         path = find(self.explicit, spec=spec_path, environ=self.environ)
         if path is None:
-            return []
+            return [] if spec is None else kinds_unserved(spec, searched(spec_path))
         key = path.resolve()
         if key not in self._loaded:
             try:
@@ -259,7 +302,7 @@ class Checker:
         binding's findings. A file whose validation fails unexpectedly (a bug) is named in
         ``crashed`` with the error, and the others go on; ``debug`` raises it instead."""
         done = Validated()
-        for path, name in spec_files(paths):
+        for path, name in spec_files(paths, done.skipped):
             try:
                 done.reports.append(self.add_to(validate_path(path, name), path))
             except Exception as exc:
@@ -271,10 +314,12 @@ class Checker:
 
 @dataclass
 class Validated:
-    """What validating spec files found: a report per file, and the files that crashed."""
+    """What validating spec files found: a report per file, the files that crashed, and the
+    files a directory held that are not specs (skipped)."""
 
     reports: list[Report] = field(default_factory=list)
     crashed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def failed(self, strict: bool) -> list[Report]:
         return [r for r in self.reports if not r.ok(strict=strict)]

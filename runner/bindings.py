@@ -174,6 +174,8 @@ def load(path: str | Path) -> Binding:
     finding, located, when it is unreadable or not shaped as a binding."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file():  # a FIFO would wait for a writer forever
+            raise OSError(0, "not a regular file")
         text = path.read_bytes().decode("utf-8")
         data = tomllib.loads(text)
     except (OSError, UnicodeDecodeError) as exc:

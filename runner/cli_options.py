@@ -10,8 +10,11 @@ every run command takes (its runner, its result shown). The commands themselves,
 from __future__ import annotations
 
 import functools
+import io
 import json
-from collections.abc import Callable, Iterable, Iterator
+import math
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import UsageError
+from .errors import CommandLineError, UsageError
 from .review import views
 from .session import Session
-from .settings import interrupt_point
+from .settings import MAX_NAME, interrupt_point, is_unicode, name_problem, shown
+from .spec.loader import load_file
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from .engine.commands import CommandResult
@@ -88,6 +92,62 @@ def checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Param
             raise click.BadParameter(exc.message) from None
 
     return callback
+
+
+def named(limit: int = MAX_NAME) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback for a name the store records (``--as``, ``--role``, ``--id``): not
+    empty or blank, no control character, at most ``limit`` characters (what the store keeps,
+    the same on every database); else a usage error, before anything is read or written."""
+
+    def callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        problem = name_problem(value, limit)
+        if problem is not None:
+            raise click.BadParameter(problem)
+        return value
+
+    return callback
+
+
+def finite_seconds(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    """A click callback for a number of seconds: finite and not negative."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number of seconds (0 or more)")
+    return value
+
+
+#: How many runs ``ratchet runs --limit`` lists at most: past it, a database's integer
+#: overflows (SQLite refuses 2**63, PostgreSQL's bigint too).
+MAX_LIMIT = 1_000_000
+LIMIT = click.IntRange(1, MAX_LIMIT)
+
+
+def not_utf8(argv: Sequence[str]) -> CommandLineError | None:
+    """The error for the first argument that is not valid UTF-8 (Python hands such bytes over
+    as lone surrogates, which no store, file name in a message, or JSON output can carry), or
+    None."""
+    for number, argument in enumerate(argv, start=1):
+        if not is_unicode(argument):
+            return CommandLineError(
+                f"argument {number} ('{shown(argument)}') is not valid UTF-8: ratchet takes "
+                "its arguments as UTF-8 text (rename the file, or set a UTF-8 locale)"
+            )
+    return None
+
+
+def show_usage_error(exc: click.ClickException) -> None:
+    """Print click's own error as click does (the usage, the hint), with the code of a
+    malformed command line in its ``Error:`` line (``Error: R206 ...``)."""
+    text = io.StringIO()
+    exc.show(file=text)
+    shown_text = text.getvalue()
+    if isinstance(exc, click.UsageError):
+        head, found, tail = shown_text.partition("Error: ")
+        if found:
+            shown_text = f"{head}Error: {CommandLineError.code} {tail}"
+    sys.stderr.write(shown_text)
+    sys.stderr.flush()
 
 
 def _lease(seconds: float) -> float:
@@ -210,3 +270,52 @@ def drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
     with Session(how.db, bindings=how.bindings) as session:
         runner = command_runner(session, how.interrupt)
         report_result(runner, act(runner), how, key)
+
+
+# -- check and run ----------------------------------------------------------------------------
+
+
+def world_fixture(path: str) -> dict[str, Any]:
+    """The practice world fixture in the file at ``path`` (a mapping, or a usage error)."""
+    fixture = load_file(path).data
+    if not isinstance(fixture, dict):
+        raise click.BadParameter("a practice world fixture is a mapping", param_hint="--world")
+    return fixture
+
+
+def run_checks(
+    running: Iterable[Any],
+    total: int,
+    per_case: int,
+    results_path: str | None,
+    row: Callable[[dict[str, Any]], None] | None,
+    bar_file: Any,
+) -> tuple[list[Any], bool]:
+    """Run the cases, streaming each case's row (``row``) as its last strategy ends and each
+    result as a JSON line to ``results_path`` (``-``: stdout), flushed, so that a check stopped
+    by Ctrl-C leaves what it found. Returns the results and whether it was stopped."""
+    results: list[Any] = []
+    pairs: dict[str, dict[str, Any]] = {}
+    record = None
+    if results_path == "-":
+        record = sys.stdout
+    elif results_path:
+        record = open(results_path, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+    try:
+        with click.progressbar(length=total, label="checking", file=bar_file, show_pos=True) as bar:
+            for result in running:
+                results.append(result)
+                if record is not None:
+                    record.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+                    record.flush()
+                pair = pairs.setdefault(result.case.name, {})
+                pair[result.case.strategy] = result
+                if row is not None and len(pair) == per_case:
+                    row(pairs.pop(result.case.name))
+                bar.update(1)
+    except KeyboardInterrupt:
+        return results, True
+    finally:
+        if record is not None and record is not sys.stdout:
+            record.close()
+    return results, False

@@ -11,9 +11,10 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     ├── UsageError              R200  the caller asked for something that cannot be done
     │   ├── GraphvizNotFound    R201  an SVG, PNG or PDF diagram needs Graphviz's dot program
     │   ├── WorldError          R202  the practice world was given a fixture or fault it cannot use
-    │   └── BindingError        R203  an adapter binding's settings are missing, mistyped or wrong
-    │       ├── BindingInvalid  R204  a binding file is invalid or does not cover what a spec uses
-    │       └── BindingMismatch R205  the run started under another binding than this process's
+    │   ├── BindingError        R203  an adapter binding's settings are missing, mistyped or wrong
+    │   │   ├── BindingInvalid  R204  a binding file is invalid or does not cover what a spec uses
+    │   │   └── BindingMismatch R205  the run started under another binding than this process's
+    │   └── CommandLineError    R206  the command line is malformed (exit status 2)
     ├── StoreError              R300  the store could not do what was asked
     │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
@@ -27,7 +28,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
         ├── SignalRefused       R402  the signal does not fit the run's state
         ├── OperatorRefused     R405  an operator control was refused; nothing changed
         ├── LeaseTooShort       R406  no lease this process takes covers the effect's timeout
-        └── StepFailed          R407  a step failed for good: the run waits for a person
+        ├── StepFailed          R407  a step failed for good: the run waits for a person
+        └── UnstorableValue     R408  a value the store cannot keep, refused before any write
 
 ``docs/reference/errors.md`` documents every code and the exit status the CLI gives it. This
 module imports nothing else of the package, so adapters and plugins may import it.
@@ -184,6 +186,14 @@ class BindingMismatch(BindingError):
     code = "R205"
 
 
+class CommandLineError(UsageError):
+    """The command line is malformed: an unknown command or option, a missing argument, a bad
+    option value, an argument that is not UTF-8. Exit status 2, as for every usage error."""
+
+    code = "R206"
+    exit_status = 2
+
+
 class StoreError(RatchetError):
     """The store could not carry out the request."""
 
@@ -283,3 +293,12 @@ class StepFailed(RunError):
     def __init__(self, message: str, run: Any) -> None:
         super().__init__(message)
         self.run = run
+
+
+class UnstorableValue(RunError):
+    """A value the store cannot keep as given: a number that is not finite (``NaN``,
+    ``Infinity``, ``1e400``), text that is not valid Unicode (a lone surrogate), or a name
+    longer than the store keeps. Refused before anything is written, the same way on every
+    database (PostgreSQL would refuse it, SQLite would keep what no reader can use)."""
+
+    code = "R408"

@@ -61,7 +61,8 @@ class Place:
 @dataclass(frozen=True)
 class Offer:
     """What an implementation offers: the operations it implements and the lookups it answers
-    (None: any name), and, where it says, the receipt field each returns."""
+    (None: any name), and, where it says, the receipt field each returns (a lookup that names
+    none returns the field of the operation it looks up, and has no entry)."""
 
     operations: frozenset[str] | None
     lookups: frozenset[str] | None
@@ -93,7 +94,11 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
             frozenset(parsed.operations),
             frozenset(parsed.lookups),
             {name: op.receipt_field for name, op in parsed.operations.items()},
-            {name: lookup.receipt_field for name, lookup in parsed.lookups.items()},
+            {  # a lookup without its own receipt field returns the operation's
+                name: lookup.receipt_field
+                for name, lookup in parsed.lookups.items()
+                if lookup.receipt_field is not None
+            },
         )
     if kind == "noop":
         _no_settings(kind, settings, adapter)

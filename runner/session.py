@@ -26,10 +26,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.adapters.practice import PracticeWorld, check_fixture
 
 from .clock import Clock
-from .settings import home as default_home
+from .errors import StoreError
+from .settings import ENV_DB, home_folder
 
 if TYPE_CHECKING:
     from ratchet_runner.adapters.practice_http import PracticeServer
@@ -143,10 +144,20 @@ class Session:
 
     @property
     def world(self) -> PracticeWorld:
-        """The practice world under the home, opened (and created) on first use."""
+        """The practice world under the home, opened (and created) on first use: read-only when
+        the home cannot be written (then it is read, never changed)."""
         if self._world is None:
-            self._world = PracticeWorld((self.home or default_home()) / WORLD_FILE)
+            self._world = PracticeWorld(home_folder(self.home) / WORLD_FILE)
         return self._world
+
+    def writable_world(self) -> PracticeWorld:
+        """The practice world, checked before anything that changes it is written elsewhere:
+        not read-only, not corrupt, with room on its disk (a
+        :class:`~ratchet_runner.errors.StoreError` that says which). Adapters are made on it,
+        fixtures seeded, faults injected."""
+        world = self.world
+        world.ready()
+        return world
 
     @property
     def binding(self) -> Binding | None:
@@ -162,14 +173,22 @@ class Session:
 
     def open_store(self) -> Store:
         """Another connection to the session's store (one per worker thread), closed on exit.
-        The default store is created as a practice store; a store named by URL is not."""
+        The default store is created as a practice store; a store named by URL is not. The
+        default store's URL is built from the home's path (which may hold ``?`` or ``%``); when
+        the store is there and the home cannot be written (a read-only mount), it is opened for
+        reading: the read commands work, a change is refused by the database."""
+        from .store.dialects import sqlite_url
         from .store.store import Store
 
-        url = self.url
-        if url is None and self.home is not None:
-            self.home.mkdir(parents=True, exist_ok=True)
-            url = f"sqlite:///{self.home / STORE_FILE}"
-        store = Store(url, practice=self.url is None)
+        url, create = self.url, True
+        if url is None and (self.home is not None or not os.environ.get(ENV_DB)):
+            folder = home_folder(self.home)
+            path = folder / STORE_FILE
+            read_only = path.exists() and not (
+                os.access(folder, os.W_OK) and os.access(path, os.W_OK)
+            )
+            url, create = sqlite_url(path, read_only=read_only), not read_only
+        store = Store(url, practice=self.url is None, create=create)
         self._opened.append(store)
         return store
 
@@ -254,19 +273,22 @@ class Session:
 
     def reset(self, everything: bool = False, practice: bool = False) -> None:
         """Empty the practice world; with ``everything``, the store too; with ``practice`` as
-        well, declare that store a practice store (``ratchet reset``)."""
-        self.world.reset()
+        well, declare that store a practice store (``ratchet reset``). The practice world is
+        checked first and the store emptied before it, so that a world or a store that cannot be
+        changed (read-only, corrupt, a full disk) stops the reset before either is emptied."""
+        world = self.writable_world()
         if everything:
             self.store.reset()
             if practice:
                 self.store.mark_practice()
+        world.reset()
 
     def practice_server(self, host: str = "127.0.0.1", port: int = 0) -> PracticeServer:
         """The practice world served over HTTP on ``host``:``port`` (0: a free port), listening
         once made (``ratchet practice serve``)."""
         from ratchet_runner.adapters.practice_http import PracticeServer
 
-        return PracticeServer(self.world, host, port)
+        return PracticeServer(self.writable_world(), host, port)
 
     def resolution(self, store: Store | None = None) -> tuple[AdapterFactory, Resolution]:
         """How a runner on ``store`` (default: the session's) resolves adapters: through the
@@ -279,7 +301,7 @@ class Session:
         on = self.store if store is None else store
         binding = self.binding
         if self._place is None:
-            self._place = place_for(binding, lambda: self.world, self._environ)
+            self._place = place_for(binding, self.writable_world, self._environ)
         return resolve(
             binding,
             practice=binding is None and on.is_practice(),
@@ -298,17 +320,36 @@ class Session:
     ) -> Callable[[RunRecord, bool], None]:
         """The hook a starting run calls before it is driven (``before_drive``): a run just
         created gets the example's practice world ``fixture``; either way each ``(effect, kind)``
-        of ``faults`` is injected into that effect's next call (``say`` notes that the run
-        already existed, when faults are given for it)."""
+        of ``faults`` is injected into that effect's next call, which meets it rather than a
+        fault of the fixture's (``say`` notes that the run already existed, when faults are
+        given for it). A fixture the practice world cannot use
+        is refused here, before any run is created (:class:`~ratchet_runner.errors.WorldError`),
+        and so is a practice world that cannot be written (read-only, corrupt, its disk full: a
+        :class:`~ratchet_runner.errors.StoreError`). Should seeding fail all the same once the
+        run exists (the disk filled up in between), the error names the run, which was not
+        driven, and how to go on."""
+        if fixture:
+            check_fixture(fixture)
+        if (fixture or faults) and (home_folder(self.home) / WORLD_FILE).exists():
+            self.writable_world()  # one not made yet is made (and checked) with the adapters
 
-        def prepare(_started: RunRecord, created: bool) -> None:
-            if created:
-                if fixture:
+        def prepare(started: RunRecord, created: bool) -> None:
+            try:
+                if faults and not created:
+                    say("note: the run already existed; --fault applies to its next calls")
+                for effect, kind in faults:  # first: the next call meets them, not the fixture's
+                    self.world.add_fault(effect, kind)
+                if created and fixture:
                     self.world.seed(dict(fixture))
-            elif faults:
-                say("note: the run already existed; --fault applies to its next calls")
-            for effect, kind in faults:
-                self.world.add_fault(effect, kind)
+            except StoreError as exc:
+                if not created:
+                    raise
+                raise StoreError(
+                    f"run {started.id} was created, but its practice world could not be seeded: "
+                    f"{exc.message}. The run was not driven. Once the practice world can be "
+                    f"written, cancel the run (ratchet ops cancel {started.id}) and start the "
+                    "work under another business key, or start over (ratchet reset --all)"
+                ) from None
 
         return prepare
 

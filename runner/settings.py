@@ -3,8 +3,11 @@ that ``ratchet validate`` starts quickly."""
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +21,128 @@ ENV_HOME = "RATCHET_HOME"
 INTERRUPT_POINTS = ("before-write", "after-write", "after-receipt")
 
 
-def json_object(text: str) -> dict[str, Any]:
-    """``text`` as a JSON object (``--data``); else a :class:`UsageError` that says why."""
+#: The longest business key the store keeps, and the longest name (a signal ID, an actor, a
+#: role, a state or an event): the lengths of their columns, the same on every database.
+MAX_BUSINESS_KEY = 400
+MAX_NAME = 200
+
+#: C0 and C1 control characters and DEL: a terminal acts on them instead of showing them.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on one line of a terminal: control characters (a newline, an
+    escape sequence) and lone surrogates shown as escapes (``\\n``, ``\\x1b``)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+
+
+def shown(text: str, limit: int = 60) -> str:
+    """``text`` as a message may quote it: :func:`printable`, and, past ``limit`` characters,
+    its middle left out."""
+    if len(text) > limit:
+        text = f"{text[: limit // 2]}...{text[-(limit // 2) :]}"
+    return printable(text)
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: no lone surrogate (which is how Python hands over
+    bytes that are not UTF-8, and what a JSON ``"\\ud800"`` decodes to)."""
     try:
-        value = json.loads(text)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unprintable(text: str) -> str | None:
+    """Why ``text`` cannot be shown as a name on one line: not valid Unicode, or a control
+    character in it; None when it can."""
+    if not is_unicode(text):
+        return f"'{shown(text)}' is not valid UTF-8"
+    control = _CONTROL.search(text)
+    if control is not None:
+        return f"'{shown(text)}' holds a control character ({shown(control.group())})"
+    return None
+
+
+def name_problem(text: str, limit: int = MAX_NAME) -> str | None:
+    """What is wrong with ``text`` as a name the store records (an actor, a role, a signal ID),
+    or None: empty or blank, not valid Unicode, a control character, longer than ``limit``."""
+    if not text.strip():
+        return "must not be empty"
+    unreadable = _unprintable(text)
+    if unreadable is not None:
+        return unreadable
+    if len(text) > limit:
+        return f"{len(text):,} characters long (at most {limit})"
+    return None
+
+
+def business_key_problem(key: str) -> str | None:
+    """What is wrong with ``key`` as a business key, or None: a business key names a piece of
+    work on a command line and in every listing, so it holds no control character, is not
+    longer than the store keeps, and does not start with ``run_`` (which names run IDs)."""
+    unreadable = _unprintable(key)
+    if unreadable is not None:
+        return unreadable
+    if len(key) > MAX_BUSINESS_KEY:
+        return f"it is {len(key):,} characters long (at most {MAX_BUSINESS_KEY})"
+    if key.startswith("run_"):
+        return f"'{shown(key)}' starts with 'run_', which names run IDs on the command line"
+    return None
+
+
+def unstorable(value: Any, where: str = "") -> str | None:
+    """Why the JSON value ``value`` cannot be stored as it is, or None: a number that is not
+    finite (no database keeps ``NaN`` or ``Infinity`` as JSON the same way), or text that is not
+    valid Unicode (a lone surrogate). ``where`` names the value; the message adds the path to
+    the part at fault (``input/weight``)."""
+    stack: list[tuple[str, Any]] = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{path or 'a value'}: {item!r} is not a finite number"
+        if isinstance(item, str) and not is_unicode(item):
+            return f"{path or 'a value'}: '{shown(item)}' is not valid Unicode (a lone surrogate)"
+        if isinstance(item, dict):
+            for key, part in item.items():
+                if isinstance(key, str) and not is_unicode(key):
+                    return f"{path or 'a value'}: the key '{shown(key)}' is not valid Unicode"
+                name = shown(str(key), 40)
+                stack.append((f"{path}/{name}" if path else name, part))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{path}/{i}", part) for i, part in enumerate(item))
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise UsageError(f"{name} is not a finite number (JSON has no {name})")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise UsageError(f"{text} is not a finite number: too large (the largest is about 1.8e308)")
+    return number
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object (``--data``); else a :class:`UsageError` that says why. Numbers
+    must be finite (no ``NaN``, ``Infinity``, or ``1e400``, which Python would read as
+    infinity) and text valid Unicode (no lone surrogate such as ``"\\ud800"``): what no store
+    keeps the same way is refused here, before anything is written."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise UsageError(f"not JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise UsageError(f"not usable JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError("must be a JSON object")
+    problem = unstorable(value, "")
+    if problem is not None:
+        raise UsageError(problem)
     return value
 
 
@@ -49,3 +166,45 @@ def home() -> Path:
     """Where the embedded store and the practice world live: ``$RATCHET_HOME``, else
     ``./.ratchet``."""
     return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME)
+
+
+def _limit(name: str, fallback: int) -> int:
+    try:
+        return int(os.pathconf("/", name))
+    except (OSError, ValueError):
+        return fallback
+
+
+def home_folder(path: Path | None = None) -> Path:
+    """The home folder ``path`` (default: :func:`home`), made if it is missing; a
+    :class:`UsageError` that says why when it cannot be a folder: a regular file (or a file on
+    the way to it), a name or a path too long for the file system, text that is not UTF-8.
+    Nothing is made when the path is too long."""
+    where = home() if path is None else path
+    text = str(where)
+    named = f"the home folder '{shown(text, 100)}' (RATCHET_HOME)"
+    if not is_unicode(text):
+        raise UsageError(f"{named} is not valid UTF-8")
+    longest_name = _limit("PC_NAME_MAX", 255)
+    for part in where.parts:
+        if len(os.fsencode(part)) > longest_name:
+            raise UsageError(
+                f"{named} has a name of {len(os.fsencode(part)):,} bytes: the file system "
+                f"takes at most {longest_name}"
+            )
+    longest_path = _limit("PC_PATH_MAX", 4096)
+    if len(os.fsencode(os.path.abspath(where))) + len("/practice.db-wal") >= longest_path:
+        raise UsageError(
+            f"{named} is {len(os.fsencode(os.path.abspath(where))):,} bytes long: with the "
+            f"files in it, more than the {longest_path} the file system takes"
+        )
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"{named} is not a folder: a file of that name is in the way") from None
+    except OSError as exc:
+        why = "too long" if exc.errno == errno.ENAMETOOLONG else exc.strerror or str(exc)
+        raise UsageError(f"{named} cannot be made: {why}") from None
+    if not where.is_dir():
+        raise UsageError(f"{named} is not a folder")
+    return where

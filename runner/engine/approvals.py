@@ -220,6 +220,34 @@ def _refuse_after_expiry(
     )
 
 
+def _no_guard_holds(
+    run: RunRecord, spec: Spec, decision: str, record: dict[str, Any], role: str | None
+) -> str:
+    """Why no row takes ``decision``: the guards that do not hold, and the roles the approval
+    allows for which one would (the guard may ask for a role, as the refund's does above 100)."""
+    guards = [
+        f"{row.guard!r}"
+        for row in spec.transitions
+        if row.state == run.state and row.event == decision and row.guard
+    ]
+    said = f"the guard {' / '.join(guards)} does not hold" if guards else "no row's guard holds"
+    approval = _waiting_for(spec, run)
+    others = [r for r in (approval.roles if approval else ()) if r != role]
+    passing = [
+        other
+        for other in others
+        if machine_for(spec).fire(
+            run.state, decision, activation(run, spec, approval={**record, "role": other})
+        )[0]
+        is not None
+    ]
+    if role is None:
+        return said
+    if passing:
+        return f"{said} for role {role!r}; it would for {', '.join(passing)}"
+    return f"{said} for role {role!r}, nor for any other role the approval allows"
+
+
 def decide(
     runner: RunHost,
     run_id: str,
@@ -279,7 +307,7 @@ def decide(
     ctx = activation(run, spec, approval=record)
     row, errors = machine_for(spec).fire(run.state, decision, ctx)
     if row is None:
-        why = "; ".join(errors) if errors else "no row's guard holds"
+        why = "; ".join(errors) if errors else _no_guard_holds(run, spec, decision, record, role)
         raise ApprovalError(f"{decision} does not apply here ({why}); nothing changed")
     change = runner.change(run, at=now)
     change.new_approvals.append(

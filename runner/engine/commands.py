@@ -174,13 +174,16 @@ def _act(
     """Carry out ``act`` on the run under its lease (``hold``): a run that has ended (or, with
     ``only_running``, one that is not running: nothing would be called) is read, not leased.
     An act that may call out for the run (``calls_out``) is refused, with nothing changed, when
-    this runner's adapters are not the ones the run started under."""
+    this runner's adapters are not the ones the run started under, or one cannot be made."""
     run = runner.store.resolve(run_ref)
     if run.status in _ENDED or (only_running and run.status != "running"):
         return act(run)
-    problem = refusal(runner.resolution, run, runner.spec_of(run)) if calls_out else None
-    if problem is not None:
-        raise problem
+    if calls_out:
+        spec = runner.spec_of(run)
+        problem = refusal(runner.resolution, run, spec)
+        if problem is not None:
+            raise problem
+        runner.make_adapters(spec)
     owner = hold.owner or command_owner(command)
     with holding(runner, run, owner, hold.lease_seconds, hold.patience) as held:
         return act(held)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ratchet_runner.adapters.base import Found, LookupFailed, LookupResult, NotFound
 
-from ..spec.model import Effect, Spec
+from ..spec.model import Compensation, Effect, Spec
 from ..store.records import OperationRecord, RunRecord
 from .host import StepHost
 from .protocol import EffectStep
@@ -78,46 +78,85 @@ def compensate(host: StepHost, run: RunRecord, spec: Spec) -> RunRecord:
     undo = {op.compensates: op for op in operations if op.role == "compensation"}
     noted = set(run.context.get("skipped_undo", []))
     completed = set(run.context.get("completed", []))
-    for forward_id in reversed(_undo_order(run, operations, undo)):
+    impossible = {
+        op.operation_id
+        for op in operations
+        if op.role == "forward" and _kind_of_undo(spec, op.effect) == "impossible"
+    }
+    for forward_id in reversed(_undo_order(run, operations, undo, impossible)):
         forward = by_id.get(forward_id)
         registered = undo.get(forward_id)
         if forward_id not in completed:  # outcome unknown: ask the provider first
-            if forward_id in noted or forward is None or registered is None:
+            if forward_id in noted or forward is None:
                 continue
+            if registered is None:  # it may have been made, and cannot be undone
+                return _skip_undo(host, run, spec, forward, noted)
             return _reconcile_for_undo(host, run, spec, forward, registered)
         if registered is None:
             if forward_id in noted or forward is None:
                 continue
-            change = host.change(run)
-            change.context = {**run.context, "skipped_undo": [*noted, forward_id]}
-            change.event(
-                "compensation_skipped",
-                operation_id=forward_id,
-                effect=forward.effect,
-                reason=_no_undo_reason(spec, forward.effect),
-            )
-            return host.store.commit(change)
+            return _skip_undo(host, run, spec, forward, noted)
         if registered.status == "done":
             continue
         return CompensationStep(host, run, spec, registered).perform()
     change = host.change(run)
+    cannot = [by_id[i] for i in run.context.get("cannot_undo", []) if i in by_id]
+    if cannot:  # everything undoable is undone; what is left is a person's to decide
+        change.event(
+            "compensation_incomplete",
+            effects=[op.effect for op in cannot],
+            operation_ids=[op.operation_id for op in cannot],
+            undone=len(run.context.get("undone", [])),
+            reason=f"{', '.join(op.effect for op in cannot)} cannot be undone "
+            f"({'; '.join(_no_undo_reason(spec, op.effect) for op in cannot)})",
+        )
+        return host.move(run, spec, "refused", change)
     change.event("compensated", undone=len(run.context.get("undone", [])))
     return host.move(run, spec, "ok", change)
 
 
+def _skip_undo(
+    host: StepHost, run: RunRecord, spec: Spec, forward: OperationRecord, noted: set[str]
+) -> RunRecord:
+    """Record that a completed forward effect with no registered undo is not undone. Kept on
+    purpose (``none: …``), it is left as it is. One that ``impossible: …`` says cannot be undone
+    is a change still made: it is noted, and once every other effect is undone the run is
+    handed to a person (by the compensate state's ``refused`` row) instead of ending
+    compensated. One that declares no compensation (E509) or registered none (the naive
+    strategy) is skipped, as a hand-rolled loop would forget it: ``ratchet check`` shows what
+    that leaves."""
+    declared = _declared_undo(spec, forward.effect)
+    change = host.change(run)
+    context: dict[str, Any] = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
+    if declared is not None and declared.kind == "impossible":
+        context["cannot_undo"] = [*run.context.get("cannot_undo", []), forward.operation_id]
+    change.context = context
+    change.event(
+        "compensation_skipped",
+        operation_id=forward.operation_id,
+        effect=forward.effect,
+        undo=declared.kind if declared is not None else "missing",
+        reason=_no_undo_reason(spec, forward.effect),
+    )
+    return host.store.commit(change)
+
+
 def _undo_order(
-    run: RunRecord, operations: list[OperationRecord], undo: Mapping[str | None, Any]
+    run: RunRecord,
+    operations: list[OperationRecord],
+    undo: Mapping[str | None, Any],
+    impossible: set[str],
 ) -> list[str]:
     """The forward operations to undo, oldest first: the completed ones in the order they
-    completed, and each one with an unknown outcome and a registered undo placed where its
-    pending record was written (the run's ``operations`` list keeps that order; the store's
-    timestamps may tie)."""
+    completed, and each one with an unknown outcome and a registered undo (or one that cannot
+    be undone, in ``impossible``) placed where its pending record was written (the run's
+    ``operations`` list keeps that order; the store's timestamps may tie)."""
     order = list(run.context.get("completed", []))
     for op in operations:
         if (
             op.role == "forward"
             and op.operation_id not in order
-            and op.operation_id in undo
+            and (op.operation_id in undo or op.operation_id in impossible)
             and outcome_unresolved(op)
         ):
             order = _in_written_order(run, order, op.operation_id)
@@ -257,9 +296,21 @@ def _receipt_field(spec: Spec, effect: Effect) -> str | None:
     return effect.receipt
 
 
-def _no_undo_reason(spec: Spec, effect: str) -> str:
+def _declared_undo(spec: Spec, effect: str) -> Compensation | None:
+    """The compensation the row performing ``effect`` declares (None: it declares none)."""
     for row in spec.transitions:
         if row.external_effect == effect and row.compensation is not None:
-            comp = row.compensation
-            return f"{comp.kind}: {comp.reason}" if comp.reason else comp.kind
-    return "no compensation declared"
+            return row.compensation
+    return None
+
+
+def _kind_of_undo(spec: Spec, effect: str) -> str | None:
+    declared = _declared_undo(spec, effect)
+    return None if declared is None else declared.kind
+
+
+def _no_undo_reason(spec: Spec, effect: str) -> str:
+    comp = _declared_undo(spec, effect)
+    if comp is None:
+        return "no compensation declared"
+    return f"{comp.kind}: {comp.reason}" if comp.reason else comp.kind

@@ -94,7 +94,8 @@ class EffectStep:
         self.args = evaluate_args(effect, self.ctx)
         self.log = Notes()
         self.adapter = host.adapter(spec, effect.adapter)
-        self.naive = host.strategy == "naive"
+        # a run started by the naive demonstration stays naive, whichever command drives it on
+        self.naive = host.strategy == "naive" or run.context.get("strategy") == "naive"
         self.row: Row | None = None
         self.operation_id = self._name()
 

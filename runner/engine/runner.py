@@ -44,12 +44,14 @@ import jsonschema
 from ratchet_runner.adapters.base import Adapter
 
 from ..clock import Clock, SystemClock
-from ..errors import RunError
+from ..errors import RunError, UnstorableValue
 from ..settings import INTERRUPT_POINTS as INTERRUPT_POINTS
+from ..settings import business_key_problem, unstorable
 from ..spec.expressions import compile_expression
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec, State
-from ..spec.validate import load_spec_text
+from ..spec.reads import missing_read
+from ..spec.validate import load_stored_spec
 from ..store.records import Change, NewRun, OperationRecord, RunRecord
 from ..store.store import Store
 from . import timers
@@ -135,7 +137,7 @@ class Runner:
         spec = self._specs.get(digest)
         if spec is None:
             text = self.store.spec_text(digest)
-            spec = self._specs[digest] = load_spec_text(text, f"spec {digest[:12]} (stored)")
+            spec = self._specs[digest] = load_stored_spec(text, f"spec {digest[:12]} (stored)")
         return spec
 
     def latest_spec(self, workflow: str) -> tuple[str, int] | None:
@@ -159,15 +161,30 @@ class Runner:
             adapter = self._adapters[key] = self._adapter_factory(spec.adapters[name])
         return adapter
 
+    def make_adapters(self, spec: Spec) -> None:
+        """Make every adapter of ``spec`` now (each once, as :meth:`adapter` does), so that one
+        that cannot be made (a secret not set, a factory that fails: a
+        :class:`~ratchet_runner.errors.BindingError`) refuses the command before it writes
+        anything, instead of failing the step after a decision was spent on it."""
+        for name in spec.adapters:
+            self.adapter(spec, name)
+
     # -- starting and advancing -------------------------------------------------------------
 
     def start(self, spec: Spec, text: str, input: dict[str, Any]) -> tuple[RunRecord, bool]:
         """Start a run of ``spec`` (whose exact text is ``text``), or find the one that already
         exists for the same business key. Returns ``(run, created)``. A spec this runner's
-        adapters cannot run (its resolution's ``admit`` refuses it) is refused first, with
-        nothing stored; the run records the binding it starts under."""
+        adapters cannot run (its resolution's ``admit`` refuses it, or an adapter cannot be made)
+        is refused first, with nothing stored, and so is an input that does not fit the spec's
+        input schema or lacks a field the business key or an effect argument reads
+        (:func:`~ratchet_runner.spec.reads.missing_read`); the run records the binding it
+        starts under."""
         if self.resolution.admit is not None:
             self.resolution.admit(spec)
+        self.make_adapters(spec)
+        unfit = unstorable(input, "input")
+        if unfit is not None:  # what no store keeps the same way: refused on every one
+            raise UnstorableValue(f"the input cannot be stored: {unfit}; nothing was written")
         try:
             problems = sorted(
                 jsonschema.Draft7Validator(spec.input_schema).iter_errors(input), key=str
@@ -177,9 +194,22 @@ class Runner:
         if problems:
             where = "/".join(str(p) for p in problems[0].absolute_path) or "input"
             raise RunError(f"the input does not fit the spec: {where}: {problems[0].message}")
+        lacking = missing_read(spec, input)
+        if lacking is not None:
+            read, field = lacking
+            raise RunError(
+                f"the input has no {field!r}, which {read.reader} reads ({read.source}): give "
+                f"it in the input (and require it in the spec's input schema)"
+            )
         key = compile_expression(spec.business_key).evaluate({"input": input})
         if key is None or key == "":
             raise RunError(f"the business key {spec.business_key!r} is empty for this input")
+        wrong = business_key_problem(str(key))
+        if wrong is not None:
+            raise RunError(
+                f"the business key {spec.business_key!r} cannot name a run for this input: "
+                f"{wrong}; nothing was written"
+            )
         now = self.clock.now()
         if spec.digest not in self._specs:
             self.store.save_spec(
@@ -203,6 +233,8 @@ class Runner:
         )
         draft = new.record()  # the run as it will be: what its first state's timers are armed on
         context: dict[str, Any] = {} if stamp is None else {"binding": dict(stamp)}
+        if self.strategy == "naive":  # the demonstration carries on whoever drives the run
+            context["strategy"] = "naive"
         first_events: list[tuple[str, dict[str, Any]]] = []
         armed = timers.arm(draft, spec, first, now)
         if armed:
@@ -306,7 +338,10 @@ class Runner:
             return self.store.commit(change)
         target = spec.states[row.next_state]
         change.state, change.status = target.name, status_of(target)
-        change.event("moved", **{"from": run.state, "event": event, "to": target.name})
+        followed = {"from": run.state, "event": row.event, "to": target.name}
+        if row.event != event:  # no row for ``unknown``: the ``exhausted`` row was followed
+            followed["instead_of"] = event
+        change.event("moved", **followed)
         if target.kind == "operator_queue":
             action = row.operator_action or target.operator_action
             change.event("queued", queue=target.name, operator_action=action)

@@ -100,7 +100,9 @@ def register_compensation(
     """Register ``comp``, the undo of forward operation ``operation_id`` (of ``effect``), in
     the change that writes its pending record; or record that it has none."""
     if comp.effect is None:
-        change.event(
+        _beside_pending(
+            change,
+            operation_id,
             "no_compensation",
             operation_id=operation_id,
             effect=effect,
@@ -122,9 +124,23 @@ def register_compensation(
         }
     )
     list_operations(change, run, comp_id)
-    change.event(
+    _beside_pending(
+        change,
+        operation_id,
         "compensation_registered",
         operation_id=comp_id,
         effect=comp.effect,
         compensates=operation_id,
     )
+
+
+def _beside_pending(change: Change, forward: str, kind: str, **data: Any) -> None:
+    """Record ``kind`` in ``change`` with the pending record of ``forward``: before the call
+    the change counts, so that a history reads in the order the commit made it true (the undo is
+    known before anything is sent)."""
+    calls = [
+        i
+        for i, (written, fields) in enumerate(change.events)
+        if written == "call" and fields.get("operation_id") == forward
+    ]
+    change.events.insert(calls[0] if calls else len(change.events), (kind, data))

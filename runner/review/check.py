@@ -12,6 +12,12 @@ the invariants of :mod:`~ratchet_runner.review.invariants`: each broken one is a
 The checker uses an example's input and world. Of the example's faults it keeps the refusals,
 which define the scenario (a hotel that is full); the transient ones are left out, since each
 case injects its own. Only effects the example reaches are checked.
+
+**Over HTTP.** When the binding found for the spec binds adapters to ``http``
+(:func:`~ratchet_runner.review.check_http.over_http`), each case serves its practice world over
+HTTP on 127.0.0.1 for the whole case and calls it through the real HTTP adapter, made from the
+binding's settings (:mod:`~ratchet_runner.review.check_http`); a ``--kill`` child gets the
+binding and the server's URL. Every window and fault acts as in-process.
 """
 
 from __future__ import annotations
@@ -21,21 +27,24 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner.adapters.base import Call, LookupResult, Outcome
-from ratchet_runner.adapters.practice import PracticeAdapter, PracticeWorld
+from ratchet_runner.adapters.base import Adapter, Call, LookupResult, Outcome
+from ratchet_runner.adapters.practice import PracticeWorld
 
 from ..clock import FakeClock
 from ..engine.approvals import decide, pending_request
 from ..engine.runner import Runner, Strategy
-from ..errors import Diagnostic, RatchetError, SpecError, UsageError
+from ..errors import ApprovalError, RatchetError, UsageError
 from ..session import Session
+from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec
 from ..store.records import RunRecord
+from .check_http import HttpReach, OverHttp, over_http, reaching, served
 from .invariants import Violation, ViolationKind, verify
 
 #: The four crash windows of an effect, and the runner point each crashes at.
@@ -87,8 +96,10 @@ class Result:
     case: Case
     violations: list[Violation] = field(default_factory=list)
     changes: int = 0
-    amount: float | None = None
+    amount: float | None = None  # the amounts' total, when one operation moved them all
+    amounts: dict[str, float] = field(default_factory=dict)  # per operation (refund, charge)
     calls: int = 0
+    seconds: float = 0.0  # how long the case took, crash and resume
     state: str = ""
     status: str = ""
     crashed: bool = False
@@ -111,6 +122,8 @@ class Result:
             "crashed": self.crashed,
             "changes": self.changes,
             "amount": self.amount,
+            "amounts": self.amounts,
+            "seconds": self.seconds,
             "calls": self.calls,
             "final": {"state": self.state, "status": self.status},
             "violations": [v.message for v in self.violations],
@@ -141,81 +154,20 @@ def cases(
     ]
 
 
-def load_checkable(
-    spec_path: str, bindings: str | None = None, environ: Mapping[str, str] | None = None
-) -> tuple[Spec, str, list[Diagnostic]]:
-    """The spec at ``spec_path``, its text, and its errors: only effect-safety findings (``E5``),
-    which a check runs anyway to show what they cause; any other error is a :class:`SpecError`.
-    A binding file (``bindings``, or the one found for the spec) that does not cover the spec is
-    a :class:`~ratchet_runner.errors.BindingInvalid`."""
-    from ..binding_check import Checker
-    from ..spec.validate import validate_path
-
-    report = validate_path(spec_path)
-    if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):
-        raise SpecError(report.errors or report.diagnostics)
-    Checker(bindings, os.environ if environ is None else environ).require(spec_path, report.spec)
-    return report.spec, Path(spec_path).read_text(encoding="utf-8"), report.errors
-
-
-def case_named(spec: Spec, name: str, strategies: tuple[Strategy, ...]) -> list[Case]:
-    """The case ``EXAMPLE:EFFECT:WINDOW:FAULT`` (as :func:`reproduce` prints it), once per
-    strategy; a :class:`UsageError` if it names no known example, effect, window or fault."""
-    parts = name.split(":")
-    if (
-        len(parts) != 4
-        or parts[0] not in spec.examples
-        or parts[1] not in spec.effects
-        or parts[2] not in WINDOWS
-        or parts[3] not in FAULTS
-    ):
-        raise UsageError(
-            f"expected EXAMPLE:EFFECT:WINDOW:FAULT with a known example and effect, a window "
-            f"of {', '.join(WINDOWS)} and a fault of {', '.join(FAULTS)}"
-        )
-    example, effect, window, fault = parts
-    return [Case(example, effect, window, fault, s) for s in strategies]
-
-
-def select(
-    spec: Spec,
-    text: str,
-    examples: Sequence[str],
-    case_name: str | None,
-    strategies: tuple[Strategy, ...],
-) -> list[Case]:
-    """The cases ``ratchet check`` runs: the one ``case_name`` names (once per strategy), or every
-    case of the ``examples`` asked for (default: all); a :class:`UsageError` for an unknown one."""
-    if case_name:
-        return case_named(spec, case_name, strategies)
-    return cases(spec, text, examples_to_check(spec, examples), strategies)
-
-
-def examples_to_check(spec: Spec, examples: Sequence[str]) -> list[str]:
-    """The examples asked for (default: every example of the spec); a :class:`UsageError` for
-    one the spec does not have, or when it has none."""
-    chosen = list(examples) or list(spec.examples)
-    unknown = [e for e in chosen if e not in spec.examples]
-    if unknown or not chosen:
-        known = ", ".join(spec.examples) or "none"
-        raise UsageError(f"no example {unknown[0] if unknown else ''!r} (examples: {known})")
-    return chosen
-
-
-# -- one case ---------------------------------------------------------------------------------
-
-
 class _InFlight:
-    """An adapter that delivers the first request of one effect to a provider that never commits
-    it, then lets the process die: the request was in flight."""
+    """An adapter (in-process or over HTTP) whose first request of one effect reaches the
+    case's provider (``world``), which never commits it; then the process dies: the request was
+    in flight."""
 
-    def __init__(self, inner: PracticeAdapter, effect: str, die: Callable[[], None]) -> None:
-        self.inner, self.effect, self.die, self.done = inner, effect, die, False
+    def __init__(
+        self, inner: Adapter, world: PracticeWorld, effect: str, die: Callable[[], None]
+    ) -> None:
+        self.inner, self.world, self.effect, self.die, self.done = inner, world, effect, die, False
 
     def call(self, request: Call) -> Outcome:
         if request.effect == self.effect and not self.done:
             self.done = True
-            self.inner.world.receive_only(request)
+            self.world.receive_only(request)
             self.die()
         return self.inner.call(request)
 
@@ -228,16 +180,22 @@ def _session(home: str | Path) -> Session:
     return Session(f"sqlite:///{Path(home) / 'store.db'}", home=Path(home), clock=FakeClock())
 
 
-def _runner(session: Session, case: Case, die: Callable[[], None] | None) -> Runner:
+def _runner(
+    session: Session, case: Case, die: Callable[[], None] | None, http: HttpReach | None = None
+) -> Runner:
     point = WINDOWS.get(case.window)
     fired = {"done": False}
     world = session.world
     world.sleep = session.clock.sleep  # a slow reply moves the case's clock; it never sleeps
 
-    def adapter_for(adapter: Any) -> Any:
-        inner = world.adapter(adapter.kind, adapter.config)
+    def adapter_for(adapter: AdapterSpec) -> Adapter:
+        inner: Adapter
+        if http is not None and adapter.name in http.wire.http:
+            inner = http.wire.make(adapter, http.url, http.place)
+        else:
+            inner = world.adapter(adapter.kind, adapter.config)
         if die is not None and point == "in-flight":
-            return _InFlight(inner, case.effect, die)
+            return _InFlight(inner, world, case.effect, die)
         return inner
 
     def interrupt(reached: str, effect: str) -> None:
@@ -266,37 +224,66 @@ def _seed(world: PracticeWorld, spec: Spec, case: Case) -> None:
 
 
 def drive(runner: Runner, spec: Spec, text: str, example: str) -> RunRecord:
-    """Start (or find) the example's run and take it as far as it goes, approving decisions."""
+    """Start (or find) the example's run and take it as far as it goes, approving decisions:
+    each as the first of the approval's roles (in the order the spec lists them) for which the
+    guard of the approving row holds (a refund above 100 needs a team lead); a
+    :class:`UsageError` naming the example when none does."""
     run, _ = runner.start(spec, text, spec.examples[example].input)
     for _ in range(50):
         run = runner.advance(run.id)
         request = pending_request(runner, run) if run.status == "waiting" else None
         if request is None:
             return run
-        decide(runner, run.id, "approve", CHECKER[0], request.roles[0])
+        _approve(runner, run, example, request.roles)
     return run
+
+
+def _approve(runner: Runner, run: RunRecord, example: str, roles: Sequence[str]) -> None:
+    refusals: list[str] = []
+    for role in roles:
+        try:
+            decide(runner, run.id, "approve", CHECKER[0], role)
+            return
+        except ApprovalError as refused:
+            if run.status != runner.store.get_run(run.id).status:
+                raise  # the run moved on meanwhile: not a role the guard refuses
+            refusals.append(f"{role}: {refused}")
+    raise UsageError(
+        f"example {example!r} waits for an approval that no role it allows can give "
+        f"({'; '.join(refusals)}): check approves as the first role the approval lists for "
+        "which the guard holds; change the example's input, or the roles or the guard"
+    )
 
 
 def _crash() -> None:
     raise Crash
 
 
-def run_case(spec: Spec, text: str, case: Case, *, kill: bool = False) -> Result:
-    """Run one case on a fresh store and practice world; check the invariants."""
+def run_case(
+    spec: Spec, text: str, case: Case, *, kill: bool = False, wire: OverHttp | None = None
+) -> Result:
+    """Run one case on a fresh store and practice world; check the invariants. With ``wire``,
+    the adapters it names call the case's world served over HTTP (:func:`over_http`)."""
     result = Result(case)
-    with tempfile.TemporaryDirectory(prefix="ratchet-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ratchet-check-") as tmp, served(tmp, wire) as server:
+        url = None if server is None else server.url
         with _session(tmp) as crashing:  # the process that crashes at the window
             _seed(crashing.world, spec, case)
+            if server is not None:  # a slow reply moves this process's clock
+                server.world.sleep = crashing.clock.sleep
             if kill and WINDOWS.get(case.window) is not None:
-                result.crashed = _run_child(tmp, text, case)
+                result.crashed = _run_child(tmp, text, case, wire, url)
             else:  # in-process (a case with no crash window runs here under --kill too)
-                try:
-                    drive(_runner(crashing, case, _crash), spec, text, case.example)
-                except Crash:
-                    result.crashed = True
-        with _session(tmp) as resuming:  # a new process on the same store and world
+                with reaching(crashing, wire, url) as http:
+                    try:
+                        drive(_runner(crashing, case, _crash, http), spec, text, case.example)
+                    except Crash:
+                        result.crashed = True
+        with _session(tmp) as resuming, reaching(resuming, wire, url) as http:  # a new process
+            if server is not None:
+                server.world.sleep = resuming.clock.sleep
             try:
-                runner = _runner(resuming, case, None)
+                runner = _runner(resuming, case, None, http)
                 final = drive(runner, spec, text, case.example)
                 _tally(result, resuming.world, final)
                 result.violations += verify(spec, runner, resuming.world, final)
@@ -310,14 +297,21 @@ def _tally(result: Result, world: PracticeWorld, run: RunRecord) -> None:
     changes = world.changes()
     result.changes = len(changes)
     result.calls = sum(1 for c in world.calls() if not str(c["operation"]).startswith("lookup"))
-    amounts = [float(c.args["amount"]) for c in changes if "amount" in c.args]
-    result.amount = round(sum(amounts), 2) if amounts else None
+    amounts: dict[str, float] = {}
+    for c in changes:  # per operation: a refund and its charge-back are not one figure
+        if "amount" in c.args:
+            amounts[c.operation] = round(amounts.get(c.operation, 0.0) + float(c.args["amount"]), 2)
+    result.amounts = amounts
+    result.amount = next(iter(amounts.values())) if len(amounts) == 1 else None
     result.state, result.status = run.state, run.status
 
 
-def _run_child(tmp: str, text: str, case: Case) -> bool:
+def _run_child(
+    tmp: str, text: str, case: Case, wire: OverHttp | None = None, url: str | None = None
+) -> bool:
     spec_path = Path(tmp) / "spec.yaml"
     spec_path.write_text(text, encoding="utf-8")
+    http = [str(wire.binding.path.resolve()), url] if wire is not None and url else []
     child = subprocess.run(
         [
             sys.executable,
@@ -330,6 +324,7 @@ def _run_child(tmp: str, text: str, case: Case) -> bool:
             case.window,
             case.fault,
             case.strategy,
+            *http,
         ],
         capture_output=True,
         text=True,
@@ -342,22 +337,25 @@ def _run_child(tmp: str, text: str, case: Case) -> bool:
 
 
 def _child(argv: list[str]) -> None:
-    """``python -m ratchet_runner.review.check SPEC HOME EXAMPLE EFFECT WINDOW FAULT STRATEGY``:
-    drive the case (its store and practice world in HOME) until its window, then die by SIGKILL
-    (no cleanup, as a real crash)."""
+    """``python -m ratchet_runner.review.check SPEC HOME EXAMPLE EFFECT WINDOW FAULT STRATEGY
+    [BINDING URL]``: drive the case (its store and practice world in HOME; with BINDING, its
+    adapters bound to http calling the case's practice server at URL through the HTTP adapter)
+    until its window, then die by SIGKILL (no cleanup, as a real crash)."""
     from ..spec.validate import validate_path
 
-    spec_path, tmp, example, effect, window, fault, strategy = argv
+    spec_path, tmp, example, effect, window, fault, strategy, *http = argv
     report = validate_path(spec_path)
     assert report.spec is not None
     case = Case(example, effect, window, fault, "naive" if strategy == "naive" else "ratchet")
+    wire = over_http(report.spec, spec_path, http[0]) if http else None
 
     def die() -> None:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    with _session(tmp) as session:
-        drive(_runner(session, case, die), report.spec, Path(spec_path).read_text(), example)
+    text = Path(spec_path).read_text(encoding="utf-8")
+    with _session(tmp) as session, reaching(session, wire, http[1] if http else None) as reach:
+        drive(_runner(session, case, die, reach), report.spec, text, example)
 
 
 # -- many cases -------------------------------------------------------------------------------
@@ -370,17 +368,22 @@ def run_cases(
     *,
     kill: bool = False,
     progress: Callable[[Result], None] | None = None,
+    wire: OverHttp | None = None,
 ) -> Iterator[Result]:
     for case in selected:
-        result = run_case(spec, text, case, kill=kill)
+        began = time.monotonic()
+        result = run_case(spec, text, case, kill=kill, wire=wire)
+        result.seconds = round(time.monotonic() - began, 3)
         if progress is not None:
             progress(result)
         yield result
 
 
-def reproduce(spec_path: str, case: Case, kill: bool) -> str:
-    """The command that runs one case again."""
+def reproduce(spec_path: str, case: Case, kill: bool, bindings: str | None = None) -> str:
+    """The command that runs one case again (``bindings``: the binding file its adapters were
+    reached through over HTTP)."""
     flags = (" --kill" if kill else "") + (" --compare naive" if case.strategy == "naive" else "")
+    flags += f" --bindings {bindings}" if bindings else ""
     return f"ratchet check {spec_path} --case {case.name}{flags}"
 
 

@@ -7,9 +7,11 @@
 * attempts within budget;
 * no run lost or stuck (it ends done, or with a person holding an operator item);
 * in a saga that compensated (it entered a ``compensate`` state), every forward effect applied in
-  the practice world is undone exactly once, or kept on purpose (its compensation is ``none`` or
-  ``impossible``, recorded in the history), or named by the open operator item the run ends in:
-  a run never ends compensated, or cancelled, with a change still made.
+  the practice world is undone exactly once, or kept on purpose (its compensation is
+  ``none: …``, recorded in the history as kept); one that cannot be undone (``impossible: …``,
+  recorded too), declares no compensation, or whose registered undo never ran, is a violation
+  unless the run ends with a person whose operator item names it: a run never ends compensated,
+  or cancelled, with a change still made that nobody was told of.
 
 Each broken invariant is a :class:`Violation` of one :class:`ViolationKind`: the kind, never the
 wording of the message, says what broke (the check table's verdict is read from it).
@@ -175,6 +177,8 @@ def _saga(
                     ViolationKind.KEPT_UNRECORDED,
                     f"{where} is kept ({declared.kind}) but the run never recorded it as kept",
                 )
+            if declared.kind == "impossible":  # a change still made: a person must know
+                yield from _left_to_a_person(op, where, ending, run, named, "cannot be undone")
             continue
         undo_ids = {u.operation_id for u in operations.values() if u.compensates == op.operation_id}
         if declared is not None and declared.effect is not None:
@@ -182,16 +186,22 @@ def _saga(
         undone = sum(1 for c in changes if c.operation_id in undo_ids)
         if undone > 1:
             yield Violation(ViolationKind.DUPLICATE, f"{op.effect} undone {undone} times")
-        elif undone == 0 and run.status != "needs_person":
-            yield Violation(
-                ViolationKind.LEFT_UNCOMPENSATED, f"{where} was made and never undone, yet {ending}"
-            )
-        elif undone == 0 and op.effect not in named and op.operation_id not in named:
-            yield Violation(
-                ViolationKind.LEFT_UNREPORTED,
-                f"{where} was made and never undone, and the operator item {run.id} is left in "
-                "does not name it",
-            )
+        elif undone == 0:
+            yield from _left_to_a_person(op, where, ending, run, named, "was made and never undone")
+
+
+def _left_to_a_person(
+    op: OperationRecord, where: str, ending: str, run: RunRecord, named: set[str], what: str
+) -> Iterator[Violation]:
+    """A change still made at the end of a saga: a violation unless the run ends with a person
+    whose operator item names it."""
+    if run.status != "needs_person":
+        yield Violation(ViolationKind.LEFT_UNCOMPENSATED, f"{where} {what}, yet {ending}")
+    elif op.effect not in named and op.operation_id not in named:
+        yield Violation(
+            ViolationKind.LEFT_UNREPORTED,
+            f"{where} {what}, and the operator item {run.id} is left in does not name it",
+        )
 
 
 def _declared_undo(spec: Spec, effect: str) -> Compensation | None:
@@ -203,11 +213,15 @@ def _declared_undo(spec: Spec, effect: str) -> Compensation | None:
 
 def _named_in_queue(runner: Runner, run: RunRecord) -> set[str]:
     """The effects and operation IDs the run's operator item names: in its evidence (left to
-    undo, or failed), or in what it asks the person to do."""
+    undo, failed, or impossible to undo), or in what it asks the person to do."""
     from ..engine.operator_queue import evidence
 
     found = evidence(runner, run)
     named = {str(d["effect"]) for d in found["left"]} | {str(d["effect"]) for d in found["failed"]}
-    queued = latest_event(runner.store.history(run.id), ("queued", "stuck"))
+    named |= {str(d["effect"]) for d in found["not_undoable"] if d.get("undo") == "impossible"}
+    history = runner.store.history(run.id)
+    queued = latest_event(history, ("queued", "stuck"))
     named |= {str(queued[k]) for k in ("effect", "operation_id") if queued.get(k)}
+    left = latest_event(history, ("compensation_incomplete",))
+    named |= {str(v) for k in ("effects", "operation_ids") for v in left.get(k, ())}
     return named

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..engine.resolution import describe as binding_text
+from ..settings import printable
 from ..store.records import EventRecord, RunRecord
 
 
@@ -23,6 +24,7 @@ _TITLES = {
     "compensation_registered": "undo registered",
     "no_compensation": "no undo",
     "compensation_skipped": "undo skipped",
+    "compensation_incomplete": "cannot undo all",
     "retry_scheduled": "retry scheduled",
     "decision_needed": "decision needed",
     "reconcile_found": "reconcile found",
@@ -46,7 +48,7 @@ def describe(event: EventRecord) -> str:
     kind = event.kind
     texts = {
         "created": lambda: (
-            f"started in {d.get('state')} (business key {d.get('business_key')})"
+            f"started in {d.get('state')} (business key {printable(str(d.get('business_key')))})"
             + (f" under {binding_text(d['binding'])}" if isinstance(d.get("binding"), dict) else "")
         ),
         "approved": lambda: (
@@ -54,7 +56,15 @@ def describe(event: EventRecord) -> str:
             f" · digest {str(d.get('digest'))[:12]}"
         ),
         "rejected": lambda: f"by {d.get('actor')}: {d.get('action')} · {d.get('reason') or ''}",
-        "moved": lambda: f"{d.get('from')} --{d.get('event')}--> {d.get('to')}",
+        "moved": lambda: (
+            f"{d.get('from')} --{d.get('event')}--> {d.get('to')}"
+            + (
+                f" ({d.get('from')} has no row for {d.get('instead_of')}: its "
+                f"{d.get('event')} row was followed)"
+                if d.get("instead_of")
+                else ""
+            )
+        ),
         "queued": lambda: f"for a person in {d.get('queue')}: {d.get('operator_action')}",
         "pending": lambda: (
             f"write-ahead record: {d.get('action')} · {_op(d)}"
@@ -97,6 +107,10 @@ def describe(event: EventRecord) -> str:
         ),
         "compensation_skipped": lambda: f"{d.get('effect')} is not undone: {d.get('reason')}",
         "compensated": lambda: f"{d.get('undone')} compensation(s) done, newest first",
+        "compensation_incomplete": lambda: (
+            f"{d.get('undone')} compensation(s) done, newest first; {d.get('reason')}: "
+            "left to a person"
+        ),
         "paused": lambda: (
             f"{d.get('reason')}"
             + (f" · proposes {d.get('proposal')}" if d.get("proposal") else "")
@@ -125,13 +139,30 @@ def describe(event: EventRecord) -> str:
 
 
 def title(event: EventRecord) -> str:
+    if event.kind == "timeout":  # every ambiguous outcome: say which it was
+        return _unknown_outcome(str(event.data.get("reason", "")))
     return _TITLES.get(event.kind, event.kind)
+
+
+def _unknown_outcome(reason: str) -> str:
+    """What kind of unknown outcome ``reason`` describes: a reply that came but cannot be read,
+    no reply in time, or a connection lost after the request may have been sent."""
+    said = reason.lower()
+    if "does not say whether" in said:
+        return "unclear reply"
+    if "larger than" in said:
+        return "reply too large"
+    if "malformed" in said or "no json" in said or "without the receipt" in said:
+        return "malformed reply"
+    if any(word in said for word in ("timeout", "timed out", "deadline", "no reply")):
+        return "timeout"
+    return "reply lost"
 
 
 def lines(run: RunRecord, history: list[EventRecord]) -> list[str]:
     """A header line for the run, then one line per event."""
     head = (
-        f"{run.id} · {run.workflow} {run.business_key} · {run.state} ({run.status}) · "
+        f"{run.id} · {run.workflow} {printable(run.business_key)} · {run.state} ({run.status}) · "
         f"version {run.version}"
     )
     return [head] + [f"  v{e.version:<3} {title(e):<23} {describe(e)}" for e in history]

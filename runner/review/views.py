@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..settings import printable
 from ..store.records import latest_event
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from ..worker.passes import PassReport
     from ..worker.pool import PoolReport
     from .check import Result
+    from .check_http import OverHttp
     from .invariants import ViolationKind
 
 Json = dict[str, Any]
@@ -46,12 +48,14 @@ class CommandOutcome(Protocol):
 # -- validation ---------------------------------------------------------------------------------
 
 
-def validation_json(reports: Sequence[Report], strict: bool) -> Json:
-    """``ratchet validate --json``: the verdict, and every file's findings."""
+def validation_json(reports: Sequence[Report], strict: bool, skipped: Sequence[str] = ()) -> Json:
+    """``ratchet validate --json``: the verdict, every file's findings, and the files a
+    directory held that were skipped as no spec."""
     return {
         "valid": all(r.ok(strict=strict) for r in reports),
         "strict": strict,
         "files": [r.to_json(strict=strict) for r in reports],
+        "skipped": list(skipped),
     }
 
 
@@ -120,7 +124,7 @@ def summary_text(summary: Mapping[str, Any], headline: str = "") -> str:
     lines = [headline] if headline else []
     run = summary["run"]
     lines.append(
-        f"run {run} · {summary['workflow']} {summary['business_key']} · "
+        f"run {run} · {summary['workflow']} {printable(summary['business_key'])} · "
         f"{summary['state']} ({summary['status']})"
     )
     request = summary.get("waiting_for")
@@ -154,7 +158,8 @@ RUNS_HEADER = f"{'RUN':<22} {'WORKFLOW':<10} {'KEY':<14} {'STATE':<16} {'STATUS'
 def runs_lines(found: Iterable[RunRecord]) -> list[str]:
     """``ratchet runs``: a header, then one line per run."""
     return [RUNS_HEADER] + [
-        f"{r.id:<22} {r.workflow:<10} {r.business_key:<14} {r.state:<16} {r.status:<13} {r.version}"
+        f"{r.id:<22} {r.workflow:<10} {printable(r.business_key):<14} {r.state:<16} "
+        f"{r.status:<13} {r.version}"
         for r in found
     ]
 
@@ -166,7 +171,7 @@ def stuck_json(stalled: Iterable[tuple[RunRecord, str]]) -> list[Json]:
 def stuck_lines(stalled: Iterable[tuple[RunRecord, str]]) -> list[str]:
     """``ratchet runs --stuck``: one line per run nobody is moving, and why."""
     return [
-        f"{r.id:<22} {r.workflow:<10} {r.business_key:<14} {r.state:<16} {why}"
+        f"{r.id:<22} {r.workflow:<10} {printable(r.business_key):<14} {r.state:<16} {why}"
         + (f" (owner {r.lease_owner})" if r.lease_owner else "")
         for r, why in stalled
     ]
@@ -210,7 +215,7 @@ def status_lines(
         age = _held(lease, now)
         since = "" if age is None else f"held {age:.0f} s · "
         lines.append(
-            f"lease  {lease['id']:<22} {lease['business_key']:<14} {lease['state']:<16} "
+            f"lease  {lease['id']:<22} {printable(lease['business_key']):<14} {lease['state']:<16} "
             f"{lease['lease_owner']} · {since}{when}"
         )
     return lines
@@ -323,8 +328,8 @@ def queue_lines(items: Iterable[Mapping[str, Any]]) -> list[str]:
     for item in items:
         ev = item["evidence"]
         lines.append(
-            f"{item['run']} · {item['workflow']} {item['business_key']} · {item['state']}"
-            f" · waiting {age(item['age_seconds'])}"
+            f"{item['run']} · {item['workflow']} {printable(item['business_key'])} · "
+            f"{item['state']} · waiting {age(item['age_seconds'])}"
         )
         lines.append(f"  to do:  {item['operator_action']}")
         for label, key in (("done", "done"), ("undone", "undone")):
@@ -374,7 +379,10 @@ def worst_kind(result: Result) -> ViolationKind | None:
 
 def verdict(result: Result) -> str:
     """One cell of the check table: changes, amount, calls, and the verdict from the kind."""
-    amount = f" {result.amount:.2f}" if result.amount is not None else ""
+    if result.amount is not None:
+        amount = f" {result.amount:.2f}"
+    else:  # several operations moved amounts: each its own figure, never one sum
+        amount = "".join(f" {op} {value:.2f}" for op, value in result.amounts.items())
     worst = worst_kind(result)
     label = "ok" if worst is None else VERDICTS[worst.value]
     return f"{result.changes} change(s){amount} · {result.calls} call(s) · {label}"
@@ -389,14 +397,33 @@ def check_table(results: Iterable[Result], compare: bool) -> list[str]:
     for result in results:
         c = result.case
         by_case.setdefault((c.example, c.effect, c.window, c.fault), {})[c.strategy] = result
-    lines = [CHECK_HEADER + ("NAIVE" if compare else "")]
-    for (example, effect, window, fault), pair in by_case.items():
-        ours = verdict(pair["ratchet"])  # a long verdict still leaves a space before NAIVE
-        line = f"{example:<16} {effect:<18} {window:<15} {fault:<21} {ours:<35} "
-        if compare and "naive" in pair:
-            line += verdict(pair["naive"])
-        lines.append(line.rstrip())
-    return lines
+    return [check_header(compare)] + [check_row(pair, compare) for pair in by_case.values()]
+
+
+def check_header(compare: bool) -> str:
+    return CHECK_HEADER + ("NAIVE" if compare else "")
+
+
+def check_row(pair: Mapping[str, Result], compare: bool) -> str:
+    """A case's line of the table, from its result under each strategy run."""
+    c = pair["ratchet"].case
+    ours = verdict(pair["ratchet"])  # a long verdict still leaves a space before NAIVE
+    line = f"{c.example:<16} {c.effect:<18} {c.window:<15} {c.fault:<21} {ours:<35} "
+    if compare and "naive" in pair:
+        line += verdict(pair["naive"])
+    return line.rstrip()
+
+
+def slowest(results: Sequence[Result], most: int = 3) -> str:
+    """``slowest: CASE 3.2 s, CASE 2.9 s, …``: the ``most`` cases that took longest
+    (strategies added up); "" when there are no more cases than that."""
+    per_case: dict[str, float] = {}
+    for r in results:
+        per_case[r.case.name] = per_case.get(r.case.name, 0.0) + r.seconds
+    if len(per_case) <= most:  # a few cases: the table says it all
+        return ""
+    ranked = sorted(per_case.items(), key=lambda item: -item[1])[:most]
+    return "slowest: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in ranked)
 
 
 #: What ``ratchet run --naive`` says first.
@@ -406,14 +433,18 @@ NAIVE_WARNING = (
 )
 
 
-def violation_lines(failed: Iterable[Result], spec_path: str, kill: bool) -> list[str]:
-    """Each failed case of ``ratchet check``: its violations, and the command that reproduces it."""
+def violation_lines(
+    failed: Iterable[Result], spec_path: str, kill: bool, wire: OverHttp | None = None
+) -> list[str]:
+    """Each failed case of ``ratchet check``: its violations, and the command that reproduces it
+    (with ``--bindings FILE`` when its adapters went over HTTP, ``wire``)."""
     from .check import reproduce
 
+    bindings = None if wire is None else wire.file
     lines = []
     for result in failed:
         lines.append(f"VIOLATION {result.case.name}: {'; '.join(map(str, result.violations))}")
-        lines.append(f"  reproduce: {reproduce(spec_path, result.case, kill)}")
+        lines.append(f"  reproduce: {reproduce(spec_path, result.case, kill, bindings)}")
     return lines
 
 
@@ -422,21 +453,33 @@ def failed_cases(results: Iterable[Result]) -> list[Result]:
     return [r for r in results if r.case.strategy == "ratchet" and not r.ok]
 
 
-def check_json(spec_path: str, kill: bool, results: Sequence[Result]) -> Json:
-    """``ratchet check --json``: the cases, Ratchet's violations, and every result."""
+def check_json(
+    spec_path: str, kill: bool, results: Sequence[Result], wire: OverHttp | None = None
+) -> Json:
+    """``ratchet check --json``: the cases, Ratchet's violations, and every result; ``over_http``,
+    the binding and the adapters reached over HTTP (None: every adapter in-process)."""
     return {
         "spec": spec_path,
         "kill": kill,
-        "cases": len(results),
+        "over_http": None if wire is None else wire.to_json(),
+        "cases": len({r.case.name for r in results}),  # a case run by both strategies is one
+        "runs": len(results),
         "violations": sum(len(r.violations) for r in failed_cases(results)),
         "results": [r.to_json() for r in results],
     }
 
 
-def check_tally(results: Sequence[Result], strategies: int, kill: bool, compare: bool) -> str:
+def check_tally(
+    results: Sequence[Result],
+    strategies: int,
+    kill: bool,
+    compare: bool,
+    wire: OverHttp | None = None,
+) -> str:
     """The line under the table: how many cases, and how many failed under each strategy."""
     naive_bad = sum(1 for r in results if r.case.strategy == "naive" and not r.ok)
     mode = "killed with SIGKILL" if kill else "in-process"
+    mode += ", calls over HTTP" if wire is not None else ""
     return (
         f"{len(results) // strategies} case(s), crashes {mode}: "
         f"{len(failed_cases(results))} with violations under Ratchet's protocol"

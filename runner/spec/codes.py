@@ -40,6 +40,11 @@ CODES: dict[str, str] = {
     "E307": "an expression calls a function that does not exist",
     "E308": "unknown effect argument",
     "E309": "an effect names an operation its adapter does not have",
+    "E310": "an effect's arguments are not those its operation takes",
+    "E311": "a receipt field the operation does not return",
+    "E312": "an effect reconciles with a lookup its operation's contract does not name",
+    "E313": "an expression compares or computes with values of types that do not go together",
+    "E314": "a business key or an effect argument reads an input field that is not required",
     # E4xx / W4xx: the state graph
     "W401": "a state cannot be reached from the start state",
     "E402": "a non-terminal state has no way out",

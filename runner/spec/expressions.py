@@ -9,9 +9,10 @@ CEL does not have, is a located spec error, found before any run.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +26,7 @@ from celpy.celparser import CELParseError
 from lark import Lark, Token, Tree
 
 from ..errors import ExpressionError
+from .numbers import OPERATORS
 
 
 def _cache_dir() -> Path | None:
@@ -233,8 +235,9 @@ def _depth(root: Any) -> int:
 
 @lru_cache(maxsize=4096)
 def _program(source: str) -> Any:
-    """The runnable form of a compiled expression (building it costs more than running it)."""
-    return _env().program(compile_expression(source).tree)
+    """The runnable form of a compiled expression (building it costs more than running it), with
+    the operators of the numeric model (:mod:`~ratchet_runner.spec.numbers`)."""
+    return _env().program(compile_expression(source).tree, functions=OPERATORS)
 
 
 @lru_cache(maxsize=4096)
@@ -262,6 +265,11 @@ def compile_expression(source: str) -> Expression:
     calls = tuple(parts[0] for kind, parts in found if kind == "call")
     whole = _dotted(tree)
     return Expression(source, tree, paths, calls, tuple(whole) if whole else None)
+
+
+def _did_you_mean(walked: str, part: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(part, [str(k) for k in known], n=1)
+    return f"did you mean {walked}.{close[0]}? " if close else ""
 
 
 @dataclass(frozen=True)
@@ -304,7 +312,7 @@ class Scope:
                     raise ExpressionError(
                         "E306",
                         f"{source!r} names {walked}.{part}, which is not a declared field "
-                        f"(fields: {fields})",
+                        f"({_did_you_mean(walked, part, props)}fields: {fields})",
                     )
                 rule = props[part] if isinstance(props[part], dict) else None
             else:
@@ -312,7 +320,8 @@ class Scope:
                     fields = ", ".join(sorted(rule))
                     raise ExpressionError(
                         "E306",
-                        f"{source!r} names {walked}.{part}, which does not exist (known: {fields})",
+                        f"{source!r} names {walked}.{part}, which does not exist "
+                        f"({_did_you_mean(walked, part, rule)}known: {fields})",
                     )
                 rule = None
             walked = f"{walked}.{part}"

@@ -22,7 +22,9 @@ later, however deep in the rows, points at its line and column.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,8 +227,17 @@ def _syntax_error(file: str, text: str, exc: yaml.YAMLError) -> SpecError:
 
 
 def load_file(path: str | Path, display: str | None = None) -> Document:
-    """Read and load the spec at ``path``; ``display`` is the name used in diagnostics."""
+    """Read and load the spec at ``path``; ``display`` is the name used in diagnostics. Only a
+    regular file is opened (E100 otherwise): opening a FIFO would wait for a writer forever, and
+    a device or a socket is no spec."""
     name = display if display is not None else str(path)
+    try:
+        kind = os.stat(path).st_mode
+    except OSError as exc:
+        raise _fail(name, (1, 1), "E100", exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(kind):
+        what = "a FIFO" if stat.S_ISFIFO(kind) else "a folder" if stat.S_ISDIR(kind) else "special"
+        raise _fail(name, (1, 1), "E100", f"not a regular file ({what})")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_BYTES + 1)

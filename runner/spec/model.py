@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -69,13 +70,31 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Contract:
+    """One operation an adapter's contract declares: the arguments it requires (``args``) and
+    also takes (``optional_args``), the reply field that identifies its change (``receipt``),
+    and the lookup that finds that change by operation ID (``lookup``)."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    optional_args: tuple[str, ...] = ()
+    receipt: str | None = None
+    lookup: str | None = None
+    pointer: str = ""
+
+
+@dataclass(frozen=True)
 class Adapter:
+    """A dependency: the ``kind`` that serves it in practice, and, when the spec declares them,
+    the operations it needs of it (``operations``, its contract; None: none declared)."""
+
     name: str
     kind: str
     attempts: int = 1
     upstream_attempts: int = 1
     config: dict[str, Any] = field(default_factory=dict)
     pointer: str = ""
+    operations: Mapping[str, Contract] | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +268,22 @@ def _tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _contract(pointer: str, data: dict[str, Any] | None) -> dict[str, Contract] | None:
+    if data is None:
+        return None
+    return {
+        name: Contract(
+            name,
+            _tuple(op.get("args")),
+            _tuple(op.get("optional_args")),
+            op.get("receipt"),
+            op.get("lookup"),
+            f"{pointer}/operations/{name}",
+        )
+        for name, op in data.items()
+    }
+
+
 def _seconds(text: str | None, default: float) -> float:
     parsed = parse_duration(text)
     return default if parsed is None else parsed
@@ -276,6 +311,7 @@ def build(doc: Document) -> Spec:
             int(a.get("upstream_attempts", 1)),
             dict(a.get("config", {})),
             f"/adapters/{name}",
+            _contract(f"/adapters/{name}", a.get("operations")),
         )
         for name, a in (data.get("adapters") or {}).items()
     }

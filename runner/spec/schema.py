@@ -101,6 +101,32 @@ def _misspelling(error: ValidationError, missing: str) -> str | None:
     return None
 
 
+#: The schema's pattern of a duration (``30s``, ``24h``).
+DURATION = "^[0-9]+(ms|s|m|h|d)$"
+_DURATION_WORDS = "a duration is a whole number and a unit, ms, s, m, h or d (e.g. 30s, 24h)"
+#: An unknown field with a space in its name and no value: what YAML makes of the rest of a value
+#: that an unquoted comma cut short inside ``{...}``.
+_SPLIT_BY_COMMA = (
+    "; a comma inside {...} ends a value: if this is the rest of the value before it, quote that "
+    "whole value"
+)
+
+
+def _duration_hint(error: ValidationError, where: str) -> str:
+    """For a number where a duration goes: what to write instead (else "")."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    number = error.instance
+    if schema.get("pattern") != DURATION or not isinstance(number, int | float):
+        return ""
+    if isinstance(number, bool):
+        return ""
+    if isinstance(number, int) or number.is_integer():
+        written = f"{int(number)}s (or ms, m, h, d)"
+    else:
+        written = f"{round(number * 1000)}ms"
+    return f"{where} is a number, and a duration goes here: write {written}; {_DURATION_WORDS}"
+
+
 def _leaf(error: ValidationError) -> ValidationError:
     """For oneOf/anyOf failures, the alternative that came closest."""
     while error.context:
@@ -118,6 +144,8 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         for key in sorted(set(error.instance) - set(known)):
             hint = difflib.get_close_matches(key, known, n=1)
             tail = f"; did you mean {hint[0]!r}?" if hint else f"; allowed: {', '.join(known)}"
+            if error.instance[key] is None and any(c.isspace() for c in str(key)):
+                tail += _SPLIT_BY_COMMA
             yield doc.diagnostic(
                 pointer_join(pointer, key),
                 "E201",
@@ -142,7 +170,9 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         yield doc.diagnostic(
             pointer,
             "E203",
-            f"{where} is {_type_word(error.instance)}; expected {_expected(error.validator_value)}",
+            _duration_hint(error, where)
+            or f"{where} is {_type_word(error.instance)}; "
+            f"expected {_expected(error.validator_value)}",
         )
         return
     if kind == "propertyNames":
@@ -156,8 +186,16 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         )
         return
     if kind == "enum":
-        allowed = ", ".join(str(v) for v in list(error.validator_value))  # type: ignore[arg-type]
-        message = f"{where} is {_describe(error.instance)}; allowed: {allowed}"
+        options = [str(v) for v in list(error.validator_value)]  # type: ignore[arg-type]
+        close = (
+            difflib.get_close_matches(error.instance, options, n=1)
+            if isinstance(error.instance, str)
+            else []
+        )
+        guess = f"; did you mean {close[0]!r}?" if close else ""
+        message = f"{where} is {_describe(error.instance)}; allowed: {', '.join(options)}{guess}"
+    elif kind == "pattern" and error.validator_value == DURATION:
+        message = f"{where} is {_describe(error.instance)}; {_DURATION_WORDS}"
     elif kind == "pattern":
         message = f"{where} is {_describe(error.instance)}; it must match {error.validator_value}"
     else:

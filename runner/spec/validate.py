@@ -8,6 +8,7 @@ is the strict form the runner uses: it returns a :class:`~ratchet_runner.spec.mo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..errors import Diagnostic, SpecError
 from .lint import lint
-from .loader import Document, load_file, load_text
+from .loader import MAX_BYTES, Document, load_file, load_text
 from .model import Spec, build
 from .schema import validate_document
 
@@ -62,13 +63,36 @@ def validate_document_full(doc: Document) -> Report:
     return report
 
 
-def spec_files(paths: Iterable[str]) -> Iterator[tuple[Path, str]]:
+#: A top-level key every spec has. A file found in a directory with neither is not a spec (an
+#: input file, a CI config, notes) and is skipped with a note, not reported as spec errors.
+_SPEC_KEY = re.compile(rb"^(?:name|transitions)[ \t]*:", re.M)
+
+
+def looks_like_spec(path: Path) -> bool:
+    """Whether the file at ``path`` has a top-level ``name:`` or ``transitions:`` line (or
+    cannot be read: then it is validated, and its error reported)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(MAX_BYTES + 1)
+    except OSError:
+        return True
+    return _SPEC_KEY.search(head) is not None
+
+
+def spec_files(
+    paths: Iterable[str], skipped: list[str] | None = None
+) -> Iterator[tuple[Path, str]]:
     """Each given path with the name to report it by; a directory stands for every ``.yaml`` and
-    ``.yml`` file under it, in sorted order."""
+    ``.yml`` file under it that looks like a spec (:func:`looks_like_spec`), in sorted order, and
+    the others are added to ``skipped``. A file named explicitly is always validated."""
     for given in paths:
         path = Path(given)
         if path.is_dir():
             for found in sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")):
+                if found.is_file() and not looks_like_spec(found):
+                    if skipped is not None:
+                        skipped.append(str(found))
+                    continue
                 yield found, str(found)
         else:
             yield path, given
@@ -99,6 +123,22 @@ def load_spec(path: str | Path, *, strict: bool = False) -> Spec:
     if not report.ok(strict=strict) or report.spec is None:
         raise SpecError(report.errors or report.diagnostics)
     return report.spec
+
+
+def load_stored_spec(text: str, name: str = "<stored spec>") -> Spec:
+    """The spec version a run is pinned to, from the text stored when its first run started.
+
+    That text was valid then; a check added to Ratchet since (a stricter schema, a new lint) must
+    not strand the runs pinned to it, so its findings are not held against it: only a text that
+    no longer loads, or no longer builds into a spec, is refused (:class:`SpecError`)."""
+    doc = load_text(text, name)
+    report = validate_document_full(doc)
+    if report.spec is not None:
+        return report.spec
+    try:
+        return build(doc)
+    except Exception:  # the shapes the model needs are gone: nothing can drive it
+        raise SpecError(report.errors or report.diagnostics) from None
 
 
 def load_spec_text(text: str, name: str = "<stored spec>") -> Spec:

@@ -18,14 +18,16 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, make_url
-from sqlalchemy.exc import DataError, DisconnectionError, OperationalError
+from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make_url
+from sqlalchemy.exc import DatabaseError, DisconnectionError, IntegrityError
 
 from ..clock import Clock
 from ..errors import StoreError
-from ..settings import ENV_DB, home
+from ..settings import ENV_DB, home_folder
 
 #: A pooled PostgreSQL connection idle for longer than this is pinged before it is used again
 #: (one that is in steady use is not: a ping per checkout would double a commit's round trips).
@@ -141,14 +143,31 @@ def dialect_for(url: str, clock: Clock) -> Dialect:
     return Dialect()
 
 
+def sqlite_url(path: Path, *, read_only: bool = False) -> str:
+    """The URL of the SQLite file at ``path``, built from its parts: a path may hold ``?``,
+    ``%`` or ``#`` (pasted into a URL, they would start its query or escape, and the store
+    would land in another file). ``read_only``: opened for reading only; when the file's
+    write-ahead log cannot be read (a read-only folder in which it is not there), as immutable,
+    which is how SQLite reads a WAL database on a read-only file system."""
+    if not read_only:
+        return URL.create("sqlite", database=str(path)).render_as_string(hide_password=False)
+    query = {"mode": "ro", "uri": "true"}
+    beside = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+    if not all(p.exists() for p in beside):
+        query["immutable"] = "1"
+    database = "file:" + quote(str(path), safe="/")
+    return URL.create("sqlite", database=database, query=query).render_as_string(
+        hide_password=False
+    )
+
+
 def default_url() -> str:
-    """``$RATCHET_DB``, else the SQLite file ``ratchet.db`` under :func:`home`."""
+    """``$RATCHET_DB``, else the SQLite file ``ratchet.db`` under :func:`home` (made if missing;
+    a :class:`~ratchet_runner.errors.UsageError` if it cannot be a folder)."""
     configured = os.environ.get(ENV_DB)
     if configured:
         return configured
-    path = home() / "ratchet.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    return sqlite_url(home_folder() / "ratchet.db")
 
 
 def redact(url: str) -> str:
@@ -168,12 +187,27 @@ def why(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
+def failure(exc: BaseException) -> str:
+    """What went wrong with the store, for a message: what the database said, and, for the
+    failures a person can act on (a read-only file, a full disk, corrupt pages), what it means."""
+    said = why(exc)
+    if "readonly database" in said or "read-only" in said:
+        return f"it is read-only ({said}): it can be read, not changed"
+    if "disk is full" in said or "No space left" in said:
+        return f"its disk is full ({said}); nothing was written"
+    if "malformed" in said or "not a database" in said:
+        return f"its pages are corrupt ({said}); restore it from a backup"
+    return said
+
+
 @contextmanager
 def failures() -> Iterator[None]:
-    """A database that fails (gone, or refusing a value it cannot hold) raises
-    :class:`~ratchet_runner.errors.StoreError`; a constraint it enforces stays an
+    """A database that fails (gone, refusing a value it cannot hold, read-only, full, corrupt)
+    raises :class:`~ratchet_runner.errors.StoreError`; a constraint it enforces stays an
     :class:`~sqlalchemy.exc.IntegrityError`, for the store to say what it means."""
     try:
         yield
-    except (OperationalError, DataError) as exc:  # DataError: a value it cannot hold
-        raise StoreError(f"the store failed: {why(exc)}") from None
+    except IntegrityError:
+        raise
+    except DatabaseError as exc:  # OperationalError, DataError, a corrupt page, ...
+        raise StoreError(f"the store failed: {failure(exc)}") from None

@@ -24,8 +24,8 @@ from sqlalchemy import Connection, bindparam, func, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..clock import Clock, SystemClock
-from ..errors import RunNotFound, StoreError
-from .dialects import default_url, dialect_for, failures, redact, why
+from ..errors import RunNotFound, StoreError, UnstorableValue
+from .dialects import default_url, dialect_for, failure, failures, redact, why
 from .postgres import PostgresWriter
 from .records import (
     ApprovalRecord,
@@ -39,7 +39,7 @@ from .records import (
     TimerRecord,
 )
 from .sqlite import SQLiteWriter
-from .tables import approvals, events, meta, operations, runs, signals, spec_versions, timers
+from .tables import approvals, events, meta, operations, runs, signals, spec_versions, timers, unfit
 from .writer import Writer
 
 #: The writer of each database, by its dialect's name (any other database: the plain one).
@@ -83,7 +83,9 @@ class Store:
             if create:
                 self._writer.create_schema(self.dialect, practice)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the store at {redact(self.url)}: {why(exc)}") from None
+            raise StoreError(
+                f"cannot open the store at {redact(self.url)}: {failure(exc)}"
+            ) from None
         except Exception as exc:  # a bad URL, a missing driver
             raise StoreError(f"cannot open the store at {redact(self.url)}: {exc}") from None
 
@@ -156,14 +158,55 @@ class Store:
             raise StoreError(f"no spec version {digest[:12]} in the store")
         return str(row[0])
 
+    # -- what the store can keep -----------------------------------------------------------
+
+    @staticmethod
+    def _refuse_unfit(rows: Iterator[tuple[Any, dict[str, Any], str]]) -> None:
+        """Raise :class:`~ratchet_runner.errors.UnstorableValue` for the first row that cannot
+        be written as it is (:func:`~ratchet_runner.store.tables.unfit`), before any is."""
+        for table, row, label in rows:
+            problem = unfit(table, row, label)
+            if problem is not None:
+                raise UnstorableValue(f"cannot store {problem}; nothing was written")
+
+    @staticmethod
+    def _new_run_rows(
+        new: NewRun, history: list[Event]
+    ) -> Iterator[tuple[Any, dict[str, Any], str]]:
+        yield runs, new.record().__dict__, "run"
+        for kind, data in history:
+            yield events, {"kind": kind, "data": data}, f"{kind} event"
+        for timer in new.timers:
+            yield timers, dict(timer), "timer"
+
+    @staticmethod
+    def _change_rows(change: Change, after: RunRecord) -> Iterator[tuple[Any, dict[str, Any], str]]:
+        yield runs, {"state": after.state, "context": after.context}, "run"
+        for kind, data in change.events:
+            yield events, {"kind": kind, "data": data}, f"{kind} event"
+        for op in change.new_operations:
+            yield operations, dict(op), "operation"
+        for _operation_id, fields in change.operation_updates:
+            yield operations, dict(fields), "operation"
+        for approval in change.new_approvals:
+            yield approvals, dict(approval), "approval"
+        for timer in change.new_timers:
+            yield timers, dict(timer), "timer"
+        for signal in change.new_signals:
+            yield signals, dict(signal), "signal"
+
     # -- runs -------------------------------------------------------------------------------
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run ``new``, or return the one that already exists for its business key.
 
         Returns ``(run, created)``. Starting the same piece of work twice is not an error: it is
-        the same run.
+        the same run. A value the store cannot keep as it is (a business key too long, a number
+        that is not finite, text that is not valid Unicode) raises
+        :class:`~ratchet_runner.errors.UnstorableValue`, the same on every database, and nothing
+        is written.
         """
+        self._refuse_unfit(self._new_run_rows(new, new.history()))
         try:
             self._writer.create_run(new, self._stamped(new.history()))
         except IntegrityError as exc:  # the business key has a run already (or no such spec)
@@ -181,17 +224,43 @@ class Store:
         return RunRecord(**row._mapping)
 
     def resolve(self, reference: str) -> RunRecord:
-        """The run named by its ID, or by its business key when only one run has it."""
+        """The run named by its ID, or by its business key when only one run has it (a
+        reference that looks like an ID, ``run_...``, is looked up as a business key too when no
+        run has that ID: a store may hold keys from before such keys were refused)."""
+        by_id: RunNotFound | None = None
         if reference.startswith("run_"):
-            return self.get_run(reference)
+            try:
+                return self.get_run(reference)
+            except RunNotFound as missing:
+                by_id = missing
         with self._read() as conn:
             rows = conn.execute(select(runs).where(runs.c.business_key == reference)).fetchall()
         if not rows:
-            raise RunNotFound(f"no run has the ID or business key {reference!r}")
+            raise by_id or RunNotFound(
+                f"no run has the ID or business key {reference!r}{self._keys_beginning(reference)}"
+            )
         if len(rows) > 1:
             ids = ", ".join(f"{r.id} ({r.workflow})" for r in rows)
             raise RunNotFound(f"several runs have the business key {reference!r}: {ids}")
         return RunRecord(**rows[0]._mapping)
+
+    def _keys_beginning(self, reference: str, shown: int = 5) -> str:
+        """A hint naming the business keys that start with ``reference`` (a ticket whose runs are
+        keyed ``TICKET/ACTION``, say), with each run's workflow; empty when none does."""
+        if not reference:
+            return ""
+        query = (
+            select(runs.c.business_key, runs.c.workflow)
+            .where(runs.c.business_key.startswith(reference, autoescape=True))
+            .order_by(runs.c.business_key, runs.c.workflow)
+            .limit(shown + 1)
+        )
+        with self._read() as conn:
+            found = [f"{key!r} ({workflow})" for key, workflow in conn.execute(query)]
+        if not found:
+            return ""
+        more = ", ..." if len(found) > shown else ""
+        return f"; business keys that start with it: {', '.join(found[:shown])}{more}"
 
     def find_run(self, workflow: str, business_key: str) -> RunRecord | None:
         with self._read() as conn:
@@ -278,6 +347,7 @@ class Store:
         if base is None or base.version != change.expected_version:
             base = self.get_run(change.run_id)
         after = change.preview(base)
+        self._refuse_unfit(self._change_rows(change, after))
         if (
             change.take_lease is not None
             and after.status == "running"

@@ -10,6 +10,7 @@ is a practice store).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -28,6 +29,8 @@ from sqlalchemy import (
     insert,
     select,
 )
+
+from ..settings import MAX_BUSINESS_KEY, MAX_NAME, is_unicode, shown, unstorable
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
 # ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
@@ -64,7 +67,7 @@ runs = Table(
     Column("id", String(40), primary_key=True),
     Column("workflow", String(200), nullable=False),
     Column("spec_digest", String(64), ForeignKey("spec_versions.digest"), nullable=False),
-    Column("business_key", String(400), nullable=False),
+    Column("business_key", String(MAX_BUSINESS_KEY), nullable=False),
     Column("state", String(200), nullable=False),
     Column("status", String(20), nullable=False),
     Column("version", Integer, nullable=False),
@@ -117,8 +120,8 @@ approvals = _run_rows(
     Column("effect", String(200), nullable=False),
     Column("digest", String(64), nullable=False),
     Column("decision", String(20), nullable=False),
-    Column("actor", String(200), nullable=False),
-    Column("role", String(200), nullable=False),
+    Column("actor", String(MAX_NAME), nullable=False),
+    Column("role", String(MAX_NAME), nullable=False),
     Column("reason", Text),
     Column("policy_version", String(100), nullable=False),
     Column("spec_digest", String(64), nullable=False),
@@ -153,7 +156,7 @@ meta = Table(
 signals = Table(
     "signals",
     metadata,
-    Column("signal_id", String(200), primary_key=True),
+    Column("signal_id", String(MAX_NAME), primary_key=True),
     Column("run_id", String(40), ForeignKey("runs.id"), primary_key=True),
     Column("event", String(200), nullable=False),
     Column("data", JSON_TYPE, nullable=False),
@@ -163,6 +166,28 @@ signals = Table(
 #: Every table but ``meta``, children before the runs they belong to (the order a reset empties
 #: them in).
 RUN_TABLES = (events, operations, approvals, timers, signals, runs, spec_versions)
+
+
+def unfit(table: Table, row: Mapping[str, Any], label: str) -> str | None:
+    """Why ``row`` cannot be written to ``table`` as it is, or None: text longer than its column
+    (PostgreSQL refuses it, SQLite would keep it), text that is not valid Unicode, JSON with a
+    number that is not finite (PostgreSQL refuses ``Infinity`` and ``NaN``, SQLite would keep
+    what no JSON reader takes). ``label`` names the row in the message (``signal``)."""
+    for name, value in row.items():
+        column = table.c.get(name)
+        if column is None or value is None:
+            continue
+        if isinstance(column.type, JSON):
+            problem = unstorable(value, f"{label} {name}")
+            if problem is not None:
+                return problem
+        elif isinstance(value, str):
+            length = getattr(column.type, "length", None)
+            if length is not None and len(value) > length:
+                return f"{label} {name} is {len(value):,} characters long (at most {length})"
+            if not is_unicode(value):
+                return f"{label} {name} '{shown(value)}' is not valid Unicode (a lone surrogate)"
+    return None
 
 
 def create_schema(conn: Connection, practice: bool) -> None:

@@ -11,12 +11,14 @@ A worker drives only runs it resolves the same adapters for as the run started u
 (:func:`~ratchet_runner.engine.resolution.refusal`): a run that recorded another binding is left,
 unchanged, to a worker that has it (its lease given back, :class:`BindingMismatch` raised, and
 the run skipped by this worker's next claims); a worker that has no binding at all, on a store
-that is not a practice store, parks the run for a person with the reason.
+that is not a practice store, parks the run for a person with the reason, and says so when it
+starts (:func:`unbound_warning`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..engine.drive import drive, park
@@ -94,6 +96,23 @@ class PassReport:
             "failed": [{"run": run, "error": error} for run, error in self.failed],
             "left": self.left,
         }
+
+
+def unbound_warning(runner: Runner) -> str | None:
+    """What a worker says when it starts with ``runner`` resolving no adapter at all (no binding
+    found, and a store that is not a practice store), or None when it resolves them. Such a
+    worker parks each run it claims whose spec declares adapters (:func:`advance_leased`), and
+    still drives runs of a spec without adapters and fires due timers: a warning, not a refusal."""
+    missing = runner.resolution.missing
+    if missing is None:
+        return None
+    return (
+        f"warning: this worker, in {Path.cwd()}, has no binding: {missing}. Each run it claims "
+        "whose spec declares adapters is parked for a person, nothing called (needs_person, a "
+        "step_failed event, code R203); runs of a spec without adapters are driven, and due "
+        "timers fired, as usual. Give the worker its binding (--bindings FILE or "
+        "RATCHET_BINDINGS), then 'ratchet ops retry RUN --as NAME --role ROLE' for each parked run"
+    )
 
 
 def advance_leased(runner: Runner, claimed: RunRecord, lease: Lease) -> RunRecord:

@@ -21,7 +21,9 @@ is claimed again. Any other unexpected exception a thread meets is reported once
 goes on.
 
 A run started under another binding than the pool's is left to a worker that has it: its lease is
-given back unchanged, and the pool's claims skip it for :data:`LEFT_FOR` seconds.
+given back unchanged, and the pool's claims skip it for :data:`LEFT_FOR` seconds. A pool with no
+binding at all, on a store that is not a practice store, says so once, when its first runner is
+made (:func:`~ratchet_runner.worker.passes.unbound_warning`): it parks the runs it claims.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from ..engine.lease import Lease, Leases, owner_identity, validate_lease
 from ..engine.runner import Runner, RunnerOptions
 from ..errors import BindingMismatch, RatchetError, StoreError, UsageError, VersionConflict
 from ..store.records import RunRecord
-from .passes import advance_leased, fire_due
+from .passes import advance_leased, fire_due, unbound_warning
 
 #: The longest wait, in seconds, between two attempts to reach a store that does not answer.
 MAX_BACKOFF = 5.0
@@ -170,6 +172,7 @@ class Pool:
         self._down_since: float | None = None  # time.monotonic() when the outage began
         self._up_at = float("-inf")  # time.monotonic() when the last outage ended
         self._recovered = threading.Event()  # set when the current outage ends (one per outage)
+        self._warned = False  # that it has no binding at all (said once)
 
     def run(self, *, until_idle: bool = False) -> PoolReport:
         """Work until :attr:`stop` is set (or, with ``until_idle``, until nothing is left)."""
@@ -314,12 +317,23 @@ class Pool:
         if link.runner is None:
             link.epoch = self._epoch
             link.runner = self.make_runner(options=self.options)
+            self._warn_unbound(link.runner)
         elif link.epoch != self._epoch:
             link.epoch = self._epoch
             engine = getattr(link.runner.store, "engine", None)
             if engine is not None:
                 engine.dispose()
         return link.runner
+
+    def _warn_unbound(self, runner: Runner) -> None:
+        """Say, once, that the pool's runners resolve no adapter (a runner is made only once
+        the store answers: whether it is a practice store is read from it)."""
+        warning = unbound_warning(runner)
+        with self._lock:
+            if warning is None or self._warned:
+                return
+            self._warned = True
+        self._say(warning)
 
     def _pause(self, link: _Link, seconds: float) -> None:
         """Back off for ``seconds``; less if the pool stops, or if the store answers another

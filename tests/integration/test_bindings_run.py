@@ -8,14 +8,19 @@
 * A run records its binding's name and digest (context and first event); ``trace`` shows them.
 * A command that would drive a run through another binding (or none) changes nothing; a worker
   with another binding leaves the run unchanged and unleased, to a worker that has it; a worker
-  with no binding at all, on a store that is not a practice store, parks the run with the reason.
+  with no binding at all, on a store that is not a practice store, warns when it starts, parks
+  the run with the reason, and still drives a run of a spec that declares no adapter.
 Each on SQLite and PostgreSQL (the ``store_url`` fixture: stores that are not practice stores).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,7 @@ from ratchet_runner.session import Session
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
-from tests.conftest import PRACTICE_BINDING, ROOT, SPECS
+from tests.conftest import PRACTICE_BINDING, RATCHET, ROOT, SPECS
 from tests.conftest import run_cli as run
 
 RETURNS = SPECS / "returns.yaml"
@@ -299,6 +304,7 @@ def test_a_worker_with_no_binding_parks_the_run_for_a_person_with_the_reason(
     started = _started(store_url, home, PRACTICE_BINDING)
     code, out, err = run(capsys, "worker", "--once", "--db", store_url, "--json")
     assert code == 0, err
+    assert "warning: this worker, in " in err
     [(run_id, error)] = [(f["run"], f["error"]) for f in _json(out)["failed"]]
     assert run_id == started.id
     assert "no binding file was found" in error
@@ -306,3 +312,111 @@ def test_a_worker_with_no_binding_parks_the_run_for_a_person_with_the_reason(
     assert parked.status == "needs_person"
     assert parked.context["failed_step"]["code"] == "R203"
     assert PracticeWorld(home / "practice.db").calls() == []
+
+
+# -- a worker that starts with no binding -----------------------------------------------------
+
+#: A spec that declares no adapter: its runs need no binding, on any store.
+NO_ADAPTERS = """\
+name: greeting
+title: Greet, calling nothing
+spec_version: 1
+policy_version: 1
+business_key: input.ticket
+start: greeting
+input:
+  type: object
+  additionalProperties: false
+  required: [ticket]
+  properties:
+    ticket: {type: string}
+states:
+  greeting: {kind: step}
+  greeted:  {kind: success}
+transitions:
+  - {state: greeting, event: next, next_state: greeted}
+"""
+WARNING = "warning: this worker, in "
+
+
+def test_a_worker_with_no_binding_on_a_store_that_is_not_practice_warns_and_goes_on(
+    capsys: pytest.CaptureFixture[str], home: Path, store_url: str, tmp_path: Path
+) -> None:
+    greeting = tmp_path / "greeting.yaml"
+    greeting.write_text(NO_ADAPTERS, encoding="utf-8")
+    with Session(store_url, home=home, environ={}) as session:  # no binding: none is needed
+        started, _ = session.runner().start(load_spec(greeting), NO_ADAPTERS, {"ticket": "T-1"})
+    code, out, err = run(capsys, "worker", "--once", "--db", store_url, "--json")
+    assert code == 0, err
+    [warning] = err.splitlines()
+    assert warning.startswith(WARNING)
+    assert f"{WARNING}{tmp_path}, has no binding: no binding file was found (looked for " in warning
+    assert "is not a practice store" in warning
+    assert "whose spec declares adapters is parked for a person" in warning
+    assert "runs of a spec without adapters are driven" in warning
+    served = {"run": started.id, "state": "greeted", "status": "done"}
+    assert _json(out)["runs_advanced"] == [served]  # a run that needs no binding
+
+
+def test_a_pool_with_no_binding_on_a_store_that_is_not_practice_warns_once(
+    home: Path, store_url: str
+) -> None:
+    lines: list[str] = []
+    with Session(store_url, home=home, environ={}) as session:
+        pool = session.pool(concurrency=3, poll=0.05, log=lines.append)
+        pool.run(until_idle=True)
+    assert [line.split(": ", 1)[1][: len(WARNING)] for line in lines] == [WARNING]
+    assert lines[0].startswith(f"worker {pool.owner}: ")
+
+
+def test_a_worker_with_a_binding_or_on_a_practice_store_does_not_warn(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, _, err = run(capsys, "worker", "--once")  # the default store: a practice store
+    assert code == 0, err
+    assert "warning" not in err
+    db = ("--db", f"sqlite:///{tmp_path / 'not-practice.db'}")
+    code, _, err = run(capsys, "worker", "--once", *db, "--bindings", str(PRACTICE_BINDING))
+    assert code == 0, err
+    assert "warning" not in err
+    monkeypatch.setenv("RATCHET_BINDINGS", str(PRACTICE_BINDING))
+    code, _, err = run(capsys, "worker", "--once", *db)
+    assert code == 0, err
+    assert "warning" not in err
+    monkeypatch.delenv("RATCHET_BINDINGS")
+    (tmp_path / "ratchet.toml").write_bytes(PRACTICE_BINDING.read_bytes())  # the working directory
+    code, _, err = run(capsys, "worker", "--once", *db)
+    assert code == 0, err
+    assert "warning" not in err
+
+
+def test_the_worker_command_warns_at_start_up_when_it_has_no_binding(
+    home: Path, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RATCHET_BINDINGS", "RATCHET_NOW")}
+    env.update(RATCHET_HOME=str(home), RATCHET_DB=f"sqlite:///{tmp_path / 'not-practice.db'}")
+    worker = subprocess.Popen(
+        [RATCHET, "worker", "--poll", "0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+        text=True,
+    )
+    watchdog = threading.Timer(60, worker.terminate)  # a worker that never says it: no hang
+    watchdog.start()
+    try:
+        assert worker.stderr is not None
+        first = worker.stderr.readline()  # its owner and threads
+        second = worker.stderr.readline()
+    finally:
+        watchdog.cancel()
+        worker.send_signal(signal.SIGTERM)
+        _, rest = worker.communicate(timeout=60)
+    assert first.startswith("worker ")
+    assert second.startswith(f"{first.split(': ', 1)[0]}: {WARNING}{tmp_path}, has no binding")
+    assert worker.returncode == 0, rest
+    assert WARNING not in rest  # said once

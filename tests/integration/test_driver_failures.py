@@ -72,9 +72,7 @@ def test_two_specs_naming_one_adapter_differently_each_reach_their_own(
 
     runner = Runner(store, factory, clock)
     real, real_text = spec_and_text("refund")
-    dry, dry_text = variant(
-        "refund", "refund_dry", ("payments: {kind: payments,", "payments: {kind: noop,")
-    )
+    dry, dry_text = variant("refund", "refund_dry", ("    kind: payments\n", "    kind: noop\n"))
     world.seed(real.examples["T-90104"].world)
     for spec, text, ticket in ((real, real_text, "T-1"), (dry, dry_text, "T-2")):
         data = {**spec.examples["T-90104"].input, "ticket": ticket}
@@ -93,10 +91,14 @@ def test_a_run_whose_step_cannot_start_is_parked_once_and_the_good_runs_go_on(
 ) -> None:
     runner = Runner(store, like_the_cli(world), clock)
     good, good_text = spec_and_text("returns")
-    bad, bad_text = variant("returns", "returns_http", ("{kind: warehouse,", "{kind: http,"))
+    bad, bad_text = variant(
+        "returns", "returns_http", ("    kind: warehouse\n", "    kind: http\n")
+    )
     example = good.examples["T-90604"]
     world.seed({"orders": example.world["orders"]})
-    broken, _ = runner.start(bad, bad_text, example.input)
+    # started by a process that could make its adapter; this worker cannot
+    starter = Runner(store, lambda adapter: world.adapter("warehouse"), clock)
+    broken, _ = starter.start(bad, bad_text, example.input)
     for i in range(10):
         runner.start(good, good_text, {**example.input, "ticket": f"T-{2000 + i}"})
     report = worker_pass(runner, lease_seconds=30.0)
@@ -124,8 +126,8 @@ def test_a_parked_run_is_taken_again_by_ops_retry_once_the_cause_is_fixed(
             raise UsageError("the warehouse credentials are missing")
         return world.adapter(adapter.kind)
 
-    runner = Runner(store, factory, clock)
-    run = label_run(runner, world)
+    run = label_run(Runner(store, lambda adapter: world.adapter(adapter.kind), clock), world)
+    runner = Runner(store, factory, clock)  # a worker whose adapter cannot be made yet
     worker_pass(runner, lease_seconds=30.0)
     assert store.get_run(run.id).status == "needs_person"
     fixed["yes"] = True
@@ -203,31 +205,17 @@ def test_an_approval_whose_next_step_fails_says_it_was_recorded(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
-    monkeypatch.delenv("RATCHET_DB", raising=False)
-    # a payments adapter that says what it implements, but cannot be made when the step needs it
-    (tmp_path / "payments_that_cannot_start.py").write_text(
-        "class Payments:\n"
-        "    operations = ('refund',)\n"
-        "    lookups = ('lookup_refund',)\n\n"
-        "    def __init__(self, settings):\n"
-        "        raise RuntimeError('the payments client cannot start')\n",
-        encoding="utf-8",
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    binding = tmp_path / "ratchet.toml"
-    binding.write_text(
-        '[adapters.payments]\nimplementation = "python"\n'
-        'factory = "payments_that_cannot_start:Payments"\n',
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("RATCHET_BINDINGS", str(binding))
+    for name in ("RATCHET_DB", "RATCHET_BINDINGS"):
+        monkeypatch.delenv(name, raising=False)
     code, _, _ = run_cli(capsys, "run", str(SPECS / "refund.yaml"), "--example", "T-90104")
     assert code == 0
-    code, out, err = run_cli(capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent")
+    # a lease too short for the refund's 10 s timeout: the step after the decision cannot run
+    approve = ("approve", "T-90104", "--as", "agent-7", "--role", "agent", "--lease", "5")
+    code, out, err = run_cli(capsys, *approve)
     assert code == 0, err
     assert "agent-7 approved" in out
     assert "then: its next step failed and it waits for a person" in out
-    assert "the payments client cannot start" in out
+    assert "needs a lease of more than 12 s" in out
     code, out, _ = run_cli(capsys, "queue", "--json")
     assert "T-90104" in out
 

@@ -484,6 +484,89 @@ def test_a_listing_that_lists_nothing_right_after_the_adapter_started_is_unknown
     assert isinstance(found, LookupFailed)
 
 
+def travel(url: str, receipt: str = "", **lookup: Any) -> dict[str, Any]:
+    """A binding whose one lookup (``lookups.lookup``: an endpoint, or with ``lookup`` given a
+    listing) reconciles two operations with different receipt fields, and names none itself."""
+    endpoint = {"by": "endpoint", "path": "/ops/{operation_id}", "receipt": receipt}
+    return {
+        "base_url": url,
+        "operations": {
+            "hold_flight": {"path": "/holds", "receipt_field": "hold_id"},
+            "release": {"path": "/releases", "receipt_field": "release_id"},
+        },
+        "lookups": {"lookup": lookup or endpoint},
+    }
+
+
+def lookup_shared(serve: Any, behaviour: Any, data: Any = travel) -> Any:
+    server = serve(lambda received: behaviour)
+    with HttpAdapter.from_data(data(server.url)) as adapter:
+        return adapter.lookup("lookup", "op-3", "release_flight")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"hold_id": "ho_1", "flight": "AC123"}, {"release_id": "rl_1", "hold_id": "ho_1"}],
+    ids=["a hold", "a release"],
+)
+def test_a_lookup_without_a_receipt_field_finds_a_receipt_holding_an_operations_field(
+    serve: Any, body: Any
+) -> None:
+    assert lookup_shared(serve, Reply(200, body)) == Found(body)
+
+
+@pytest.mark.parametrize("body", [{"id": "x_1"}, {"hold_id": "", "release_id": None}, {}, ["rl_1"]])
+def test_a_lookup_without_a_receipt_field_fails_on_a_reply_holding_no_operations_field(
+    serve: Any, body: Any
+) -> None:
+    result = lookup_shared(serve, Reply(200, body))
+    assert isinstance(result, LookupFailed)
+    assert "'hold_id' or 'release_id'" in result.reason
+
+
+def test_a_lookup_without_a_receipt_field_takes_a_plain_value_only_for_one_field(
+    serve: Any,
+) -> None:
+    """A plain value cannot say which operation's field it is, unless there is only one."""
+    result = lookup_shared(serve, Reply(200, {"id": "rl_1"}), lambda url: travel(url, "/id"))
+    assert isinstance(result, LookupFailed)
+    assert "give the lookup a receipt_field" in result.reason
+
+    def one_field(url: str) -> dict[str, Any]:
+        data = travel(url, "/id")
+        del data["operations"]["release"]
+        return data
+
+    assert lookup_shared(serve, Reply(200, {"id": "ho_1"}), one_field) == Found({"hold_id": "ho_1"})
+
+
+def test_a_listing_without_a_receipt_field_finds_the_item_holding_an_operations_field(
+    serve: Any,
+) -> None:
+    def recent(url: str) -> dict[str, Any]:
+        return travel(url, by="listing", path="/ops", items="/data", reference="/ref", settle=0)
+
+    items = [{"hold_id": "ho_1", "ref": "op-2"}, {"release_id": "rl_1", "ref": "op-3"}]
+    assert lookup_shared(serve, listing(items), recent) == Found(items[1])
+    result = lookup_shared(serve, listing([{"id": "rl_1", "ref": "op-3"}]), recent)
+    assert isinstance(result, LookupFailed)
+    assert "'hold_id' or 'release_id'" in result.reason
+
+
+def test_a_lookups_own_receipt_field_is_the_only_one_it_takes(serve: Any) -> None:
+    def named(url: str) -> dict[str, Any]:
+        data = travel(url)
+        data["lookups"]["lookup"]["receipt_field"] = "release_id"
+        return data
+
+    body = {"release_id": "rl_1"}
+    assert lookup_shared(serve, Reply(200, body), named) == Found(body)
+    result = lookup_shared(serve, Reply(200, {"hold_id": "ho_1"}), named)
+    assert isinstance(result, LookupFailed)
+    assert "'release_id'" in result.reason
+    assert "'hold_id' or" not in result.reason
+
+
 def test_a_retry_later_than_the_provider_keeps_keys_is_not_sent(serve: Any) -> None:
     server = serve(lambda r: Reply(503, b""))
     clock = Clock()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from ratchet_runner import implementations
 from ratchet_runner.binding_check import check
 from ratchet_runner.bindings import CODES, find, load, place_for
 from ratchet_runner.errors import BindingInvalid, Diagnostic
@@ -196,9 +197,69 @@ def test_operations_lookups_and_receipts_the_binding_lacks_are_each_found(tmp_pa
     text = HTTP_PAYMENTS.replace('receipt_field = "refund_id"\n', 'receipt_field = "id"\n', 1)
     [receipt] = _findings(REFUND, _write(tmp_path / "c.toml", text))
     assert (receipt.code, receipt.line) == ("B205", 10)
-    assert "returns receipt field 'id', but effect 'request_refund' expects refund_id" in (
-        receipt.message
+    contract = f"but the spec's contract ({REFUND}:{_line_of(REFUND, '      refund:')}"
+    assert f"returns receipt field 'id', {contract}" in receipt.message
+    assert receipt.message.endswith("expects refund_id")
+
+
+def _line_of(path: Path, text: str) -> int:
+    return path.read_text(encoding="utf-8").splitlines().index(text) + 1
+
+
+def _without_contract(tmp_path: Path) -> Path:
+    """The refund spec with its adapter's contract taken out."""
+    text = REFUND.read_text(encoding="utf-8")
+    start = text.index("    operations:  # the contract")
+    end = text.index("\neffects:")
+    return _write(tmp_path / "refund.yaml", text[:start].rstrip() + "\n" + text[end:])
+
+
+def test_without_a_contract_the_binding_is_checked_against_what_the_effects_use(
+    tmp_path: Path,
+) -> None:
+    spec = _without_contract(tmp_path)
+    assert "operations:" not in spec.read_text(encoding="utf-8").split("effects:")[0]
+    text = HTTP_PAYMENTS.replace('receipt_field = "refund_id"\n', 'receipt_field = "id"\n', 1)
+    [receipt] = _findings(spec, _write(tmp_path / "c.toml", text))
+    assert "returns receipt field 'id', but effect 'request_refund'" in receipt.message
+
+
+def test_every_operation_of_the_contract_is_checked_even_one_no_effect_calls_yet(
+    tmp_path: Path,
+) -> None:
+    text = REFUND.read_text(encoding="utf-8").replace(
+        "        lookup: lookup_refund\n",
+        "        lookup: lookup_refund\n"
+        "      charge: {args: [order, amount], receipt: charge_id, lookup: lookup_charge}\n",
+        1,
     )
+    spec = _write(tmp_path / "refund.yaml", text)
+    found = _findings(spec, _write(tmp_path / "b.toml", HTTP_PAYMENTS))
+    assert sorted(d.code for d in found) == ["B203", "B204"]
+    assert all("the spec's contract" in d.message for d in found)
+    assert any("does not implement operation 'charge'" in d.message for d in found)
+    assert any("answers no lookup 'lookup_charge'" in d.message for d in found)
+
+
+def test_a_lookup_without_a_receipt_field_is_checked_by_its_operations_field_alone(
+    tmp_path: Path,
+) -> None:
+    """It returns the receipt field of the operation it looks up: no B205 of its own."""
+    text = HTTP_PAYMENTS.removesuffix('receipt_field = "refund_id"\n')  # the lookup's, the last
+    assert text.count("receipt_field") == 1
+    binding = load(_write(tmp_path / "b.toml", text))
+    spec = load_spec(REFUND)
+    entry = binding.entries["payments"]
+    offered = implementations.offer(
+        "http", entry.settings, spec.adapters["payments"], place_for(binding, _no_world, {})
+    )
+    assert offered.lookups == {"lookup_refund"}
+    assert (dict(offered.receipts), dict(offered.lookup_receipts)) == ({"refund": "refund_id"}, {})
+    assert _findings(REFUND, tmp_path / "b.toml") == []
+    wrong = text.replace('receipt_field = "refund_id"', 'receipt_field = "id"')
+    [receipt] = _findings(REFUND, _write(tmp_path / "c.toml", wrong))
+    assert (receipt.code, receipt.line) == ("B205", 10)
+    assert "operation 'refund' returns receipt field 'id'" in receipt.message
 
 
 def test_binding_a_noop_adapter_to_a_real_implementation_needs_the_opt_in(tmp_path: Path) -> None:
@@ -300,9 +361,7 @@ def test_even_a_practice_store_needs_a_binding_for_a_kind_the_practice_world_lac
 ) -> None:
     spec = _write(
         isolated / "refund_http.yaml",
-        REFUND.read_text(encoding="utf-8").replace(
-            "payments: {kind: payments,", "payments: {kind: http,"
-        ),
+        REFUND.read_text(encoding="utf-8").replace("    kind: payments\n", "    kind: http\n"),
     )
     code, _, err = run(capsys, "run", str(spec), "--example", "T-90104")
     assert code == 1

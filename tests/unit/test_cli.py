@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,36 @@ def test_a_directory_is_validated_file_by_file(capsys: pytest.CaptureFixture[str
     names = [Path(f["file"]).name for f in json.loads(out)["files"]]
     assert names == sorted(p.name for p in (ROOT / "specs").glob("*.yaml"))
     assert {"booking.yaml", "refund.yaml"} <= set(names)
+
+
+def test_a_directory_skips_yaml_files_that_are_not_specs_with_a_note(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    shutil.copy(REFUND, tmp_path / "refund.yaml")
+    (tmp_path / "input.yaml").write_text("ticket: T-1\norder: LK-1\namount: 5\n", "utf-8")
+    (tmp_path / "ci").mkdir()
+    (tmp_path / "ci" / "pipeline.yml").write_text("steps: [{run: make test}]\n", "utf-8")
+    broken = tmp_path / "draft.yaml"  # a spec, broken: still checked, and its error reported
+    broken.write_text("name: draft\ntransitions: [\n", "utf-8")
+    code, out, err = run(capsys, "validate", "--json", str(tmp_path))
+    assert code == 1
+    report = json.loads(out)
+    assert [Path(f["file"]).name for f in report["files"]] == ["draft.yaml", "refund.yaml"]
+    assert report["skipped"] == [
+        str(tmp_path / "ci" / "pipeline.yml"),
+        str(tmp_path / "input.yaml"),
+    ]
+    assert f"ratchet: skipped {tmp_path / 'input.yaml'}: not a spec" in err
+    # named explicitly, a file is always checked as a spec
+    code, out, _ = run(capsys, "validate", str(tmp_path / "input.yaml"))
+    assert code == 1
+    assert "E201 unknown field 'ticket'" in out
+    # a directory holding no spec at all is a usage error
+    (tmp_path / "only").mkdir()
+    (tmp_path / "only" / "input.yaml").write_text("ticket: T-1\n", "utf-8")
+    code, _, err = run(capsys, "validate", str(tmp_path / "only"))
+    assert code == 2
+    assert "no spec" in err
 
 
 def test_usage_errors_exit_two(capsys: pytest.CaptureFixture[str]) -> None:

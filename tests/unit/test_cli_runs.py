@@ -97,6 +97,86 @@ def test_input_that_does_not_fit_the_spec_is_refused_before_anything_runs(
     assert (code, json.loads(out)) == (0, [])
 
 
+def test_world_seeds_the_practice_world_for_a_run_started_from_an_input_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    given = tmp_path / "input.yaml"
+    given.write_text("ticket: T-1\norder: LK-1\namount: 40.0\ncurrency: CAD\nreason: RFD-LATE\n")
+    world = tmp_path / "world.yaml"
+    world.write_text("orders: [{order: LK-1, item: kettle, paid: 40.0, currency: CAD}]\n")
+    code, _, _ = run(capsys, "run", REFUND, "--input", str(given), "--world", str(world))
+    assert code == 0
+    code, out, _ = run(capsys, "approve", "T-1", "--as", "agent-7", "--role", "agent", "--json")
+    assert code == 0
+    assert json.loads(out)["state"] == "refunded"
+    code, out, _ = run(capsys, "effects", "--json")
+    [refund] = json.loads(out)["changes"]
+    assert (refund["operation"], refund["args"]["order"]) == ("refund", "LK-1")
+
+
+def test_without_a_world_the_practice_provider_refuses_an_order_it_does_not_know(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    given = tmp_path / "input.yaml"
+    given.write_text("ticket: T-2\norder: LK-2\namount: 40.0\ncurrency: CAD\nreason: RFD-LATE\n")
+    run(capsys, "run", REFUND, "--input", str(given))
+    _, out, _ = run(capsys, "approve", "T-2", "--as", "agent-7", "--role", "agent", "--json")
+    assert json.loads(out)["status"] == "needs_person"
+
+
+def test_a_world_that_is_not_a_mapping_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n", encoding="utf-8")
+    code, _, err = run(capsys, "run", REFUND, "--example", "T-90104", "--world", str(listed))
+    assert code in (1, 2)
+    assert "Traceback" not in err
+    code, out, _ = run(capsys, "runs", "--json")
+    assert json.loads(out) == []
+
+
+def test_an_approval_no_guard_accepts_names_the_guard_and_the_roles_it_would_accept(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    given = tmp_path / "input.yaml"
+    given.write_text("ticket: T-3\norder: LK-3\namount: 150.0\ncurrency: CAD\nreason: RFD-LATE\n")
+    run(capsys, "run", REFUND, "--input", str(given))
+    code, _, err = run(capsys, "approve", "T-3", "--as", "agent-7", "--role", "agent")
+    assert code == 1
+    assert (
+        'R401 approve does not apply here (the guard "input.amount <= 100.0 || approval.role '
+        "== 'team_lead'\" does not hold for role 'agent'; it would for team_lead); nothing changed"
+    ) in err
+    code, _, _ = run(capsys, "approve", "T-3", "--as", "lead-1", "--role", "team_lead")
+    assert code == 0
+
+
+def test_a_run_started_naive_stays_naive_when_approved_and_refunds_twice(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(capsys, "run", REFUND, "--example", "T-90104", "--naive")
+    assert code == 0
+    assert "--naive makes a new operation ID on every attempt" in err
+    code, _, _ = run(capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent")
+    assert code == 0
+    code, out, _ = run(capsys, "effects", "--json")
+    refunds = [c for c in json.loads(out)["changes"] if c["operation"] == "refund"]
+    assert len(refunds) == 2  # the lost reply retried blind: the double refund, 19.90
+    assert round(sum(float(c["args"]["amount"]) for c in refunds), 2) == 19.9
+
+
+def test_the_naive_strategy_is_refused_on_a_store_that_is_not_a_practice_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'production.db'}"
+    code, _, err = run(capsys, "run", REFUND, "--example", "T-90104", "--naive", "--db", url)
+    assert code == 2
+    assert "the naive strategy runs only on a practice store" in err
+    code, out, _ = run(capsys, "runs", "--json", "--db", url)
+    assert json.loads(out) == []
+
+
 def test_a_fault_from_the_command_line_goes_to_a_person(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from ratchet_runner.errors import GraphvizNotFound
 from ratchet_runner.review.diagram import draw as diagram
+from ratchet_runner.review.diagram import saga as saga_view
 from ratchet_runner.review.diagram.dot import RED
 from ratchet_runner.review.diagram.mermaid import mermaid_escape
 from ratchet_runner.spec.model import Compensation, Effect, Retry, Row, Spec, State
@@ -188,6 +189,7 @@ business_key: input.ticket
 start: proposed
 input:
   type: object
+  required: [ticket, amount]
   properties:
     ticket: {type: string}
     note: {type: string}
@@ -359,30 +361,112 @@ def test_the_crash_windows_show_the_four_steps_and_the_four_windows_with_their_r
 def test_crash_windows_draw_one_cluster_per_effect_row_or_only_the_effect_asked_for() -> None:
     spec = shipped("booking")
     every = diagram.build(spec, "crash-windows")
-    assert [c.lines[0].text for c in every.clusters] == [
+    assert [c.lines[0].text for c in every.clusters][:3] == [
         "hold_flight",
         "hold_hotel",
         "confirm_itinerary",
     ]
     one = diagram.build(spec, "crash-windows", effect="hold_hotel")
     assert [c.lines[0].text for c in one.clusters] == ["hold_hotel"]
-    assert len(one.nodes) == len(every.nodes) // 3
+    assert len(one.nodes) == len(every.nodes) // len(every.clusters)
+
+
+# -- crash windows of a compensating effect -------------------------------------------------------
+
+
+def test_a_compensating_effect_draws_its_own_crash_windows_with_effect_undo(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    booking = str(SPECS / "booking.yaml")
+    args = ("diagram", booking, "--view", "crash-windows", "--effect", "release_flight")
+    code, source, err = run(capsys, *args)
+    assert (code, err) == (0, "")
+    graph = diagram.build(shipped("booking"), "crash-windows", effect="release_flight")
+    (cluster,) = graph.clusters
+    assert cluster.lines[0].text == "release_flight"
+    assert "undoes hold_flight (registered by transitions[0]), run in releasing" in [
+        line.text for line in cluster.lines
+    ]
+    for text in (
+        "in releasing",
+        "1 · write ahead",
+        "the registered undo: pending record, attempt counted",
+        "operation ID = sha256(hold_flight&#x27;s operation",
+        "2 · call sent",
+        "airline.release(hold_id)",
+        "idempotency key = the operation ID",
+        "3 · provider commits",
+        "4 · receipt + undo committed",
+        "receipt release_id stored, operation done",
+        "hold_flight recorded undone; the run stays in",
+        "W1 · crash before the request",
+        "W2 · request in flight",
+        "W3 · provider committed, reply lost",
+        "W4 · receipt stored, checkpoint missing",
+        "not found → same-ID retry",
+        "found → done, no new call",
+        "skip the call, go on to the next undo",
+        "the next undo, newest first",
+    ):
+        assert text in source, text
+    assert RED not in source
+    assert len(graph.nodes) == len(diagram.build(shipped("refund"), "crash-windows").nodes)
+
+
+def test_a_compensating_effect_without_a_lookup_is_drawn_unsafe_with_E504(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = (SPECS / "booking.yaml").read_text(encoding="utf-8")
+    release = "args: {hold_id: receipts.hold_flight.hold_id}\n    receipt: release_id\n"
+    assert f"{release}    reconcile: lookup\n" in text
+    path = tmp_path / "booking.yaml"
+    path.write_text(text.replace(f"{release}    reconcile: lookup\n", release), encoding="utf-8")
+    args = ("diagram", str(path), "--view", "crash-windows", "--effect", "release_flight")
+    code, source, err = run(capsys, *args)
+    assert code == 1
+    assert " E504 effect 'release_flight' has no reconcile lookup" in err
+    assert RED in source
+    assert "recovery: retry and hope: may duplicate" in source
+
+
+def test_every_effect_that_check_crashes_is_drawn_and_may_be_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    graph = diagram.build(shipped("booking"), "crash-windows")
+    assert [c.lines[0].text for c in graph.clusters] == [
+        "hold_flight",
+        "hold_hotel",
+        "confirm_itinerary",
+        "release_flight",
+        "release_hotel",
+    ]
+    booking = str(SPECS / "booking.yaml")
+    code, _, err = run(capsys, "diagram", booking, "--view", "crash-windows", "--effect", "nope")
+    assert code == 2
+    assert "release_flight, release_hotel" in err
 
 
 def test_the_saga_view_lists_the_forward_effects_then_undoes_them_newest_first() -> None:
     graph = diagram.build(shipped("booking"), "saga")
     titles = [node.lines[0].text for node in graph.nodes if node.lines]
-    forward = [t for t in titles if re.match(r"\d · ", t) and not t.endswith(" is kept")]
-    undo = [t for t in titles if t.startswith("undo ") or t.endswith(" is kept")]
+    forward = [node.lines[0].text for node in graph.nodes if node.role == "forward"]
     assert forward == ["1 · hold_flight", "2 · hold_hotel", "3 · confirm_itinerary"]
-    assert undo == [
-        "3 · confirm_itinerary is kept",
-        "undo 2 · release_hotel",
-        "undo 1 · release_flight",
-    ]
+    (undo_path,) = graph.clusters
+    assert undo_path.lines[0].text == "releasing"
+    undo = {graph.node(n).lines[0].text: n for n in undo_path.nodes}
+    newest_first = {
+        (graph.node(e.tail).lines[0].text, graph.node(e.head).lines[0].text)
+        for e in graph.edges
+        if e.role == "undo" and e.tail in undo.values() and e.head in undo.values()
+    }
+    assert newest_first == {
+        ("3 · confirm_itinerary may have been made", "undo 2 · release_hotel"),
+        ("undo 2 · release_hotel", "undo 1 · release_flight"),
+        ("undo 2 · release_hotel, if hold_hotel was made", "undo 1 · release_flight"),
+    }
     assert {"released", "needs_operator"} <= set(titles)
-    kept = next(n for n in graph.nodes if n.lines and n.lines[0].text.endswith(" is kept"))
-    assert kept.role == "kept_none"
+    kept = graph.node(undo["3 · confirm_itinerary may have been made"])
+    assert kept.role == "kept_none_maybe"
     assert "the last step; nothing after it can fail" in [line.text for line in kept.lines]
 
 
@@ -391,6 +475,120 @@ def test_the_saga_view_marks_an_effect_that_cannot_be_undone() -> None:
     assert "CANNOT BE UNDONE (impossible)" in source
     assert "a parcel that has left cannot be called back" in source
     assert "no compensate state: nothing is undone" in source
+
+
+# -- the saga: what each way into the undo path can have made -------------------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures"
+#: The downgrade with its e-mail declared impossible to undo: the e-mail is the last step, so no
+#: way into the undo path can have sent it.
+EMAIL_IMPOSSIBLE = (
+    '"none: an e-mail sent cannot be unsent"',
+    '"impossible: an e-mail sent cannot be unsent"',
+)
+
+
+def downgrade(old: str | None = None, new: str = "") -> Spec:
+    text = (FIXTURES / "downgrade.yaml").read_text(encoding="utf-8")
+    if old is not None:
+        assert old in text
+        text = text.replace(old, new)
+    report = validate_text(text, "downgrade.yaml")
+    assert report.spec is not None
+    assert report.ok(), [d.format() for d in report.diagnostics]
+    return report.spec
+
+
+def ways(spec: Spec) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    """(state, event) of each row into a compensate state → what that way can have made."""
+    return {(way.row.state, way.row.event): way.effects for way in saga_view.ways_in(spec)}
+
+
+def titled(graph: diagram.Graph, title: str) -> str:
+    return next(n.id for n in graph.nodes if n.lines and n.lines[0].text == title)
+
+
+def entries(graph: diagram.Graph, tail: str) -> dict[str, str]:
+    """The events of each way into the undo path out of node ``tail`` → the title of the node
+    where that way enters it."""
+    return {
+        edge.lines[0].text: graph.node(edge.head).lines[0].text
+        for edge in graph.edges
+        if edge.tail == tail and edge.role == "fail"
+    }
+
+
+def test_each_way_into_the_undo_path_counts_only_what_can_have_been_made_on_it() -> None:
+    made, maybe = "made", "maybe"
+    assert ways(downgrade(*EMAIL_IMPOSSIBLE)) == {
+        ("changing_plan", "refused"): (("refund_prorated", made),),
+        ("changing_plan", "exhausted"): (("change_plan", maybe), ("refund_prorated", made)),
+    }
+    both = (("hold_hotel", made), ("hold_flight", made))
+    assert ways(shipped("booking")) == {
+        ("holding_hotel", "refused"): (("hold_flight", made),),
+        ("holding_hotel", "exhausted"): (("hold_hotel", maybe), ("hold_flight", made)),
+        ("approving", "reject"): both,
+        ("approving", "expired"): both,
+        ("confirming", "refused"): both,
+        # the approval lapsed before a call that had to be sent again: the first may have landed
+        ("confirming", "expired"): (("confirm_itinerary", maybe), *both),
+    }
+
+
+def test_an_undo_path_reached_only_before_the_email_never_draws_the_email() -> None:
+    graph = diagram.build(downgrade(*EMAIL_IMPOSSIBLE), "saga")
+    source = diagram.text(graph, "dot")
+    assert source.count("CANNOT BE UNDONE") == 1  # the forward e-mail says so, nothing else
+    (undo_path,) = graph.clusters
+    drawn = [graph.node(n) for n in undo_path.nodes]
+    assert not any("send_email" in line.text for node in drawn for line in node.lines)
+    assert {node.role for node in drawn} == {"undo", "kept_none_maybe"}
+    # a refused plan change was not made: that way enters straight at the charge-back
+    assert entries(graph, titled(graph, "2 · change_plan")) == {
+        "refused": "undo 1 · charge_back",
+        "exhausted": "2 · change_plan may have been made",
+    }
+    assert any("may have been made" in entry.text for entry in graph.legend)
+
+
+def test_a_refused_confirm_is_not_drawn_kept_on_the_booking_undo_path() -> None:
+    graph = diagram.build(shipped("booking"), "saga")
+    titles = [node.lines[0].text for node in graph.nodes if node.lines]
+    assert "3 · confirm_itinerary is kept" not in titles
+    assert entries(graph, titled(graph, "3 · confirm_itinerary")) == {
+        "refused": "undo 2 · release_hotel",
+        "expired": "3 · confirm_itinerary may have been made",
+    }
+    assert entries(graph, titled(graph, "2 · hold_hotel")) == {
+        "refused": "undo 1 · release_flight",
+        "exhausted": "undo 2 · release_hotel, if hold_hotel was made",
+    }
+    assert entries(graph, titled(graph, "approving")) == {
+        "reject / expired": "undo 2 · release_hotel"
+    }
+    maybe = graph.node(titled(graph, "undo 2 · release_hotel, if hold_hotel was made"))
+    assert maybe.role == "undo_maybe"
+    assert "looked up first: found → undone · not found → skipped" in [
+        line.text for line in maybe.lines
+    ]
+    # each release is drawn once per suffix of the undo path; they all end in release_flight
+    assert titles.count("undo 1 · release_flight") == 1
+
+
+def test_a_way_in_that_made_nothing_has_nothing_to_undo() -> None:
+    spec = downgrade("next_state: not_refunded", "next_state: charging_back")
+    assert ways(spec)[("refunding", "refused")] == ()
+    graph = diagram.build(spec, "saga")
+    assert entries(graph, titled(graph, "1 · refund_prorated"))["refused"] == "nothing to undo"
+
+
+def test_leaving_an_undo_path_undoes_what_it_undid_but_keeps_the_rest() -> None:
+    by_hand = saga_view.after_row
+    spec = shipped("booking")
+    ok = next(r for r in spec.transitions if r.state == "releasing" and r.event == "ok")
+    before = {"holding_flight": "made", "holding_hotel": "maybe", "confirming": "made"}
+    assert by_hand(spec, ok, before) == {"confirming": "made"}  # confirm's undo is none: kept
 
 
 # -- unsafe rows -----------------------------------------------------------------------------------

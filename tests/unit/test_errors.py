@@ -6,7 +6,8 @@
 * No module of the package defines an exception class outside the errors module (an allow-list
   names the exceptions, with the reason, that are no failure a user sees).
 * Bad input that used to reach users as "internal error ... please report it" is a coded error:
-  a guard or a business key that cannot be evaluated, a practice world fixture it cannot use.
+  a guard or a business key that cannot be evaluated; a practice world fixture it cannot use is
+  a located spec error.
 """
 
 from __future__ import annotations
@@ -263,11 +264,15 @@ def test_a_business_key_that_cannot_be_evaluated_is_an_expression_error(
     assert "'int(input.ticket)' cannot be evaluated" in err
 
 
-def test_a_practice_world_fixture_it_cannot_use_is_a_world_error(
+def test_a_practice_world_fixture_it_cannot_use_is_a_located_spec_error(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An example's world is checked with the spec (E2xx, E302): the run is refused before it
+    is created, at the line of the fixture; the practice world's own WorldError stays behind it
+    for callers that skip validation (tests/unit/test_what_validates_runs.py)."""
     spec = _refund_with(home, "paid: 34.90", "paid: lots")
     code, out, err = run(capsys, "run", spec, "--example", "T-90104")
     assert code == 1
-    _refused(err, out, errors.WorldError.code)
-    assert "bad order or stock in the world fixture" in err
+    assert "internal error" not in err
+    assert "Traceback" not in out + err
+    assert f"{spec}:87:61: E203 /examples/T-90104/world/orders/0/paid is a string" in err

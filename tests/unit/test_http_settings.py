@@ -103,6 +103,45 @@ def test_a_full_binding() -> None:
     assert settings.remaps[0].outcome == "key_reused"
 
 
+#: Two operations with different receipt fields, reconciled by one lookup of each kind.
+SHARED = {
+    "base_url": "https://travel.test",
+    "operations": {
+        "hold": {"path": "/holds", "receipt_field": "hold_id"},
+        "release": {"path": "/releases", "receipt_field": "release_id"},
+        "rehold": {"path": "/holds/again", "receipt_field": "hold_id"},
+    },
+    "lookups": {
+        "by_key": {"by": "endpoint", "path": "/ops/{operation_id}"},
+        "recent": {"by": "listing", "path": "/ops", "reference": "/ref", "settle": 5},
+    },
+}
+
+
+def test_a_lookup_without_a_receipt_field_takes_the_receipt_field_of_its_operations() -> None:
+    settings = parse_settings(SHARED)
+    for name in ("by_key", "recent"):
+        lookup = settings.lookups[name]
+        assert lookup.receipt_field is None
+        assert settings.lookup_fields(lookup) == ("hold_id", "release_id")  # each once, in order
+
+
+def test_a_lookups_own_receipt_field_is_the_only_one_it_takes() -> None:
+    data = copy.deepcopy(SHARED)
+    data["lookups"]["by_key"]["receipt_field"] = "release_id"
+    data["lookups"]["recent"]["receipt_field"] = "id"
+    settings = parse_settings(data)
+    assert settings.lookup_fields(settings.lookups["by_key"]) == ("release_id",)
+    assert settings.lookup_fields(settings.lookups["recent"]) == ("id",)
+
+
+def test_a_lookups_receipt_field_if_given_is_a_string() -> None:
+    data = copy.deepcopy(SHARED)
+    data["lookups"]["by_key"]["receipt_field"] = 7
+    with pytest.raises(BindingError, match=r"'lookups\.by_key\.receipt_field' must be a string"):
+        parse_settings(data)
+
+
 @pytest.mark.parametrize(
     ("change", "setting", "words"),
     [

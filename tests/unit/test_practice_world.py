@@ -253,8 +253,9 @@ def test_an_effect_naming_an_operation_its_generic_service_does_not_declare_is_e
 def test_an_effect_naming_an_operation_the_payment_provider_lacks_is_e309() -> None:
     found = validate_variant("    operation: charge", "    operation: charge_back")
     assert found == [
-        "E309 /effects/charge_back/operation: the practice world's payments (adapter 'payments') "
-        "has no operation 'charge_back': use one of refund, charge; did you mean 'charge'?"
+        "E309 /effects/charge_back/operation: the contract of adapter 'payments' declares no "
+        "operation 'charge_back': declare it under adapters.payments.operations, or use one of "
+        "refund, charge; did you mean 'charge'?"
     ]
 
 

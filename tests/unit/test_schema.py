@@ -70,3 +70,44 @@ def test_a_value_outside_its_enum_lists_the_allowed_values() -> None:
     found = validate_document(load_text(_refund_with("{kind: success}", "{kind: succes}")))
     assert found[0].code == "E204"
     assert "allowed: step, pause" in found[0].message
+
+
+REFUND_TEXT = (ROOT / "specs" / "refund.yaml").read_text(encoding="utf-8")
+
+
+def _messages(old: str, new: str) -> list[str]:
+    assert old in REFUND_TEXT
+    doc = load_text(REFUND_TEXT.replace(old, new, 1), "refund.yaml")
+    return [f"{d.line}:{d.code} {d.message}" for d in validate_document(doc)]
+
+
+def test_a_bare_number_where_a_duration_goes_says_what_to_write() -> None:
+    [whole] = _messages("timeout: 10s", "timeout: 10")
+    assert whole.endswith(
+        "timeout is a number, and a duration goes here: write 10s (or ms, m, h, d)"
+        "; a duration is a whole number and a unit, ms, s, m, h or d (e.g. 30s, 24h)"
+    )
+    [fraction] = _messages("timeout: 10s", "timeout: 2.5")
+    assert "write 2500ms" in fraction
+
+
+def test_a_malformed_duration_says_what_a_duration_is() -> None:
+    [found] = _messages("timeout: 10s", "timeout: 10 sec")
+    assert found.endswith(
+        'timeout is "10 sec"; a duration is a whole number and a unit, ms, s, m, h or d '
+        "(e.g. 30s, 24h)"
+    )
+
+
+def test_an_unquoted_comma_that_splits_a_flow_mapping_says_to_quote_the_value() -> None:
+    old = '"Read the provider\'s refusal; refund by hand or tell the customer why not"'
+    [found] = _messages(old, "Read the refusal, then refund by hand")
+    assert "E201 unknown field 'then refund by hand'" in found
+    assert found.endswith(
+        "a comma inside {...} ends a value: if this is the rest of the value before it, quote "
+        "that whole value"
+    )
+    # a misspelt column (no space, or a value) keeps its plain "did you mean"
+    typo = _messages("next_state: refunded,", "next_stat: refunded,")
+    assert any("unknown field 'next_stat'" in found and "did you mean" in found for found in typo)
+    assert not any("quote" in found for found in typo)

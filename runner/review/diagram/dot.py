@@ -83,6 +83,26 @@ NODE_STYLES: dict[str, dict[str, str]] = {
         "style": "filled,dashed",
         "penwidth": "2.5",
     },
+    # may have been made (its outcome not known on that way): the same colours, paler, dotted
+    "undo_maybe": {
+        "fillcolor": "#fff7ed",
+        "color": "#c2410c",
+        "style": "filled,dotted",
+        "penwidth": "2",
+    },
+    "kept_none_maybe": {
+        "fillcolor": "#f9fafb",
+        "color": "#4b5563",
+        "style": "filled,dotted",
+        "penwidth": "2",
+    },
+    "kept_impossible_maybe": {
+        "fillcolor": "#fdf2f8",
+        "color": "#be185d",
+        "style": "filled,dotted",
+        "penwidth": "2.5",
+    },
+    "nothing": {"fillcolor": "#ffffff", "color": "#6b7280", "style": "filled"},
     "note": {"shape": "note", "fillcolor": "#ffffff", "color": "#6b7280", "style": "filled"},
 }
 #: Edge roles → DOT attributes.
@@ -101,6 +121,7 @@ EDGE_STYLES: dict[str, dict[str, str]] = {
     "forward": {"color": "#1d4ed8", "penwidth": "2"},
     "fail": {"color": "#b45309", "style": "dashed", "fontcolor": "#92400e"},
     "undo": {"color": "#c2410c", "penwidth": "2"},
+    "undo_failed": {"color": "#7e22ce", "style": "dashed", "fontcolor": "#6b21a8"},
 }
 #: Roles of the nodes that form a cluster's straight column (the durable sequence).
 SPINE_ROLES = frozenset({"entry", "seq", "seq_unsafe", "moved_on"})
@@ -111,6 +132,12 @@ CLUSTER_STYLES: dict[str, dict[str, str]] = {
         "style": "rounded,filled",
         "fillcolor": "#fff5f5",
         "penwidth": "2.5",
+    },
+    "undo_path": {
+        "color": "#c2410c",
+        "style": "rounded,filled",
+        "fillcolor": "#fffaf5",
+        "penwidth": "1.6",
     },
 }
 _LINE_TAGS = {

@@ -23,9 +23,11 @@ from ...spec.model import Spec
 from ...spec.validate import validate_path
 from .crash import (
     UNSAFE_CODES,
+    compensation_rows,
     crash_windows_graph,
     effect_rows,
     findings,
+    undo_findings,
 )
 from .dot import dot_source, render_bytes
 from .mermaid import to_mermaid
@@ -68,13 +70,29 @@ PNG_DPI = 110
 
 
 def effect_names(spec: Spec) -> list[str]:
-    """The effects that rows perform, in table order (what ``--effect`` may name)."""
+    """The effects that rows perform, in table order, then the compensating effects they
+    register (what ``--effect`` may name)."""
+    return [*_forward_names(spec), *_undo_names(spec)]
+
+
+def _forward_names(spec: Spec) -> list[str]:
     return list(dict.fromkeys(effect.name for _, effect in effect_rows(spec)))
 
 
+def _undo_names(spec: Spec) -> list[str]:
+    forward = set(_forward_names(spec))
+    return [
+        name
+        for name in dict.fromkeys(undo.name for _, undo in compensation_rows(spec))
+        if name not in forward
+    ]
+
+
 def drawn_findings(spec: Spec, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    """The findings the crash-windows view draws on an effect row (in the unsafe colour)."""
+    """The findings the crash-windows view draws on an effect row or on a compensating effect
+    (in the unsafe colour)."""
     drawn = {d for row, effect in effect_rows(spec) for d in findings(row, effect, diagnostics)}
+    drawn |= {d for _, undo in compensation_rows(spec) for d in undo_findings(undo, diagnostics)}
     return sorted(drawn)
 
 
@@ -104,12 +122,18 @@ def build(
 ) -> Graph:
     """The plain graph of ``view`` (one of :data:`VIEWS`). ``diagnostics`` are the findings to
     draw on crash windows; by default the spec is linted for them. ``effect`` limits the
-    crash-windows view to the rows that perform it (a :class:`UsageError` if none does)."""
+    crash-windows view to the rows that perform it, or to a compensating effect's own steps (a
+    :class:`UsageError` if it is neither)."""
     if effect is not None and view != "crash-windows":
         raise UsageError("--effect applies to --view crash-windows only")
     if effect is not None and effect not in effect_names(spec):
-        performed = ", ".join(effect_names(spec)) or "none"
-        raise UsageError(f"no row performs {effect!r}; the effects rows perform: {performed}")
+        performed = ", ".join(_forward_names(spec)) or "none"
+        undoing = ", ".join(_undo_names(spec))
+        also = f"; the compensating effects they register: {undoing}" if undoing else ""
+        raise UsageError(
+            f"no row performs {effect!r}, nor registers it as an undo; the effects rows "
+            f"perform: {performed}{also}"
+        )
     if view == "states":
         return states_graph(spec)
     if view == "saga":

@@ -54,7 +54,14 @@ def _class_defs(graph: Graph) -> list[str]:
     lines = []
     for role in roles:
         style = NODE_STYLES[role]
-        extra = ",stroke-dasharray:5 3" if "dashed" in style.get("style", "") else ""
+        drawn = style.get("style", "")
+        extra = (
+            ",stroke-dasharray:5 3"
+            if "dashed" in drawn
+            else ",stroke-dasharray:2 2"
+            if "dotted" in drawn
+            else ""
+        )
         width = style.get("penwidth", "1")
         lines.append(
             f"    classDef {role} fill:{style['fillcolor']},stroke:{style['color']},"
@@ -102,9 +109,11 @@ _SHAPES = {
     "window_unsafe": ('[/"', '"/]'),
     "kept_none": ('(["', '"])'),
     "kept_impossible": ('(["', '"])'),
+    "kept_none_maybe": ('(["', '"])'),
+    "kept_impossible_maybe": ('(["', '"])'),
     "note": ('>"', '"]'),
 }
-_ARROWS = {"crash": "-.->", "fail": "-.->"}
+_ARROWS = {"crash": "-.->", "fail": "-.->", "undo_failed": "-.->"}
 
 
 def _mermaid_node(node: Node) -> str:

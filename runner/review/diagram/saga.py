@@ -2,14 +2,31 @@
 
 The forward path follows the rows from ``start`` through step, pause and wait states to the
 success states; each effect on it is numbered and says what undoes it: a compensating effect,
-or ``none: …`` / ``impossible: …`` with the reason. Each ``compensate`` state then shows the
-undo path: the same effects newest first (an effect with no undo is kept, and says why),
-ending in the states the compensate state's rows lead to.
+or ``none: …`` / ``impossible: …`` with the reason.
+
+Each ``compensate`` state is then drawn as its undo path, and each way into it (a row whose
+next state is the compensate state) enters that path at the newest change *that way* can have
+made: :func:`ways_in` follows every path from ``start`` (:func:`made_before`), so an undo path
+reached only before an e-mail is sent never shows the e-mail. On its way in, an effect is
+
+- **made** once its ``ok`` row was taken: undone by its compensation, or kept (``none``,
+  ``impossible``) and drawn so;
+- **maybe** made when the way in is its own ``exhausted``, ``unknown`` or ``expired`` row: the
+  outcome is not known (an ambiguous attempt may have landed), so the compensation looks it up
+  first by its operation ID (engine/compensation.py) and undoes it only if found. Such an effect
+  is drawn with a dotted border, and the legend says so;
+- not made after its ``refused`` row.
+
+Ways that can have made the same changes share the same nodes, and since the undo runs newest
+first, every path shares its older end (each node stands for "this undo, then the rest").
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 from ...spec.model import Effect, Row, Spec, State
 from .model import Builder, Graph, Line, wrap
@@ -18,6 +35,23 @@ from .model import Builder, Graph, Line, wrap
 FORWARD_KINDS = frozenset({"step", "pause", "wait", "success"})
 WIDTH = 44
 Step = tuple[int, Row, Effect]
+#: Whether a forward effect was made on a way (its ``ok`` row taken), or may have been (its
+#: outcome is not known on that way).
+Made = Literal["made", "maybe"]
+#: The effect state → what is known of its effect, at some point of some path.
+Known = dict[str, Made]
+#: Events of an effect's own row after which its change is not made.
+NOT_MADE = frozenset({"refused"})
+
+
+@dataclass(frozen=True)
+class WayIn:
+    """A row into a compensate state, and the forward effects that way can have made, newest
+    first: (effect name, ``made`` or ``maybe``)."""
+
+    row: Row
+    states: tuple[str, ...]
+    effects: tuple[tuple[str, Made], ...]
 
 
 def _forward_states(spec: Spec) -> list[str]:
@@ -39,6 +73,92 @@ def _effect_row(spec: Spec, state: str) -> tuple[Row, Effect] | None:
         if row.external_effect is not None and row.external_effect in spec.effects:
             return row, spec.effects[row.external_effect]
     return None
+
+
+# -- what each way into the undo path can have made -----------------------------------------------
+
+
+def _join(a: Mapping[str, Made], b: Mapping[str, Made]) -> Known:
+    """Both paths' effects: made on either is made (the undo path must handle it)."""
+    joined: Known = dict(a)
+    for state, made in b.items():
+        if joined.get(state) != "made":
+            joined[state] = made
+    return joined
+
+
+def _undone_by_effect(spec: Spec, state: str) -> bool:
+    found = _effect_row(spec, state)
+    comp = found[0].compensation if found is not None else None
+    return comp is not None and comp.kind == "effect"
+
+
+def after_row(spec: Spec, row: Row, before: Mapping[str, Made]) -> Known:
+    """What is known of the forward effects once ``row`` is taken, given ``before``.
+
+    The effect of the row's own state is made by ``ok``, not made by ``refused``, and may have
+    been made by any other outcome (``exhausted``, ``unknown``, an approval ``expired`` before a
+    call sent again). Leaving a compensate state by ``ok``, the effects it undid are gone; the
+    ones kept (``none``, ``impossible``) stay."""
+    state = spec.states.get(row.state)
+    if state is not None and state.kind == "compensate":
+        if row.event != "ok":
+            return dict(before)
+        return {s: m for s, m in before.items() if not _undone_by_effect(spec, s)}
+    if _effect_row(spec, row.state) is None or row.event in NOT_MADE:
+        return dict(before)
+    return _join(before, {row.state: "made" if row.event == "ok" else "maybe"})
+
+
+def made_before(spec: Spec) -> dict[str, Known]:
+    """For each state reachable from ``start``: the forward effects some path into it can have
+    made (a fixed point over the transition graph; loops included)."""
+    if spec.start not in spec.states:
+        return {}
+    known: dict[str, Known] = {spec.start: {}}
+    queue = deque([spec.start])
+    while queue:
+        state = queue.popleft()
+        for row in spec.rows_from(state):
+            if row.next_state not in spec.states:
+                continue
+            before = known.get(row.next_state)
+            after = _join(before or {}, after_row(spec, row, known[state]))
+            if after != before:
+                known[row.next_state] = after
+                queue.append(row.next_state)
+    return known
+
+
+def _newest_first(spec: Spec, known: Mapping[str, Made]) -> tuple[str, ...]:
+    """The effect states of ``known``, newest first: in reverse forward-path order (a state off
+    the forward path, reached only through an undo path, counts as the newest)."""
+    order = {name: i for i, name in enumerate(_forward_states(spec))}
+    return tuple(sorted(known, key=lambda s: (-order.get(s, len(order)), s)))
+
+
+def ways_in(spec: Spec) -> list[WayIn]:
+    """Every row from a reachable state into a compensate state, in table order, with what its
+    way can have made."""
+    known = made_before(spec)
+    ways = []
+    for row in spec.transitions:
+        target = spec.states.get(row.next_state)
+        if target is None or target.kind != "compensate" or row.state not in known:
+            continue
+        made = after_row(spec, row, known[row.state])
+        states = _newest_first(spec, made)
+        effects = tuple((_effect_name(spec, s), made[s]) for s in states)
+        ways.append(WayIn(row, states, effects))
+    return ways
+
+
+def _effect_name(spec: Spec, state: str) -> str:
+    found = _effect_row(spec, state)
+    return found[1].name if found is not None else state
+
+
+# -- drawing --------------------------------------------------------------------------------------
 
 
 def _undo_text(row: Row) -> list[Line]:
@@ -66,25 +186,39 @@ def _state_node(b: Builder, state: State) -> str:
     )
 
 
-def _undo_node(b: Builder, spec: Spec, step: Step) -> str:
+def _undo_node(b: Builder, spec: Spec, step: Step, made: Made) -> str:
     number, row, effect = step
     comp = row.compensation
+    prefix = f"{number} · " if number else ""
     if comp is not None and comp.kind == "effect" and comp.effect is not None:
-        lines = [Line(f"undo {number} · {comp.effect}", "title"), Line(f"undoes {effect.name}")]
+        if made == "made":
+            lines = [Line(f"undo {prefix}{comp.effect}", "title"), Line(f"undoes {effect.name}")]
+        else:
+            lines = [
+                Line(f"undo {prefix}{comp.effect}, if {effect.name} was made", "title"),
+                Line(f"{effect.name}'s outcome is not known on this way:", "note"),
+                Line("looked up first: found → undone · not found → skipped", "note"),
+            ]
+            if effect.reconcile is None:
+                lines.append(Line("no lookup: the run goes to a person", "note"))
         undo = spec.effects.get(comp.effect)
         if undo is not None:
             lines.append(Line(f"{undo.adapter}.{undo.operation}, its own operation ID", "note"))
-        return b.node("undo", *lines)
+        return b.node("undo" if made == "made" else "undo_maybe", *lines)
     kind = comp.kind if comp is not None else "none"
     role = "kept_impossible" if kind == "impossible" else "kept_none"
-    head = Line(f"{number} · {effect.name} is kept", "title")
+    if made == "made":
+        head = Line(f"{prefix}{effect.name} is kept", "title")
+    else:
+        head = Line(f"{prefix}{effect.name} may have been made", "title")
+        role += "_maybe"
     return b.node(role, head, *_undo_text(row))
 
 
-def _forward(b: Builder, spec: Spec) -> tuple[dict[str, str], list[Step]]:
-    """The forward path's nodes by state, and its effects in order."""
+def _forward(b: Builder, spec: Spec) -> tuple[dict[str, str], dict[str, Step]]:
+    """The forward path's nodes by state, and its effects by state, numbered in order."""
     ids: dict[str, str] = {}
-    steps: list[Step] = []
+    steps: dict[str, Step] = {}
     for name in _forward_states(spec):
         state = spec.states[name]
         found = _effect_row(spec, name)
@@ -92,7 +226,7 @@ def _forward(b: Builder, spec: Spec) -> tuple[dict[str, str], list[Step]]:
             ids[name] = _state_node(b, state)
             continue
         row, effect = found
-        steps.append((len(steps) + 1, row, effect))
+        steps[name] = (len(steps) + 1, row, effect)
         ids[name] = b.node("forward", *_forward_lines(len(steps), state, row, effect))
     for row in spec.transitions:
         if row.state in ids and row.next_state in ids:
@@ -108,35 +242,75 @@ def _grouped(rows: list[Row]) -> dict[str, list[str]]:
     return grouped
 
 
+#: What one way in leaves to undo: (effect state, made or maybe), newest first.
+Chain = tuple[tuple[str, Made], ...]
+
+
 def _undo_path(
-    b: Builder, spec: Spec, state: State, ids: dict[str, str], steps: list[Step]
+    b: Builder,
+    spec: Spec,
+    state: State,
+    ids: dict[str, str],
+    steps: dict[str, Step],
+    ways: list[WayIn],
 ) -> None:
-    node = b.node(
-        "compensate",
-        Line(state.name, "title"),
-        Line("compensate: undoes the done effects, newest first", "muted"),
+    """The undo path of compensate state ``state``: each way in enters at the newest change it
+    can have made; the nodes for the same rest of the path are shared."""
+    nodes: dict[Chain, str] = {}
+    ends: list[str] = []
+
+    def chain(rest: Chain) -> str:
+        if rest in nodes:
+            return nodes[rest]
+        if not rest:
+            node = b.node("nothing", Line("nothing to undo", "title"))
+            nodes[rest] = node
+            ends.append(node)
+            return node
+        (effect_state, made), older = rest[0], rest[1:]
+        found = _effect_row(spec, effect_state)
+        assert found is not None  # only effect states are ever known as made
+        number = steps[effect_state][0] if effect_state in steps else 0
+        node = _undo_node(b, spec, (number, *found), made)
+        nodes[rest] = node
+        if older:
+            b.edge(node, chain(older), "undo")
+        else:
+            ends.append(node)
+        return node
+
+    entered: dict[tuple[str, str], list[str]] = {}
+    for way in ways:
+        if way.row.next_state != state.name or way.row.state not in ids:
+            continue
+        head = chain(tuple(zip(way.states, (m for _, m in way.effects), strict=True)))
+        entered.setdefault((ids[way.row.state], head), []).append(way.row.event)
+    if not nodes:
+        ends.append(b.node("nothing", *wrap("no way in from the forward path", WIDTH, "title")))
+    b.cluster(
+        "undo_path",
+        (
+            Line(state.name, "title"),
+            Line("compensate: each way in enters at the newest change it can have made;", "muted"),
+            Line("the undo runs newest first", "muted"),
+        ),
+        [*nodes.values()] if nodes else ends,
     )
-    into = [r for r in spec.transitions if r.next_state == state.name and r.state in ids]
-    for source in dict.fromkeys(r.state for r in into):
-        causes = " / ".join(r.event for r in into if r.state == source)
-        b.edge(ids[source], node, "fail", Line(causes, "note"))
-    last = node
-    for step in reversed(steps):
-        undo = _undo_node(b, spec, step)
-        b.edge(last, undo, "undo", *([Line("newest first", "note")] if last == node else []))
-        last = undo
+    for (tail, head), events in entered.items():
+        b.edge(tail, head, "fail", Line(" / ".join(events), "note"))
     for target, events in _grouped(spec.rows_from(state.name)).items():
         if target not in ids and target in spec.states:
             ids[target] = _state_node(b, spec.states[target])
             if spec.states[target].terminal:
                 b.finals.append(ids[target])
         if target in ids:
-            b.edge(
-                last,
-                ids[target],
-                "undo" if "ok" in events else "fail",
-                Line(" / ".join(events), "note"),
-            )
+            for end in ends:
+                b.edge(
+                    end,
+                    ids[target],
+                    "undo" if "ok" in events else "undo_failed",
+                    Line(" / ".join(events), "note"),
+                )
 
 
 def saga_graph(spec: Spec) -> Graph:
@@ -154,8 +328,9 @@ def saga_graph(spec: Spec) -> Graph:
     if spec.start in ids:
         b.edge(start, ids[spec.start], "forward")
     compensating = [s for s in spec.states.values() if s.kind == "compensate"]
+    ways = ways_in(spec)
     for state in compensating:
-        _undo_path(b, spec, state, ids, steps)
+        _undo_path(b, spec, state, ids, steps, ways)
     if not compensating:
         b.node(
             "note",
@@ -166,10 +341,24 @@ def saga_graph(spec: Spec) -> Graph:
             ),
         )
     b.explain("node", "forward", "a forward effect (numbered)")
-    b.explain("node", "undo", "its compensating effect")
-    b.explain("node", "kept_none", "kept: no undo (none: why)")
-    b.explain("node", "kept_impossible", "kept: cannot be undone (impossible: why)")
+    b.explain("node", "undo", "made on that way: undone by its compensating effect")
+    b.explain("node", "kept_none", "made on that way: kept, no undo (none: why)")
+    b.explain("node", "kept_impossible", "made on that way: cannot be undone (impossible: why)")
+    b.explain(
+        "node",
+        "undo_maybe",
+        "dotted: may have been made (its outcome is not known on that way): looked up first, "
+        "undone only if found",
+    )
+    b.explain("node", "kept_none_maybe", "dotted: may have been made; kept, no undo (none: why)")
+    b.explain(
+        "node",
+        "kept_impossible_maybe",
+        "dotted: may have been made; cannot be undone (impossible: why)",
+    )
+    b.explain("node", "nothing", "nothing made on that way: nothing to undo")
     b.explain("edge", "forward", "forward path")
-    b.explain("edge", "fail", "a failure that starts the undo")
-    b.explain("edge", "undo", "the undo path")
+    b.explain("edge", "fail", "a way into the undo path, at the newest change it can have made")
+    b.explain("edge", "undo", "the undo path, newest first")
+    b.explain("edge", "undo_failed", "a compensation refused, or out of attempts")
     return b.graph()

@@ -7,8 +7,11 @@ document already passed the schema, and every lookup tolerates a dangling refere
 another check). Every message says what is wrong and what to do about it.
 
 :mod:`~ratchet_runner.spec.lint.references` holds the E2xx/E3xx checks (references, expressions,
-the input schema), :mod:`~ratchet_runner.spec.lint.graph` the state-graph checks (E4xx/W4xx),
-:mod:`~ratchet_runner.spec.lint.effects` the effect-safety checks (E5xx/W5xx), and
+the input schema), :mod:`~ratchet_runner.spec.lint.inputs` those of what a run is given (the
+input fields its business key and arguments read, its example's practice world),
+:mod:`~ratchet_runner.spec.lint.graph` the state-graph checks (E4xx/W4xx),
+:mod:`~ratchet_runner.spec.lint.effects` the effect-safety checks (E5xx/W5xx),
+:mod:`~ratchet_runner.spec.lint.types` the types of expressions' operands (E313), and
 :mod:`~ratchet_runner.spec.lint.support` what they share.
 """
 
@@ -26,19 +29,24 @@ from .effects import (
     check_retry_owners,
 )
 from .graph import check_event_names, check_events, check_graph
+from .inputs import check_example_worlds, check_input_reads
 from .references import (
     check_expressions,
     check_input_schema,
     check_references,
 )
 from .support import Check
+from .types import check_expression_types
 
 __all__ = ["CHECKS", "Check", "lint"]
 
 CHECKS: tuple[Check, ...] = (
     check_references,
     check_expressions,
+    check_expression_types,
     check_input_schema,
+    check_input_reads,
+    check_example_worlds,
     check_graph,
     check_events,
     check_event_names,

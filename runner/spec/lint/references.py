@@ -7,19 +7,19 @@ The registry of every check is :data:`ratchet_runner.spec.lint.CHECKS`.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jsonschema
 from jsonschema import Draft7Validator
 
 from ratchet_runner.adapters import KINDS
-from ratchet_runner.adapters.practice_services import GENERIC, operation_names
+from ratchet_runner.adapters.practice_services import GENERIC, operation_names, receipt_field
 
 from ...errors import Diagnostic, ExpressionError
 from ..expressions import APPROVAL_FIELDS, RUN_FIELDS, Scope, check
-from ..model import Spec
-from .support import at, col
+from ..model import Adapter, Contract, Effect, Spec
+from .support import at, at_field, at_name, col
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:
@@ -91,7 +91,7 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                 f"{adapter.pointer}/kind",
                 "E304",
                 f"unknown adapter kind {adapter.kind!r}: use one of {', '.join(KINDS)}"
-                f"{_suggest(adapter.kind, KINDS)}",
+                f"{_suggest(adapter.kind, KINDS) or _bind_instead(adapter.kind)}",
             )
     yield from _operation_refs(spec)
     for approval in approvals.values():
@@ -128,29 +128,141 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
             )
 
 
+def _bind_instead(kind: str) -> str:
+    """How an implementation a spec names as a kind (a plugin's, a factory's) is named instead."""
+    return (
+        "; a plugin or a python factory is not a kind: declare the adapter with the kind it "
+        "stands for in practice (noop, service, ...) and bind it to the implementation in a "
+        f'binding file (implementation = "{kind}")'
+    )
+
+
 def _operation_refs(spec: Spec) -> Iterator[Diagnostic]:
-    """E309: an effect on a practice service names an operation that service has (for the
+    """E309: an effect names an operation its adapter has: one its contract declares, when the
+    adapter has one (:func:`_contract_refs`), else one its practice service has (for the
     generic ``service``, one its adapter declares under ``config.operations``)."""
+    for declared in spec.adapters.values():
+        yield from _practice_contract(spec, declared)
     for effect in spec.effects.values():
         adapter = spec.adapters.get(effect.adapter)
+        if adapter is not None and adapter.operations is not None:
+            yield from _contract_refs(spec, effect, adapter.name, adapter.operations)
+            continue
         offered = None if adapter is None else operation_names(adapter.kind, adapter.config)
         if adapter is None or offered is None or effect.operation in offered:
             continue
-        if adapter.kind == GENERIC:
-            what = (
-                f"adapter {adapter.name!r} declares no operation {effect.operation!r}: declare "
-                f"it under adapters.{adapter.name}.config.operations, with dedupe: true or false"
-            )
-        else:
-            what = (
-                f"the practice world's {adapter.kind} (adapter {adapter.name!r}) has no "
-                f"operation {effect.operation!r}: use one of {', '.join(offered)}"
-            )
         yield at(
             spec,
             f"{effect.pointer}/operation",
             "E309",
-            f"{what}{_suggest(effect.operation, offered)}",
+            f"{_lacks(adapter, effect.operation, offered)}{_suggest(effect.operation, offered)}",
+        )
+
+
+def _lacks(adapter: Adapter, operation: str, offered: tuple[str, ...]) -> str:
+    if adapter.kind == GENERIC:
+        return (
+            f"adapter {adapter.name!r} declares no operation {operation!r}: declare it under "
+            f"adapters.{adapter.name}.config.operations, with dedupe: true or false"
+        )
+    return (
+        f"the practice world's {adapter.kind} (adapter {adapter.name!r}) has no operation "
+        f"{operation!r}: use one of {', '.join(offered)}"
+    )
+
+
+def _practice_contract(spec: Spec, adapter: Adapter) -> Iterator[Diagnostic]:
+    """A contract of an adapter whose kind the practice world serves names only operations it
+    has (E309), with the receipt field each returns there (E311)."""
+    offered = operation_names(adapter.kind, adapter.config)
+    for contract in (adapter.operations or {}).values():
+        if offered is not None and contract.name not in offered:
+            yield at_name(
+                spec,
+                contract.pointer,
+                "E309",
+                f"{_lacks(adapter, contract.name, offered)}{_suggest(contract.name, offered)}",
+            )
+            continue
+        returned = receipt_field(adapter.kind, contract.name) if offered is not None else None
+        if contract.receipt is not None and returned is not None and contract.receipt != returned:
+            yield at(
+                spec,
+                f"{contract.pointer}/receipt",
+                "E311",
+                f"operation {contract.name!r} of the practice world's {adapter.kind} returns "
+                f"receipt field {returned!r}, not {contract.receipt!r}",
+            )
+
+
+def _contract_refs(
+    spec: Spec, effect: Effect, adapter: str, contract: Mapping[str, Contract]
+) -> Iterator[Diagnostic]:
+    """An effect on an adapter with a contract: its operation declared (E309), its arguments
+    those the operation takes (E310), its receipt field the operation's (E311), and its
+    reconcile lookup the one the contract names for the operation (E312)."""
+    where = f"adapters.{adapter}.operations"
+    declared = contract.get(effect.operation)
+    if declared is None:
+        yield at(
+            spec,
+            f"{effect.pointer}/operation",
+            "E309",
+            f"the contract of adapter {adapter!r} declares no operation {effect.operation!r}: "
+            "declare "
+            f"it under {where}, or use one of {', '.join(contract)}"
+            f"{_suggest(effect.operation, contract)}",
+        )
+        return
+    missing = [arg for arg in declared.args if arg not in effect.args]
+    if missing:
+        yield at_field(
+            spec,
+            effect.pointer,
+            "args",
+            "E310",
+            f"effect {effect.name!r} does not pass {', '.join(map(repr, missing))}, which "
+            f"operation {effect.operation!r} requires ({where}.{effect.operation}.args)",
+        )
+    takes = (*declared.args, *declared.optional_args)
+    for name in effect.args:
+        if name not in takes:
+            yield at_name(
+                spec,
+                f"{effect.pointer}/args/{name}",
+                "E310",
+                f"operation {effect.operation!r} takes no argument {name!r}: it takes "
+                f"{', '.join(takes) or 'none'} ({where}.{effect.operation}){_suggest(name, takes)}",
+            )
+    if declared.receipt is not None:
+        named = [(f"{effect.pointer}/receipt", effect.receipt)] + [
+            (col(row, "receipt"), row.receipt)
+            for row in spec.transitions
+            if row.external_effect == effect.name
+        ]
+        for pointer, receipt in named:
+            if receipt is not None and receipt != declared.receipt:
+                yield at(
+                    spec,
+                    pointer,
+                    "E311",
+                    f"operation {effect.operation!r} returns receipt field "
+                    f"{declared.receipt!r} ({where}.{effect.operation}.receipt), not {receipt!r}",
+                )
+    if effect.reconcile is not None and effect.reconcile != declared.lookup:
+        fix = (
+            f"the contract names lookup {declared.lookup!r} for it: reconcile with that"
+            if declared.lookup is not None
+            else f"add lookup: {effect.reconcile} to {where}.{effect.operation} if the provider "
+            "can find a change by its operation ID; if it cannot, the outcome of a lost reply "
+            "cannot be learnt (reconcile: none, and E504 says what that costs)"
+        )
+        yield at(
+            spec,
+            f"{effect.pointer}/reconcile",
+            "E312",
+            f"effect {effect.name!r} reconciles {effect.operation!r} with lookup "
+            f"{effect.reconcile!r}, but {fix}",
         )
 
 
