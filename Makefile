@@ -41,8 +41,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy | sed -e 's#$(LINKS)/cli.py#cli.py#' -e 's#$(LINKS)/adapters/#adapters/#' \
 	  -e 's#$(LINKS)/#runner/#'; exit $${PIPESTATUS[0]}
 
+# One worker per core, each test file on one worker (a file's fixtures, ports and shared homes
+# stay in one process); every PostgreSQL test makes its own schema.
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
 
 test: lint typecheck unit
 
