@@ -739,34 +739,38 @@ def check(
     on 127.0.0.1 (never to the host the binding names).
     """
     from ratchet_runner.review import check as checks
-
-    strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
     from ratchet_runner.review.check_plan import plan
 
+    if how.as_json and results_path == "-":
+        raise click.BadParameter(
+            "stdout holds one of them: --json or --results -", param_hint="--results"
+        )
+    strategies: tuple[Strategy, ...] = ("ratchet", "naive") if compare else ("ratchet",)
     planned = plan(spec_path, how.bindings, examples, case, strategies, hint=hinted, say=say)
     spec, text, wire, selected = planned.spec, planned.text, planned.wire, planned.selected
     compared = compare is not None
-    if not how.as_json:
+    table = not how.as_json and results_path != "-"  # else stdout holds JSON only
+    if table:
         if wire is not None:
             click.echo(f"adapters: {wire.describe()}")
         click.echo(views.check_header(compared))
     # the rows stream as cases end; the bar only where they do not show (stdout not a terminal)
-    shown = sys.stderr.isatty() and (how.as_json or not sys.stdout.isatty())
+    shown = sys.stderr.isatty() and (not table or not sys.stdout.isatty())
     results, stopped = run_checks(
         checks.run_cases(spec, text, selected, kill=kill, wire=wire),
         len(selected),
         len(strategies),
         results_path,
-        None if how.as_json else lambda pair: click.echo(views.check_row(pair, compared)),
+        (lambda pair: click.echo(views.check_row(pair, compared))) if table else None,
         sys.stderr if shown else io.StringIO(),
     )
     failed = views.failed_cases(results)
     if how.as_json:
         emit_json(views.check_json(spec_path, kill, results, wire) | {"stopped": stopped})
-    else:
-        click.echo(views.check_tally(results, len(strategies), kill, compared, wire))
+    else:  # the tally under the table, or on stderr under JSON lines
+        click.echo(views.check_tally(results, len(strategies), kill, compared, wire), err=not table)
         if views.slowest(results):
-            click.echo(views.slowest(results))
+            click.echo(views.slowest(results), err=not table)
         echo_lines(views.violation_lines(failed, spec_path, kill, wire), err=True)
     if stopped:
         say(f"ratchet: stopped after {len(results)} of {len(selected)} run(s): see above")

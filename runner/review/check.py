@@ -96,7 +96,6 @@ class Result:
     case: Case
     violations: list[Violation] = field(default_factory=list)
     changes: int = 0
-    amount: float | None = None  # the amounts' total, when one operation moved them all
     amounts: dict[str, float] = field(default_factory=dict)  # per operation (refund, charge)
     calls: int = 0
     seconds: float = 0.0  # how long the case took, crash and resume
@@ -110,6 +109,12 @@ class Result:
 
     def flag(self, kind: ViolationKind, message: str) -> None:
         self.violations.append(Violation(kind, message))
+
+    @property
+    def amount(self) -> float | None:
+        """The amounts' total when one operation moved them all (else None: a refund and its
+        charge-back are two figures, never one)."""
+        return next(iter(self.amounts.values())) if len(self.amounts) == 1 else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -302,7 +307,6 @@ def _tally(result: Result, world: PracticeWorld, run: RunRecord) -> None:
         if "amount" in c.args:
             amounts[c.operation] = round(amounts.get(c.operation, 0.0) + float(c.args["amount"]), 2)
     result.amounts = amounts
-    result.amount = next(iter(amounts.values())) if len(amounts) == 1 else None
     result.state, result.status = run.state, run.status
 
 

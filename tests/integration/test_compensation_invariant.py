@@ -247,3 +247,19 @@ def test_a_check_stopped_midway_leaves_what_it_found(
     assert len([line for line in out.splitlines() if line.startswith("T-90104")]) == 5
     assert "5 case(s)" in out
     assert "stopped after 5 of 50 run(s)" in err
+
+
+def test_results_to_stdout_are_json_lines_only_and_the_tally_goes_to_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    refund = str(ROOT / "specs" / "refund.yaml")
+    case = "T-90104:request_refund:response-lost:none"
+    code, out, err = run(capsys, "check", refund, "--case", case, "--results", "-")
+    assert code == 0
+    [line] = out.splitlines()  # no header, no row, no tally: stdout is JSON lines
+    assert json.loads(line)["case"] == case
+    assert "1 case(s), crashes in-process" in err
+    code, out, err = run(capsys, "check", refund, "--case", case, "--results", "-", "--json")
+    assert code == 2
+    assert out == ""
+    assert "--json or --results -" in err

@@ -233,7 +233,7 @@ def test_reset_says_what_it_emptied() -> None:
 
 def _result(*violations: Violation, strategy: str = "ratchet") -> Result:
     case = Case("T-90104", "request_refund", "none", "none", strategy)  # type: ignore[arg-type]
-    return Result(case, list(violations), changes=1, amount=9.95, calls=1)
+    return Result(case, list(violations), changes=1, amounts={"refund": 9.95}, calls=1)
 
 
 def test_every_kind_of_violation_has_a_verdict() -> None:
