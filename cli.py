@@ -2,7 +2,9 @@
 
 Over 500 lines because it is the whole command line: one click command per verb, each with the
 ``--help`` text that teaches it; everything else is the library's (the options and output
-helpers the commands share are in ``ratchet_runner.cli_options``).
+helpers the commands share are in ``ratchet_runner.cli_options``). A command imports the library
+modules it uses when it runs, so that ``ratchet --version`` and every ``--help`` import no spec
+machinery, store or diagram (docs/performance.md, "Starting the command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -17,12 +19,12 @@ import json
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ratchet_runner.adapters.practice import FAULT_KINDS, parse_fault
+from ratchet_runner import __version__
+from ratchet_runner.adapters.practice_faults import FAULT_KINDS, parse_fault
 from ratchet_runner.cli_options import (
     BINDINGS_OPTION,
     JSON_OPTION,
@@ -50,14 +52,14 @@ from ratchet_runner.cli_options import (
     write_output,
 )
 from ratchet_runner.errors import RatchetError
-from ratchet_runner.review import table as tables
-from ratchet_runner.review import views
-from ratchet_runner.review.diagram import draw as diagrams
-from ratchet_runner.session import Session
-from ratchet_runner.settings import OPERATOR_ACTIONS, RUN_STATUSES, json_object
-from ratchet_runner.spec.loader import load_file
-from ratchet_runner.spec.schema import spec_schema_text
-from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.settings import (
+    DIAGRAM_IMAGE_FORMATS,
+    DIAGRAM_TEXT_FORMATS,
+    DIAGRAM_VIEWS,
+    OPERATOR_ACTIONS,
+    RUN_STATUSES,
+    json_object,
+)
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from ratchet_runner.engine.commands import CommandResult
@@ -67,7 +69,7 @@ EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="ratchet-runner", prog_name="ratchet")
+@click.version_option(__version__, prog_name="ratchet")
 def cli() -> None:
     """Ratchet runs workflows whose steps change the outside world, and makes each approved
     change happen exactly once.
@@ -116,6 +118,7 @@ def validate(
     2 usage error.
     """
     from ratchet_runner.binding_check import Checker
+    from ratchet_runner.review import views
 
     done = Checker(bindings, os.environ).validate(specs, debug=bool(os.getenv("RATCHET_DEBUG")))
     for name, why in done.crashed:  # a bug: reported, and the other files went on
@@ -143,6 +146,8 @@ def schema() -> None:
     \b
       # yaml-language-server: $schema=../runner/spec/spec.schema.json
     """
+    from ratchet_runner.spec.schema import spec_schema_text
+
     click.echo(spec_schema_text(), nl=False)
 
 
@@ -159,6 +164,9 @@ def schema() -> None:
 @click.option("-o", "--output", type=OUTPUT, help="Write to FILE instead of stdout.")
 def table(spec: str, fmt: str, output: str | None) -> None:
     """Print the transition table of SPEC: one row per transition, all eleven columns."""
+    from ratchet_runner.review import table as tables
+    from ratchet_runner.spec.validate import load_spec
+
     loaded = load_spec(spec)
     text = tables.to_markdown(loaded) if fmt == "md" else tables.to_html(loaded)
     write_output(output, text.encode("utf-8"))
@@ -168,7 +176,7 @@ def table(spec: str, fmt: str, output: str | None) -> None:
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option(
     "--view",
-    type=click.Choice(diagrams.VIEWS),
+    type=click.Choice(DIAGRAM_VIEWS),
     default="states",
     show_default=True,
     help="states: the state graph. crash-windows: each effect row's durable steps, the four "
@@ -184,7 +192,7 @@ def table(spec: str, fmt: str, output: str | None) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(diagrams.FORMATS),
+    type=click.Choice(DIAGRAM_TEXT_FORMATS + DIAGRAM_IMAGE_FORMATS),
     help="dot or mermaid: text (no Graphviz needed). svg, png or pdf: drawn by Graphviz's dot, "
     "written to -o FILE. Default: from FILE's suffix, else dot.",
 )
@@ -201,6 +209,8 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     red with their codes, the findings are printed on stderr, and when any is an error (an E
     code) the exit status is 1.
     """
+    from ratchet_runner.review.diagram import draw as diagrams
+
     with hinted("--format"):
         fmt = diagrams.output_format(fmt, output)
     loaded, flagged = diagrams.load(spec, view)
@@ -245,7 +255,7 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     help="DEMONSTRATION ONLY: a new operation ID on every attempt and no reconcile, "
     "as a hand-rolled retry loop does. Shows how duplicates happen.",
 )
-@with_options("interrupt", *RUN_COMMAND)
+@with_options("interrupt", "leave", *RUN_COMMAND)
 def run(
     spec_path: str,
     input_path: str | None,
@@ -270,6 +280,13 @@ def run(
       ratchet approve RUN --as agent-7 --role agent
       ratchet trace RUN
     """
+    from pathlib import Path
+
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
+    from ratchet_runner.spec.loader import load_file
+    from ratchet_runner.spec.validate import load_spec
+
     if (input_path is None) == (example is None):
         raise click.UsageError("give exactly one of --input FILE and --example NAME")
     spec = load_spec(spec_path)
@@ -296,7 +313,13 @@ def run(
         world = world_fixture(world_path) if world_path else chosen.world if chosen else None
         prepare = session.practice_setup(world, parsed, say)
         result, created = commands.start(
-            runner, spec, text, data, lease_seconds=how.lease_seconds, before_drive=prepare
+            runner,
+            spec,
+            text,
+            data,
+            lease_seconds=how.lease_seconds,
+            before_drive=prepare,
+            drive=not how.leave,
         )
         headline = "" if created else f"run {result.run.id} already existed for this business key"
         report_result(runner, result, how, "start", headline)
@@ -314,7 +337,14 @@ def _decide(
 
     def act(runner: Runner) -> CommandResult:
         return commands.decide(
-            runner, run_id, decision, actor, role, reason, lease_seconds=how.lease_seconds
+            runner,
+            run_id,
+            decision,
+            actor,
+            role,
+            reason,
+            lease_seconds=how.lease_seconds,
+            drive=not how.leave,
         )
 
     drive(how, "decision", act)
@@ -329,7 +359,7 @@ def _decide(
     callback=named(),
     help="The approver's role; the spec lists who may.",
 )
-@with_options("interrupt", *RUN_COMMAND)
+@with_options("interrupt", "leave", *RUN_COMMAND)
 def approve(run_id: str, actor: str, role: str, how: How) -> None:
     """Approve the action RUN is waiting for, then drive the run on.
 
@@ -349,7 +379,7 @@ def approve(run_id: str, actor: str, role: str, how: How) -> None:
 @click.option(
     "--role", callback=named(), help="The decider's role, checked against the spec when given."
 )
-@with_options(*RUN_COMMAND)
+@with_options("leave", *RUN_COMMAND)
 def reject(run_id: str, actor: str, reason: str, role: str | None, how: How) -> None:
     """Reject the action RUN is waiting for. Nothing is executed."""
     _decide(run_id, "reject", actor, role, reason, how)
@@ -397,6 +427,9 @@ def resume(run_id: str, how: How) -> None:
 @with_options("db", "json")
 def runs_command(status: str | None, limit: int, stuck: bool, older_than: float, how: How) -> None:
     """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
+
     with Session(how.db) as session:
         if stuck:
             stalled = session.store.stuck(session.clock.now(), older_than)
@@ -418,6 +451,9 @@ def runs_command(status: str | None, limit: int, stuck: bool, older_than: float,
 def status_command(how: How) -> None:
     """Runs by status, the leases workers hold (owner, how long held, time left by the
     database's clock), and the runs whose lease expired."""
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
+
     with Session(how.db) as session:
         now = session.clock.now()
         counts, leases = session.store.status_counts(), session.store.leases()
@@ -435,6 +471,8 @@ def trace(run_id: str, how: How) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
     from ratchet_runner.review import trace as traces
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
 
     with Session(how.db) as session:
         found = session.store.resolve(run_id)
@@ -446,6 +484,9 @@ def trace(run_id: str, how: How) -> None:
 @JSON_OPTION
 def effects(as_json: bool) -> None:
     """List the changes in the practice database, with their operation IDs and call counts."""
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
+
     with Session() as session:
         changes, calls = session.world.changes(), session.world.calls()
     if as_json:
@@ -475,6 +516,9 @@ def effects(as_json: bool) -> None:
 def reset(everything: bool, practice: bool, how: How) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too;
     with --all --practice, declare that store a practice store."""
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
+
     if practice and not everything:
         raise click.UsageError(
             "--practice declares an emptied store a practice store: give it with --all"
@@ -514,6 +558,8 @@ def serve(host: str, port: int, as_json: bool) -> None:
     SIGTERM or Ctrl-C stops it. The routes, statuses and faults are in
     docs/reference/adapters.md ("The practice world over HTTP").
     """
+    from ratchet_runner.session import Session
+
     with Session() as session:
         server = session.practice_server(host, port)
         shown = {"url": server.url, "practice_world": str(session.world.path)}
@@ -548,7 +594,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
     default=None,
     help="The spec version the sender means: a run pinned to another version refuses it.",
 )
-@with_options(*RUN_COMMAND)
+@with_options("leave", *RUN_COMMAND)
 def signal_command(
     run_id: str, event: str, signal_id: str, data: Any, spec_version: int | None, how: How
 ) -> None:
@@ -563,7 +609,14 @@ def signal_command(
 
     def act(runner: Runner) -> CommandResult:
         return commands.signal(
-            runner, run_id, event, signal_id, data, spec_version, lease_seconds=how.lease_seconds
+            runner,
+            run_id,
+            event,
+            signal_id,
+            data,
+            spec_version,
+            lease_seconds=how.lease_seconds,
+            drive=not how.leave,
         )
 
     drive(how, "signal", act)
@@ -584,7 +637,17 @@ def signal_command(
     default=1.0,
     show_default=True,
     callback=finite_seconds,
-    help="Seconds to wait when idle.",
+    help="Seconds between two looks for work when nothing wakes the worker (a signal, a "
+    "decision, a new run or a due timer wakes it at once).",
+)
+@click.option(
+    "--listen-db",
+    "listen_db",
+    metavar="URL",
+    envvar="RATCHET_LISTEN_DB",
+    help="PostgreSQL: listen for wake-ups over a connection to URL, the same database reached "
+    "directly, when --db goes through a transaction-pooling proxy (which cannot carry LISTEN). "
+    "Env: RATCHET_LISTEN_DB.",
 )
 @with_options(
     *RUN_COMMAND,
@@ -594,8 +657,14 @@ def signal_command(
         "lease outlasts it).",
     ),
 )
-def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
+def worker(once: bool, concurrency: int, poll: float, listen_db: str | None, how: How) -> None:
     """Fire due timers and advance runnable runs under leases until stopped, or --once.
+
+    An idle worker wakes at once when another process leaves a run to the workers (a new run,
+    a signal or a decision given with --leave-to-workers, a lease given back) and when a timer
+    falls due; it looks for work every --poll seconds as well. PostgreSQL: it listens for
+    notifications (LISTEN), and checks at start that one of its own arrives, else warns and
+    polls; SQLite: it looks whether the database file changed every 10 ms.
 
     Runs are claimed with leases (FOR UPDATE SKIP LOCKED on PostgreSQL) that a heartbeat keeps
     alive and that expire by the database's clock; every commit is fenced by the lease, so a
@@ -607,6 +676,8 @@ def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
     warns on stderr when it starts and parks each run it claims whose spec declares adapters,
     for a person (docs/reference/bindings.md).
     """
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
     from ratchet_runner.worker.passes import unbound_warning, worker_pass
 
     with Session(how.db, bindings=how.bindings) as session:
@@ -624,7 +695,11 @@ def worker(once: bool, concurrency: int, poll: float, how: How) -> None:
             echo_lines(err, err=True)
             return
         pool = session.pool(
-            concurrency=concurrency, lease_seconds=how.lease_seconds, poll=poll, log=say
+            concurrency=concurrency,
+            lease_seconds=how.lease_seconds,
+            poll=poll,
+            log=say,
+            listen_url=listen_db,
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: pool.stop.set())
@@ -677,6 +752,8 @@ def queue_command(how: How) -> None:
     """List the runs waiting for a person: what to do, how long they have waited, and the
     evidence (what was done, undone, left, and what failed)."""
     from ratchet_runner.engine.operator_queue import queue
+    from ratchet_runner.review import views
+    from ratchet_runner.session import Session
 
     with Session(how.db) as session:
         items = queue(session.runner())
@@ -739,6 +816,7 @@ def check(
     on 127.0.0.1 (never to the host the binding names).
     """
     from ratchet_runner.review import check as checks
+    from ratchet_runner.review import views
     from ratchet_runner.review.check_plan import plan
 
     if how.as_json and results_path == "-":

@@ -12,11 +12,13 @@ serves the world (a command, ``ratchet practice serve``) meets the same ones.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratchet_runner.errors import WorldError
+
+if TYPE_CHECKING:  # the command line reads FAULT_KINDS for its help: no database driver for that
+    import sqlite3
 
 FAULT_KINDS = (
     "timeout_before_write",

@@ -10,11 +10,14 @@ from pathlib import Path
 
 from bench import (
     bench_check,
+    bench_cli,
+    bench_cpu,
     bench_hostile,
     bench_http,
     bench_pool,
     bench_steps,
     bench_validate,
+    bench_wake,
 )
 from bench.harness import ROOT
 
@@ -25,6 +28,9 @@ BENCHMARKS = {
     "check": bench_check.run,
     "pool": bench_pool.run,
     "http": bench_http.run,
+    "cli": bench_cli.run,
+    "cpu": bench_cpu.run,
+    "wake": bench_wake.run,
 }
 
 

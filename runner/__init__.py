@@ -12,6 +12,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+#: The distribution's version, pyproject.toml's (a test keeps them equal): ``ratchet --version``
+#: prints it without reading the installed distribution's metadata.
+__version__ = "0.1.0.dev0"
+
 if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a test checks)
     # one statement a name, as the explicit re-export form of PEP 484 spells it
     from ratchet_runner.adapters.base import Adapter as Adapter

@@ -5,6 +5,9 @@ The click options several commands share (``--db``, ``--json``, ``--bindings``, 
 helpers that print (JSON on stdout, text, messages on stderr, a file or stdout); and the steps
 every run command takes (its runner, its result shown). The commands themselves, with their
 ``--help`` text, are ``cli.py``'s.
+
+Light to import, as ``cli.py`` is: ``ratchet --version`` and every ``--help`` import this module,
+so the views, the session and the spec loader are imported by the helpers that use them.
 """
 
 from __future__ import annotations
@@ -17,20 +20,17 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from .errors import CommandLineError, UsageError
-from .review import views
-from .session import Session
 from .settings import MAX_NAME, interrupt_point, is_unicode, name_problem, shown
-from .spec.loader import load_file
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from .engine.commands import CommandResult
     from .engine.runner import Runner, Strategy
+    from .session import Session
 
 #: A file a command writes (instead of stdout).
 OUTPUT = click.Path(dir_okay=False, writable=True)
@@ -65,6 +65,8 @@ def write_output(output: str | None, data: bytes) -> None:
     if not output:
         click.echo(data.decode("utf-8"), nl=False)
         return
+    from pathlib import Path
+
     try:
         Path(output).write_bytes(data)
     except OSError as exc:
@@ -192,6 +194,14 @@ LEASE_OPTION = lease_option(
     "heartbeat renews the lease; env RATCHET_LEASE). Workers cannot take the run meanwhile; if "
     "this process dies, they take it over once the lease has run out.",
 )
+LEAVE_OPTION = click.option(
+    "--leave-to-workers",
+    "leave",
+    is_flag=True,
+    help="Record it and leave the run to the workers (the commit wakes them at once) instead "
+    "of carrying it on in this command, which then never waits on a provider.",
+)
+
 INTERRUPT_OPTION = click.option(
     "--interrupt",
     metavar="POINT[:EFFECT]",
@@ -213,16 +223,18 @@ class How:
     bindings: str | None = None
     lease_seconds: float = 30.0
     interrupt: str | None = None
+    leave: bool = False
 
 
 def with_options(
     *names: str, lease: Any = None
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command the shared options ``names`` (``interrupt``, ``lease``, ``db``,
+    """Give a command the shared options ``names`` (``interrupt``, ``leave``, ``lease``, ``db``,
     ``bindings``, ``json``; ``lease``: another ``--lease`` option than a run command's), passed
     on to it as one ``how: How``."""
     shared = {
         "interrupt": INTERRUPT_OPTION,
+        "leave": LEAVE_OPTION,
         "lease": lease or LEASE_OPTION,
         "db": DB_OPTION,
         "bindings": BINDINGS_OPTION,
@@ -232,7 +244,7 @@ def with_options(
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> None:
-            fields = ("db", "as_json", "bindings", "lease_seconds", "interrupt")
+            fields = ("db", "as_json", "bindings", "lease_seconds", "interrupt", "leave")
             how = How(**{name: kwargs.pop(name) for name in fields if name in kwargs})
             command(*args, how=how, **kwargs)
 
@@ -258,6 +270,8 @@ def report_result(
     runner: Runner, result: CommandResult, how: How, key: str, head: str | None = None
 ) -> None:
     """Show a command's result: what it did (and what happened after), then the run."""
+    from .review import views
+
     summary = views.command_summary(runner, result, key)
     if how.as_json:
         emit_json(summary)
@@ -267,6 +281,8 @@ def report_result(
 
 def drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
     """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
+    from .session import Session
+
     with Session(how.db, bindings=how.bindings) as session:
         runner = command_runner(session, how.interrupt)
         report_result(runner, act(runner), how, key)
@@ -277,6 +293,8 @@ def drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
 
 def world_fixture(path: str) -> dict[str, Any]:
     """The practice world fixture in the file at ``path`` (a mapping, or a usage error)."""
+    from .spec.loader import load_file
+
     fixture = load_file(path).data
     if not isinstance(fixture, dict):
         raise click.BadParameter("a practice world fixture is a mapping", param_hint="--world")

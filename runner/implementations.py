@@ -24,15 +24,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ratchet_runner.adapters.base import Adapter
-
 from .errors import BindingError, RatchetError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: `ratchet validate` reads no installed metadata
+    from importlib.metadata import EntryPoint
+
+    from ratchet_runner.adapters.base import Adapter
     from ratchet_runner.adapters.practice import PracticeWorld
 
     from .spec.model import Adapter as AdapterSpec
@@ -73,6 +73,8 @@ class Offer:
 def plugin_kinds() -> dict[str, list[EntryPoint]]:
     """The kinds installed distributions register under :data:`GROUP`, each with its entry
     points (more than one: two distributions claim the same kind)."""
+    from importlib.metadata import entry_points
+
     kinds: dict[str, list[EntryPoint]] = {}
     for point in entry_points(group=GROUP):
         kinds.setdefault(point.name, []).append(point)
@@ -240,6 +242,8 @@ def _call(
     factory: Callable[..., Any], settings: dict[str, Any], where: str, adapter: AdapterSpec
 ) -> Adapter:
     """``factory(settings)``, which must make an adapter (``call`` and ``lookup``)."""
+    from ratchet_runner.adapters.base import Adapter
+
     try:
         made = factory(settings)
     except BindingError:

@@ -254,11 +254,13 @@ class Session:
         lease_seconds: float = 30.0,
         poll: float = 0.5,
         log: Callable[[str], None] = _to_stderr,
+        listen_url: str | None = None,
     ) -> Pool:
         """A pool of ``concurrency`` worker threads on the session's store (``log``: the store's
-        outages and unexpected errors, a line at a time). ``RATCHET_NOW`` on a store that is not
-        a practice store is refused here, once; otherwise the pool opens the store itself, so a
-        worker started while the database is down waits for it."""
+        outages and unexpected errors, a line at a time; ``listen_url``: where a PostgreSQL pool
+        listens for wake-ups, if not over the store's own URL). ``RATCHET_NOW`` on a store that
+        is not a practice store is refused here, once; otherwise the pool opens the store
+        itself, so a worker started while the database is down waits for it."""
         from .worker.pool import Pool
 
         if self._environ.get("RATCHET_NOW"):
@@ -269,6 +271,7 @@ class Session:
             lease_seconds=lease_seconds,
             poll=poll,
             log=log,
+            listen_url=listen_url,
         )
 
     def reset(self, everything: bool = False, practice: bool = False) -> None:

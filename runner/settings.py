@@ -8,10 +8,12 @@ import json
 import math
 import os
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:  # pathlib is imported when a path is made: the command line starts without it
+    from pathlib import Path
 
 DEFAULT_HOME = ".ratchet"
 ENV_DB = "RATCHET_DB"
@@ -93,11 +95,31 @@ def business_key_problem(key: str) -> str | None:
     return None
 
 
+#: The encoder of :func:`_plainly_storable`, made once (``json.dumps`` makes one per call when
+#: given options).
+_STRICT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def _plainly_storable(value: Any) -> bool:
+    """Whether ``value`` is storable beyond doubt, in one call of the C JSON encoder: it encodes
+    with finite numbers only (``allow_nan=False`` refuses the others, as keys too), and the text
+    is valid Unicode (a lone surrogate, in a key or a value, is kept as it is by
+    ``ensure_ascii=False``). False sends it to the walk of :func:`unstorable`, which says what
+    is wrong, if anything (a value JSON cannot encode at all is not this check's to refuse)."""
+    try:
+        text = _STRICT_JSON.encode(value)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return text.isascii() or is_unicode(text)
+
+
 def unstorable(value: Any, where: str = "") -> str | None:
     """Why the JSON value ``value`` cannot be stored as it is, or None: a number that is not
     finite (no database keeps ``NaN`` or ``Infinity`` as JSON the same way), or text that is not
     valid Unicode (a lone surrogate). ``where`` names the value; the message adds the path to
     the part at fault (``input/weight``)."""
+    if _plainly_storable(value):  # nearly always: then no walk, no path built
+        return None
     stack: list[tuple[str, Any]] = [(where, value)]
     while stack:
         path, item = stack.pop()
@@ -161,10 +183,18 @@ RUN_STATUSES = ("running", "waiting", "done", "needs_person", "paused", "cancell
 #: The operator controls (``ratchet ops ACTION``).
 OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")
 
+#: The views ``ratchet diagram`` draws, and the formats it writes: text, or drawn by Graphviz
+#: (here, not in the diagram package, so that ``ratchet diagram --help`` imports no diagram).
+DIAGRAM_VIEWS = ("states", "crash-windows", "saga")
+DIAGRAM_TEXT_FORMATS = ("dot", "mermaid")
+DIAGRAM_IMAGE_FORMATS = ("svg", "png", "pdf")
+
 
 def home() -> Path:
     """Where the embedded store and the practice world live: ``$RATCHET_HOME``, else
     ``./.ratchet``."""
+    from pathlib import Path
+
     return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME)
 
 

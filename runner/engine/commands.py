@@ -46,6 +46,9 @@ COMMAND_LEASE = 30.0
 #: How long a command waits for another process's lease on the run to come free.
 PATIENCE = 3.0
 
+#: What a command that records without driving says of the run.
+LEFT = "left to the workers"
+
 #: Statuses a command has nothing to drive in: it reads the run and takes no lease.
 _ENDED = ("done", "cancelled")
 
@@ -202,15 +205,19 @@ def start(
     patience: float = PATIENCE,
     owner: str | None = None,
     before_drive: Callable[[RunRecord, bool], None] | None = None,
+    drive: bool = True,
 ) -> tuple[CommandResult, bool]:
     """``ratchet run``: start a run (or find the one with the same business key) and drive it
-    until it waits, ends or needs a person. ``before_drive(run, created)`` runs after the run
-    exists and before anything is called (the CLI seeds the practice world there). Returns the
-    result and whether the run was created."""
-    started, created = runner.start(spec, text, data)
+    until it waits, ends or needs a person; without ``drive``, leave it to the workers, whom
+    its creation wakes. ``before_drive(run, created)`` runs after the run exists and before this
+    command calls anything (the CLI seeds the practice world there). Returns the result and
+    whether the run was created."""
+    started, created = runner.start(spec, text, data, wake=not drive)
     if before_drive is not None:
         before_drive(started, created)
     made = "started" if created else "already existed for this business key"
+    if not drive:
+        return CommandResult(started, created, f"run {started.id} {made}; {LEFT}"), created
     try:
         result = _act(
             runner,
@@ -259,19 +266,24 @@ def decide(
     lease_seconds: float = COMMAND_LEASE,
     patience: float = PATIENCE,
     owner: str | None = None,
+    drive: bool = True,
 ) -> CommandResult:
     """``ratchet approve`` / ``reject``: record the decision and drive the run on, under the
-    run's lease. A refused decision changes nothing
-    (:class:`~ratchet_runner.errors.ApprovalError`)."""
+    run's lease; without ``drive``, record it and leave the run to the workers, whom the commit
+    wakes. A refused decision changes nothing (:class:`~ratchet_runner.errors.ApprovalError`)."""
     from .approvals import decide as record_decision
 
     def act(run: RunRecord) -> CommandResult:
         recorded = record_decision(runner, run.id, decision, actor, role, reason)
         if not recorded.changed:
             return CommandResult(recorded.run, False, recorded.message)
+        if not drive:
+            return CommandResult(recorded.run, True, f"{recorded.message}; {LEFT}")
         driven, then = carry_on(runner, recorded.run)
         return CommandResult(driven, True, recorded.message, then)
 
+    if not drive:
+        return act(runner.store.resolve(run_ref))
     return _act(runner, run_ref, decision, act, _Hold(lease_seconds, patience, owner))
 
 
@@ -286,15 +298,20 @@ def signal(
     lease_seconds: float = COMMAND_LEASE,
     patience: float = PATIENCE,
     owner: str | None = None,
+    drive: bool = True,
 ) -> CommandResult:
     """``ratchet signal``: deliver the signal once per ID and drive the run on, under its
-    lease."""
+    lease; without ``drive``, deliver it and leave the run to the workers, whom the commit
+    wakes."""
     from .signals import send_signal
 
     def act(run: RunRecord) -> CommandResult:
-        outcome = send_signal(runner, run.id, event, signal_id, data, spec_version)
-        return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
+        outcome = send_signal(runner, run.id, event, signal_id, data, spec_version, drive=drive)
+        message = outcome.message if drive or not outcome.changed else f"{outcome.message}; {LEFT}"
+        return CommandResult(outcome.run, outcome.changed, message, outcome.then)
 
+    if not drive:
+        return act(runner.store.resolve(run_ref))
     return _act(runner, run_ref, "signal", act, _Hold(lease_seconds, patience, owner))
 
 

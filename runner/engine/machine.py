@@ -1,10 +1,11 @@
 """The state graph as a `transitions` Machine: which row fires for an event, given the guards.
 
-One Machine is built per spec version (by digest) and cached. A run is bound to it only for the
-duration of one :meth:`StepMachine.fire` and unbound at once. The Machine owns the graph and guard
-dispatch; it writes nothing durable: its one callback notes, in memory, which row fired, and the
-runner then commits that move through the store. :func:`status_of` says which status a run
-standing in a state has.
+One Machine is built per spec version (by digest) and cached. A run is never bound to it: each
+:meth:`StepMachine.fire` puts a cursor (a model bound to the Machine once and reused by the fires
+after it: binding a model costs more than firing an event) in the run's state and fires the event
+on it. The Machine owns the graph and guard dispatch; it writes nothing durable: its one callback
+notes, in memory, which row fired, and the runner then commits that move through the store.
+:func:`status_of` says which status a run standing in a state has.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..spec.model import Row, Spec, State
 
 
 class _Cursor:
-    """The model bound to the machine for one step: where the run is, and which row fired."""
+    """The model a step fires an event on: where the run is, and which row fired."""
 
     def __init__(self) -> None:
         self.fired: Row | None = None
@@ -65,6 +66,12 @@ class StepMachine:
                 conditions=conditions,
                 before=[partial(_note, row)],
             )
+        self._events = {
+            state: frozenset(row.event for row in spec.rows_from(state)) for state in spec.states
+        }
+        #: Cursors bound to the Machine and not in use: one is taken for each fire (so that
+        #: threads firing at once each have their own) and given back after it.
+        self._idle: list[_Cursor] = []
 
     def events_from(self, state: str) -> list[str]:
         """The events that have a row out of ``state``."""
@@ -75,17 +82,26 @@ class StepMachine:
     ) -> tuple[Row | None, list[str]]:
         """The row that ``event`` fires from ``state`` (None if no row's guard holds), and any
         guard that failed to evaluate."""
-        if event not in self.events_from(state):
+        events = self._events.get(state)
+        if event not in (events if events is not None else self.events_from(state)):
             return None, []
-        cursor = _Cursor()
-        self._machine.add_model(cursor, initial=state)
         try:
+            cursor = self._idle.pop()
+        except IndexError:
+            cursor = _Cursor()
+            self._machine.add_model(cursor, initial=state)
+        fired: Row | None = None
+        try:
+            self._machine.set_state(state, model=cursor)
+            cursor.fired, cursor.guard_errors = None, []
             cursor.trigger(event, activation=activation)  # type: ignore[attr-defined]
+            fired = cursor.fired
         except MachineError:
-            return None, cursor.guard_errors
+            pass
         finally:
-            self._machine.remove_model(cursor)
-        return cursor.fired, cursor.guard_errors
+            errors = cursor.guard_errors
+            self._idle.append(cursor)
+        return fired, errors
 
 
 _MACHINES: dict[str, StepMachine] = {}

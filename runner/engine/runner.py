@@ -71,6 +71,19 @@ def _never() -> bool:
     return False
 
 
+#: The input schema's validator of each spec version, by digest: made once, not at every start.
+_INPUT_VALIDATORS: dict[str, jsonschema.Draft7Validator] = {}
+
+
+def _input_validator(spec: Spec) -> jsonschema.Draft7Validator:
+    if not spec.digest:  # a spec not loaded from a file: nothing to know it by
+        return jsonschema.Draft7Validator(spec.input_schema)
+    validator = _INPUT_VALIDATORS.get(spec.digest)
+    if validator is None:
+        validator = _INPUT_VALIDATORS[spec.digest] = jsonschema.Draft7Validator(spec.input_schema)
+    return validator
+
+
 @dataclass(frozen=True)
 class RunnerOptions:
     """How a runner works, fixed when it is made (a worker pool passes its own).
@@ -171,9 +184,12 @@ class Runner:
 
     # -- starting and advancing -------------------------------------------------------------
 
-    def start(self, spec: Spec, text: str, input: dict[str, Any]) -> tuple[RunRecord, bool]:
+    def start(
+        self, spec: Spec, text: str, input: dict[str, Any], *, wake: bool = True
+    ) -> tuple[RunRecord, bool]:
         """Start a run of ``spec`` (whose exact text is ``text``), or find the one that already
-        exists for the same business key. Returns ``(run, created)``. A spec this runner's
+        exists for the same business key. Returns ``(run, created)``. Its creation wakes the
+        idle workers (``wake``), unless the caller carries it on itself. A spec this runner's
         adapters cannot run (its resolution's ``admit`` refuses it, or an adapter cannot be made)
         is refused first, with nothing stored, and so is an input that does not fit the spec's
         input schema or lacks a field the business key or an effect argument reads
@@ -186,9 +202,7 @@ class Runner:
         if unfit is not None:  # what no store keeps the same way: refused on every one
             raise UnstorableValue(f"the input cannot be stored: {unfit}; nothing was written")
         try:
-            problems = sorted(
-                jsonschema.Draft7Validator(spec.input_schema).iter_errors(input), key=str
-            )
+            problems = sorted(_input_validator(spec).iter_errors(input), key=str)
         except Exception as exc:  # a $ref that cannot be resolved
             raise RunError(f"the spec's input schema cannot be applied: {exc}") from None
         if problems:
@@ -243,7 +257,7 @@ class Runner:
             pause = timers.pause_record(draft, spec, first, now)
             context["pause"] = pause
             first_events.append(("paused", pause))
-        new = replace(new, context=context, timers=armed, events=first_events)
+        new = replace(new, context=context, timers=armed, events=first_events, wake=wake)
         return self.store.create_run(new)
 
     def advance(self, run: str | RunRecord, max_steps: int = 10_000) -> RunRecord:

@@ -21,8 +21,11 @@ def send_signal(
     signal_id: str,
     data: dict[str, Any] | None = None,
     spec_version: int | None = None,
+    *,
+    drive: bool = True,
 ) -> Outcome:
-    """Deliver signal ``event`` to the run, once per ``signal_id``.
+    """Deliver signal ``event`` to the run, once per ``signal_id``, and drive the run on (or,
+    without ``drive``, leave it to the workers, whom the commit wakes).
 
     A signal ID seen before changes nothing and says so. A signal the run's state does not take,
     or whose row's guard does not hold, or sent for a ``spec_version`` other than the one the
@@ -86,5 +89,8 @@ def send_signal(
             False,
             f"signal {signal_id} was already received; nothing changed",
         )
+    said = f"{event} moved the run to {row.next_state}"
+    if not drive:
+        return Outcome(moved, True, said, None)
     driven, then = carry_on(runner, moved)
-    return Outcome(driven, True, f"{event} moved the run to {row.next_state}", then)
+    return Outcome(driven, True, said, then)

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..settings import printable
-from ..store.records import latest_event
 
 if TYPE_CHECKING:
     from ratchet_runner.adapters.practice import Change
@@ -92,6 +91,7 @@ def run_json(run: RunRecord) -> Json:
 def run_summary(runner: Runner, run: RunRecord) -> Json:
     """Where ``run`` is, what decision it waits for, and what a person is asked to do."""
     from ..engine.approvals import pending_request
+    from ..store.records import latest_event
 
     request = pending_request(runner, run) if run.status == "waiting" else None
     queued = latest_event(runner.store.history(run.id), ("queued",))

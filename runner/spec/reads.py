@@ -103,12 +103,26 @@ def _path(node: Any) -> tuple[str, ...] | None:
     return None
 
 
+#: The reads of each spec version, by its digest: every run's start checks its input against
+#: them, and listing them walks each expression's tree.
+_READS: dict[str, list[InputRead]] = {}
+
+
+def _reads_of(spec: Spec) -> list[InputRead]:
+    if not spec.digest:  # a spec not loaded from a file: nothing to know it by
+        return input_reads(spec)
+    reads = _READS.get(spec.digest)
+    if reads is None:
+        reads = _READS[spec.digest] = input_reads(spec)
+    return reads
+
+
 def missing_read(spec: Spec, data: Mapping[str, Any]) -> tuple[InputRead, str] | None:
     """The first field the business key or an argument reads (untested) that the input
     ``data`` lacks, with that field's dotted name under ``input`` (``stay.nights``); None when
     every one is there. A value that is no mapping where the path goes on is left to the input
     schema."""
-    for read in input_reads(spec):
+    for read in _reads_of(spec):
         value: Any = data
         for depth in range(1, len(read.path)):
             if not read.untested(depth) or not isinstance(value, Mapping):

@@ -15,7 +15,9 @@ whole statement. A single statement is its own transaction, so the commit costs 
 to the server instead of a ``BEGIN``, one per statement and a ``COMMIT``: the same atomicity, a
 third of the waiting. The SQL text depends only on the change's shape (how many events, which
 columns an update sets, …) and is cached, so psycopg prepares it on the server after a few uses.
-A new run and a claim (``FOR UPDATE SKIP LOCKED``) are one statement each too.
+A new run and a claim (``FOR UPDATE SKIP LOCKED``) are one statement each too. A wake-up
+(:func:`~ratchet_runner.store.bell.wakes`) ends ``SELECT id, pg_notify(:channel, '') FROM cas``:
+the notification is sent when, and only if, the statement commits having written the run.
 
 Changes this form cannot express exactly (consuming an approval or firing a timer, whose "exactly
 one row" checks need a transaction, taking a lease, or two writes to one operation) go through
@@ -26,12 +28,14 @@ server's clock (:data:`DB_NOW`).
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, Engine, Float, Integer, Table
+from sqlalchemy import JSON, Connection, Engine, Float, Integer, Table
 
 from ..clock import Clock
 from . import tables as schema
@@ -248,14 +252,18 @@ class Statements:
             tuple(tuple(sorted(record)) for record in change.new_approvals),
         )
 
-    def commit(self, change: Change, after: RunRecord) -> tuple[str, dict[str, Any]] | None:
+    def commit(
+        self, change: Change, after: RunRecord, channel: str | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
         """The statement and parameters that apply ``change`` (moving the run to ``after``),
-        or None when it needs a transaction."""
+        or None when it needs a transaction; with ``channel``, the statement notifies it when
+        the change applies (a wake-up: :mod:`~ratchet_runner.store.bell`)."""
         shape = self.shape(change)
         if shape is None:
             return None
         t = self.t
         params: dict[str, Any] = {
+            "channel": channel,
             "b_id": change.run_id,
             "b_version": change.expected_version,
             "b_token": change.lease_token,
@@ -289,9 +297,9 @@ class Statements:
         ):
             for i, (row, columns) in enumerate(zip(rows, shapes, strict=True)):
                 params.update(_row_params(table, f"{prefix}{i}", columns, [row]))
-        return self._commit_sql(shape), params
+        return self._commit_sql(shape, channel is not None), params
 
-    def _build_commit(self, shape: Shape) -> str:
+    def _build_commit(self, shape: Shape, wake: bool) -> str:
         fenced, events, new_ops, updates, cancel, new_timers, new_signals, new_approvals = shape
         fence = (
             "lease_token = %(b_token)s::text"
@@ -317,7 +325,7 @@ class Statements:
         parts = self._parts(
             events, new_ops, updates, cancel, new_timers, new_signals, new_approvals
         )
-        return "WITH " + ",\n".join([cas, *parts]) + "\nSELECT id FROM cas"
+        return "WITH " + ",\n".join([cas, *parts]) + _returned(wake)
 
     # -- a new run ---------------------------------------------------------------------------
 
@@ -326,26 +334,30 @@ class Statements:
         record: Mapping[str, Any],
         first_events: Sequence[Event],
         new_timers: Sequence[NewTimer],
+        channel: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The statement that inserts a run with its first events and timers."""
+        """The statement that inserts a run with its first events and timers (with
+        ``channel``, and notifies it)."""
         t = self.t
         timer_shapes = tuple(tuple(sorted(timer)) for timer in new_timers)
         params = {
             f"r_{column}": bind(t.runs, column, record.get(column)) for column in self.run_columns
         }
-        params |= {"n_version": record["version"], "at": record["created_at"]}
+        params |= {"n_version": record["version"], "at": record["created_at"], "channel": channel}
         params |= _event_params(first_events)
         for i, (timer, columns) in enumerate(zip(new_timers, timer_shapes, strict=True)):
             params.update(_row_params(t.timers, f"t{i}", columns, [timer]))
-        return self._create_sql(len(first_events), timer_shapes), params
+        return self._create_sql(len(first_events), timer_shapes, channel is not None), params
 
-    def _build_create(self, events: int, new_timers: tuple[tuple[str, ...], ...]) -> str:
+    def _build_create(
+        self, events: int, new_timers: tuple[tuple[str, ...], ...], wake: bool
+    ) -> str:
         t = self.t
         columns = ", ".join(map(_quote, self.run_columns))
         values = ", ".join(_param(t.runs, f"r_{c}", c) for c in self.run_columns)
         cas = f"cas AS (INSERT INTO runs ({columns}) VALUES ({values}) RETURNING id)"
         parts = self._parts(events, 0, (), False, new_timers, (), ())
-        return "WITH " + ",\n".join([cas, *parts]) + "\nSELECT id FROM cas"
+        return "WITH " + ",\n".join([cas, *parts]) + _returned(wake)
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -375,11 +387,38 @@ class Statements:
         )
 
 
+def _returned(wake: bool) -> str:
+    """The end of a one-statement write: the row it wrote, and with ``wake`` a notification on
+    ``%(channel)s``, sent when (and only if) the statement commits having written it."""
+    if wake:
+        return "\nSELECT id, pg_notify(%(channel)s::text, '') FROM cas"
+    return "\nSELECT id FROM cas"
+
+
+def channel_name(schema: str) -> str:
+    """The notification channel of the store in ``schema`` (a channel is database-wide, so stores
+    in two schemas of one database need two): ``ratchet_wake:SCHEMA``, or a digest of a schema
+    name too long for a channel's 63 bytes."""
+    name = f"ratchet_wake:{schema}"
+    if len(name.encode()) <= 63:
+        return name
+    return "ratchet_wake:" + hashlib.sha256(schema.encode()).hexdigest()[:40]
+
+
+#: A lease given back, with a notification when the run is still running (anyone may carry it on).
+_RELEASE = (
+    "WITH r AS (UPDATE runs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL "
+    "WHERE id = %(b_id)s::text AND lease_token = %(b_token)s::text RETURNING status) "
+    "SELECT pg_notify(%(channel)s::text, '') FROM r WHERE r.status = 'running'"
+)
+
+
 class PostgresWriter(Writer):
     """Writes a change, a new run and a claim as one statement each, in autocommit."""
 
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         super().__init__(engine, dialect, clock)
+        self._channel: str | None = None
         self._single = self._reader  # autocommit: the statement is its own transaction
         self.statements = Statements(
             Tables(
@@ -392,24 +431,54 @@ class PostgresWriter(Writer):
             )
         )
 
+    @contextmanager
+    def _write_one(self) -> Iterator[Connection]:
+        """A single statement, in autocommit: its own transaction, so without SQLAlchemy's
+        ``begin()`` and ``commit()`` around it, which send nothing here but took about a tenth
+        of the worker's CPU time for a one-statement write."""
+        with failures(), self._single.connect() as conn:
+            yield conn
+
     def db_now(self) -> float:
         """Now by the server's ``clock_timestamp()``: one round trip."""
         with failures(), self._reader.connect() as conn:
             return float(conn.exec_driver_sql(f"SELECT {DB_NOW}").scalar_one())
 
-    def create_run(self, new: NewRun, history: list[Event]) -> None:
-        sql, params = self.statements.create(new.record().__dict__, history, new.timers)
+    def channel(self) -> str:
+        """``ratchet_wake:SCHEMA`` (:func:`channel_name`), the schema read once from the server."""
+        if self._channel is None:
+            with failures(), self._reader.connect() as conn:
+                schema = conn.exec_driver_sql("SELECT current_schema()").scalar_one()
+            self._channel = channel_name(str(schema or ""))
+        return self._channel
+
+    def _notify_in(self, conn: Connection, payload: str = "") -> None:
+        conn.exec_driver_sql(
+            "SELECT pg_notify(%(channel)s::text, %(payload)s::text)",
+            {"channel": self.channel(), "payload": payload},
+        )
+
+    def create_run(self, new: NewRun, history: list[Event], *, wake: bool = False) -> None:
+        channel = self.channel() if wake else None
+        sql, params = self.statements.create(new.record().__dict__, history, new.timers, channel)
         with self._write_one() as conn:
             conn.exec_driver_sql(sql, params)
 
-    def commit(self, change: Change, after: RunRecord) -> None:
-        one = self.statements.commit(change, after)
+    def commit(self, change: Change, after: RunRecord, *, wake: bool = False) -> None:
+        one = self.statements.commit(change, after, self.channel() if wake else None)
         if one is None:  # it needs a transaction
-            super().commit(change, after)
+            super().commit(change, after, wake=wake)
             return
         with recording(), self._write_one() as conn:
             if conn.exec_driver_sql(*one).first() is None:
                 self._refused(conn, change, change.lease_token is not None)
+
+    def release(self, run_id: str, token: str) -> bool:
+        with self._write_one() as conn:
+            notified = conn.exec_driver_sql(
+                _RELEASE, {"b_id": run_id, "b_token": token, "channel": self.channel()}
+            ).first()
+        return notified is not None
 
     def claim(
         self, owner: str, lease_seconds: float, now: float, limit: int = 1, skip: Sequence[str] = ()

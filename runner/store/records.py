@@ -196,6 +196,9 @@ class NewRun:
     timers: Sequence[NewTimer] = ()
     events: Sequence[Event] = ()
     binding: dict[str, Any] | None = None
+    #: Whether its creation wakes the workers (:mod:`~ratchet_runner.store.bell`): not when the
+    #: process creating it carries it on itself at once.
+    wake: bool = True
 
     def record(self) -> RunRecord:
         """The run as its creation writes it."""

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..clock import Clock, SystemClock
 from ..errors import RunNotFound, StoreError, UnstorableValue
+from .bell import WAKE_TIMERS_WITHIN, Bell, bell_for, wakes
 from .dialects import default_url, dialect_for, failure, failures, redact, why
 from .postgres import PostgresWriter
 from .records import (
@@ -50,6 +51,14 @@ _RUN_BY_KEY = select(runs).where(
     runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
 )
 _OPERATION_BY_ID = select(operations).where(operations.c.operation_id == bindparam("b_id"))
+_NEXT_DUE = select(
+    select(func.min(timers.c.due_at))
+    .where(timers.c.fired_at.is_(None), timers.c.due_at > bindparam("b_now"))
+    .scalar_subquery(),
+    select(func.min(runs.c.wake_at))
+    .where(runs.c.status == "running", runs.c.wake_at > bindparam("b_now"))
+    .scalar_subquery(),
+)
 
 
 class Store:
@@ -70,6 +79,9 @@ class Store:
         simulation injects its own); PostgreSQL's leases expire by the server's clock."""
         self.url = url or default_url()
         self.clock: Clock = clock or SystemClock()
+        #: Rung after each commit here that is a wake-up (:func:`wakes`), for this process's
+        #: idle workers on the same store.
+        self.bell: Bell = bell_for(self.url)
         self.dialect = dialect_for(self.url, self.clock)
         #: Set when "now" is overridden for practice (``RATCHET_NOW``): every event a change
         #: commits then also records the real time, as ``real_at`` in its data.
@@ -207,13 +219,19 @@ class Store:
         is written.
         """
         self._refuse_unfit(self._new_run_rows(new, new.history()))
+        wake = new.wake and (
+            new.status == "running"
+            or any(timer["due_at"] - new.at < WAKE_TIMERS_WITHIN for timer in new.timers)
+        )
         try:
-            self._writer.create_run(new, self._stamped(new.history()))
+            self._writer.create_run(new, self._stamped(new.history()), wake=wake)
         except IntegrityError as exc:  # the business key has a run already (or no such spec)
             found = self.find_run(new.workflow, new.business_key)
             if found is None:
                 raise StoreError(f"cannot create run {new.id}: {why(exc)}") from None
             return found, False
+        if wake:
+            self.bell.ring()
         return new.record(), True
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -357,7 +375,10 @@ class Store:
             change.events.insert(
                 0, ("leased", {"owner": change.take_lease[0], "previous": base.lease_owner})
             )
-        self._writer.commit(change, after)
+        wake = wakes(change, after)
+        self._writer.commit(change, after, wake=wake)
+        if wake:
+            self.bell.ring()
         return after
 
     # -- leases -------------------------------------------------------------------------------
@@ -385,8 +406,28 @@ class Store:
         return self._writer.renew(run_id, token, lease_seconds)
 
     def release(self, run_id: str, token: str) -> None:
-        """Give a lease back (no version bump: releasing changes nothing about the run)."""
-        self._writer.release(run_id, token)
+        """Give a lease back (no version bump: releasing changes nothing about the run). A run
+        still running is then runnable by any worker: a wake-up."""
+        if self._writer.release(run_id, token):
+            self.bell.ring()
+
+    def next_due(self, now: float) -> float | None:
+        """The earliest time after ``now`` at which a timer falls due or a run's back-off ends
+        (when an idle worker should look again, if nothing wakes it sooner), or None."""
+        with self._read() as conn:
+            row = conn.execute(_NEXT_DUE, {"b_now": now}).one()
+        due = [float(value) for value in row if value is not None]
+        return min(due) if due else None
+
+    def wake_workers(self, payload: str = "") -> None:
+        """Wake this store's idle workers in every process (``payload``: on PostgreSQL's
+        channel, for a worker's start-up check)."""
+        self._writer.notify(payload)
+        self.bell.ring()
+
+    def notification_channel(self) -> str | None:
+        """The PostgreSQL channel of this store's wake-ups (None elsewhere)."""
+        return self._writer.channel()
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease on record, with how long until (or since) it expires by the DB clock, and

@@ -168,24 +168,43 @@ signals = Table(
 RUN_TABLES = (events, operations, approvals, timers, signals, runs, spec_versions)
 
 
+#: Per table, what :func:`unfit` checks of each column: whether it holds JSON, and the longest
+#: text it keeps (None: no limit). Read from the table once (a commit checks every row it writes).
+_COLUMN_CHECKS: dict[Table, dict[str, tuple[bool, int | None]]] = {}
+
+
+def _column_checks(table: Table) -> dict[str, tuple[bool, int | None]]:
+    checks = _COLUMN_CHECKS.get(table)
+    if checks is None:
+        checks = _COLUMN_CHECKS[table] = {
+            column.name: (
+                isinstance(column.type, JSON),
+                getattr(column.type, "length", None),
+            )
+            for column in table.columns
+        }
+    return checks
+
+
 def unfit(table: Table, row: Mapping[str, Any], label: str) -> str | None:
     """Why ``row`` cannot be written to ``table`` as it is, or None: text longer than its column
     (PostgreSQL refuses it, SQLite would keep it), text that is not valid Unicode, JSON with a
     number that is not finite (PostgreSQL refuses ``Infinity`` and ``NaN``, SQLite would keep
     what no JSON reader takes). ``label`` names the row in the message (``signal``)."""
+    checks = _column_checks(table)
     for name, value in row.items():
-        column = table.c.get(name)
-        if column is None or value is None:
+        check = checks.get(name)
+        if check is None or value is None:
             continue
-        if isinstance(column.type, JSON):
+        json, length = check
+        if json:
             problem = unstorable(value, f"{label} {name}")
             if problem is not None:
                 return problem
         elif isinstance(value, str):
-            length = getattr(column.type, "length", None)
             if length is not None and len(value) > length:
                 return f"{label} {name} is {len(value):,} characters long (at most {length})"
-            if not is_unicode(value):
+            if not value.isascii() and not is_unicode(value):
                 return f"{label} {name} '{shown(value)}' is not valid Unicode (a lone surrogate)"
     return None
 

@@ -203,9 +203,29 @@ class Writer:
 
     # -- a run and its changes ----------------------------------------------------------------
 
-    def create_run(self, new: NewRun, history: list[Event]) -> None:
+    # -- wake-ups (see ratchet_runner.store.bell) ----------------------------------------------
+
+    def channel(self) -> str | None:
+        """The notification channel other processes' workers listen on, if the database has
+        one (PostgreSQL's ``LISTEN``/``NOTIFY``)."""
+        return None
+
+    def _notify_in(self, conn: Connection, payload: str = "") -> None:
+        """Within a write transaction: tell the other processes' workers when it commits."""
+
+    def notify(self, payload: str = "") -> None:
+        """Tell the other processes' workers now, in a transaction of its own."""
+        if self.channel() is None:
+            return
+        with self._write() as conn:
+            self._notify_in(conn, payload)
+
+    # -- a run and its changes ----------------------------------------------------------------
+
+    def create_run(self, new: NewRun, history: list[Event], *, wake: bool = False) -> None:
         """Insert the run ``new`` with ``history`` and its timers; an
-        :class:`~sqlalchemy.exc.IntegrityError` when its business key (or ID) is taken."""
+        :class:`~sqlalchemy.exc.IntegrityError` when its business key (or ID) is taken.
+        ``wake``: the other processes' workers are told when it commits."""
         with self._write() as conn:
             conn.execute(_INSERT_RUN, new.record().__dict__)
             conn.execute(
@@ -217,9 +237,12 @@ class Writer:
             )
             for timer in new.timers:
                 conn.execute(insert(timers).values(run_id=new.id, created_at=new.at, **timer))
+            if wake:
+                self._notify_in(conn)
 
-    def commit(self, change: Change, after: RunRecord) -> None:
-        """Apply ``change``, which moves the run to ``after``, in one transaction."""
+    def commit(self, change: Change, after: RunRecord, *, wake: bool = False) -> None:
+        """Apply ``change``, which moves the run to ``after``, in one transaction (``wake``: the
+        other processes' workers are told when it commits)."""
         taking = change.take_lease is not None
         fenced = change.lease_token is not None
         owner, seconds = change.take_lease or (None, None)
@@ -244,6 +267,8 @@ class Writer:
             if result.rowcount != 1:
                 self._refused(conn, change, fenced and not taking)
             self._apply(conn, change, after.version)
+            if wake:
+                self._notify_in(conn)
 
     @staticmethod
     def _refused(conn: Connection, change: Change, fenced: bool) -> None:
@@ -409,14 +434,17 @@ class Writer:
             )
         return done.rowcount == 1
 
-    def release(self, run_id: str, token: str) -> None:
-        """Give a lease back (no version bump: releasing changes nothing about the run)."""
+    def release(self, run_id: str, token: str) -> bool:
+        """Give a lease back (no version bump: releasing changes nothing about the run); whether
+        that left a running run free for any worker."""
         with self._write_one() as conn:
-            conn.execute(
+            status = conn.execute(
                 update(runs)
                 .where(runs.c.id == run_id, runs.c.lease_token == token)
                 .values(lease_owner=None, lease_token=None, lease_expires_at=None)
-            )
+                .returning(runs.c.status)
+            ).scalar()
+        return status == "running"
 
     # -- specs and the store itself -----------------------------------------------------------
 

@@ -42,7 +42,9 @@ from sqlalchemy import exc as sa_exc
 from ..engine.lease import Lease, Leases, owner_identity, validate_lease
 from ..engine.runner import Runner, RunnerOptions
 from ..errors import BindingMismatch, RatchetError, StoreError, UsageError, VersionConflict
+from ..store.bell import Bell, Halt
 from ..store.records import RunRecord
+from ..store.watch import Watch, watch_for
 from .passes import advance_leased, fire_due, unbound_warning
 
 #: The longest wait, in seconds, between two attempts to reach a store that does not answer.
@@ -50,6 +52,9 @@ MAX_BACKOFF = 5.0
 
 #: The shortest wait, in seconds, after a failure (a pool that polls faster still waits this).
 MIN_BACKOFF = 0.05
+
+#: The shortest wait, in seconds, of an idle thread for the next due time.
+MIN_IDLE = 0.001
 
 #: How long, in seconds, the pool's claims skip a run it left to a worker with its binding.
 LEFT_FOR = 60.0
@@ -149,6 +154,8 @@ class Pool:
         poll: float = 0.5,
         owner: str | None = None,
         log: Callable[[str], None] | None = None,
+        listen_url: str | None = None,
+        wakeups: bool = True,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a pool needs at least one worker thread, not {concurrency}")
@@ -157,7 +164,7 @@ class Pool:
         self.lease_seconds = validate_lease(lease_seconds)
         self.poll = poll
         self.owner = owner or owner_identity()
-        self.stop = threading.Event()
+        self.stop = Halt()  # setting it rings the bell the idle threads wait on
         # SIGTERM: finish the current step, release; a new spec version is seen within a poll
         self.options = RunnerOptions(stopping=self.stop.is_set, spec_check_interval=poll)
         self.report = PoolReport()
@@ -173,6 +180,11 @@ class Pool:
         self._up_at = float("-inf")  # time.monotonic() when the last outage ended
         self._recovered = threading.Event()  # set when the current outage ends (one per outage)
         self._warned = False  # that it has no binding at all (said once)
+        self.listen_url = listen_url
+        self.wakeups = wakeups
+        #: How the pool learns of wake-ups from other processes, once its first runner is open.
+        self.watch: Watch | None = None
+        self._bell: Bell | None = None
 
     def run(self, *, until_idle: bool = False) -> PoolReport:
         """Work until :attr:`stop` is set (or, with ``until_idle``, until nothing is left)."""
@@ -187,6 +199,8 @@ class Pool:
         for thread in threads:
             thread.join()
         self.stop.set()
+        if self.watch is not None:
+            self.watch.close()
         with self._lock:
             if self._down_since is not None:  # stopped during an outage: count it so far
                 self.report.unreachable_seconds += time.monotonic() - self._down_since
@@ -201,10 +215,13 @@ class Pool:
         while not self.stop.is_set():
             try:
                 runner = self._open(link)
+                bell = self._bell
+                seen = bell.rings if bell is not None else 0  # before looking: none is missed
                 if self._unreleased:
                     self._release_left(runner)
                 if index == 0 and time.monotonic() >= next_timers:
-                    # Due timers are looked for once per poll interval, not before every claim.
+                    # Due timers are looked for once per poll interval while there is work, and
+                    # after every wait (for a wake-up, or for the next due time).
                     next_timers = time.monotonic() + self.poll
                     fired = fire_due(runner)
                     with self._lock:
@@ -213,6 +230,7 @@ class Pool:
                 claimed = runner.store.claim(
                     self.owner, self.lease_seconds, runner.clock.now(), skip=self._skipped()
                 )
+                idle = self._idle_for(runner) if not claimed and not until_idle else 0.0
             except Exception as exc:  # the database restarted or is unreachable: try again
                 self._pause(link, self._trouble(link, exc, store_level=True))
                 continue
@@ -220,7 +238,11 @@ class Pool:
             if not claimed:
                 if until_idle:
                     return
-                self.stop.wait(self.poll)
+                if bell is None:
+                    self.stop.wait(idle)
+                else:
+                    bell.wait(seen, idle)
+                next_timers = 0.0
                 continue
             run = claimed[0]
             lease = Lease.asked(run.id, str(run.lease_token), self.lease_seconds, asked)
@@ -260,6 +282,17 @@ class Pool:
         finally:
             with self._lock:
                 self._held.pop(claimed.id, None)
+
+    def _idle_for(self, runner: Runner) -> float:
+        """How long an idle thread waits for a wake-up: the poll interval, or less when a timer
+        falls due or a run's back-off ends sooner (at least :data:`MIN_IDLE`)."""
+        if not self.wakeups:
+            return self.poll
+        now = runner.clock.now()
+        due = runner.store.next_due(now)
+        if due is None:
+            return self.poll
+        return max(MIN_IDLE, min(self.poll, due - now))
 
     def _skipped(self) -> list[str]:
         """The runs the pool's claims skip now: the ones it left to a worker with their binding
@@ -318,12 +351,26 @@ class Pool:
             link.epoch = self._epoch
             link.runner = self.make_runner(options=self.options)
             self._warn_unbound(link.runner)
+            self._watch(link.runner)
         elif link.epoch != self._epoch:
             link.epoch = self._epoch
             engine = getattr(link.runner.store, "engine", None)
             if engine is not None:
                 engine.dispose()
         return link.runner
+
+    def _watch(self, runner: Runner) -> None:
+        """Once, with the first runner open: ring on the store's bell, and start the watch that
+        rings it for other processes' wake-ups (:mod:`~ratchet_runner.store.watch`)."""
+        with self._lock:
+            if self._bell is not None or not self.wakeups:
+                return
+            self._bell = self.stop.bell = runner.store.bell
+            watch = watch_for(runner.store, self._say, self.listen_url)
+            self.watch = watch
+        if watch is not None:
+            self._say(f"{watch.describe()}; polls every {_s(self.poll)} s as well")
+            watch.start()
 
     def _warn_unbound(self, runner: Runner) -> None:
         """Say, once, that the pool's runners resolve no adapter (a runner is made only once

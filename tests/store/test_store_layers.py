@@ -24,7 +24,9 @@ LAYERS: dict[str, set[str]] = {
     "writer": {"records", "tables", "dialects"},
     "sqlite": {"records", "tables", "dialects", "writer"},
     "postgres": {"records", "tables", "dialects", "writer"},
-    "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres"},
+    "bell": {"records"},
+    "watch": {"bell"},
+    "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres", "bell"},
 }
 OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings"}
 

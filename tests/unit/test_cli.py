@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_runner import cli as cli_module
 from ratchet_runner.spec.schema import spec_schema_text
 from tests.conftest import run_cli as run
 
@@ -190,7 +189,7 @@ def test_an_unexpected_error_in_any_command_is_one_line_with_exit_three(
     def explode() -> str:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli_module, "spec_schema_text", explode)
+    monkeypatch.setattr("ratchet_runner.spec.schema.spec_schema_text", explode)  # read by `schema`
     monkeypatch.delenv("RATCHET_DEBUG", raising=False)
     code, out, err = run(capsys, "schema")
     assert code == 3

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from jsonschema import Draft7Validator
 
-from ratchet_runner.spec.loader import load_file, load_text
+from ratchet_runner.spec import schema
+from ratchet_runner.spec.loader import Document, load_file, load_text
 from ratchet_runner.spec.model import COLUMNS
 from ratchet_runner.spec.schema import spec_schema, spec_schema_text, validate_document
 
@@ -111,3 +113,32 @@ def test_an_unquoted_comma_that_splits_a_flow_mapping_says_to_quote_the_value() 
     typo = _messages("next_state: refunded,", "next_stat: refunded,")
     assert any("unknown field 'next_stat'" in found and "did you mean" in found for found in typo)
     assert not any("quote" in found for found in typo)
+
+
+def _with_nodes(doc: Document, count: int) -> Document:
+    """``doc`` as a document of ``count`` nodes (its marks padded)."""
+    marks = {**doc.marks, **{f"/padding/{i}": (1, 1) for i in range(count - len(doc.marks))}}
+    return dataclasses.replace(doc, marks=marks)
+
+
+def test_a_small_document_is_checked_without_compiling_the_fast_check() -> None:
+    """Compiling the fast check costs about 75 ms a process, more than jsonschema takes for a
+    shipped spec: ``ratchet validate`` of one compiles nothing. A document of more nodes than
+    COMPILED_FROM_NODES is checked by the compiled check first, and so is any document once the
+    check is compiled."""
+    schema._fast_check.cache_clear()
+    small = load_file(ROOT / "specs" / "refund.yaml")
+    assert validate_document(small) == []
+    assert schema._fast_check.cache_info().currsize == 0
+    assert validate_document(_with_nodes(small, schema.COMPILED_FROM_NODES + 1)) == []
+    assert schema._fast_check.cache_info().currsize == 1
+
+
+def test_a_broken_document_has_the_same_findings_with_and_without_the_compiled_check() -> None:
+    doc = load_text(_refund_with("spec_version: 1", "spec_version: one"), "r.yaml")
+    schema._fast_check.cache_clear()
+    direct = validate_document(doc)
+    assert schema._fast_check.cache_info().currsize == 0
+    assert not schema.is_valid(doc.data)  # compiles the check, which finds it broken too
+    assert validate_document(doc) == direct
+    assert [d.code for d in direct] == ["E203"]

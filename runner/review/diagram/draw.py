@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import Diagnostic, GraphvizNotFound, SpecError, UsageError
+from ...settings import DIAGRAM_IMAGE_FORMATS, DIAGRAM_TEXT_FORMATS, DIAGRAM_VIEWS
 from ...spec.lint import lint
 from ...spec.model import Spec
 from ...spec.validate import validate_path
@@ -51,9 +52,9 @@ __all__ = [
     "text",
 ]
 
-VIEWS = ("states", "crash-windows", "saga")
-TEXT_FORMATS = ("dot", "mermaid")
-IMAGE_FORMATS = ("svg", "png", "pdf")
+VIEWS = DIAGRAM_VIEWS
+TEXT_FORMATS = DIAGRAM_TEXT_FORMATS
+IMAGE_FORMATS = DIAGRAM_IMAGE_FORMATS
 FORMATS = TEXT_FORMATS + IMAGE_FORMATS
 #: The format an output file's suffix implies when no format is given.
 SUFFIXES = {

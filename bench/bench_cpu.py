@@ -1,0 +1,321 @@
+"""CPU time per durable step, Ratchet against DBOS Transact: the worker, its database, the rest.
+
+In one run, on the same machine and database server, each workload in a child process of its
+own: Ratchet's three-effect workflow (``bench/specs/three_effects.yaml``, one runner, the no-op
+adapter) and DBOS Transact's equivalent three-step workflow (``bench/dbos/three_steps.py``), each
+on a fresh PostgreSQL database and on a fresh SQLite file. Each child starts, connects, drives one
+run to warm up and says so; the benchmark then reads the CPU time (user + system, from
+``/proc/<pid>/stat``) of the child, of every PostgreSQL backend serving the child's database
+(whichever connections it opens: a backend's process title names its database) and of the
+server's other processes (the postmaster and its background processes: checkpointer, background
+writer, WAL writer, ...), lets the child drive its runs, and reads them again when it is done.
+On SQLite the child's process is the whole cost. CPU µs per durable step (3 per run), split
+between the worker, its database backends and the server's background; Ratchet and DBOS
+alternate for 3 rounds, the figures are medians (a total, the sum of its parts' medians) and the
+ratio the median of per-round ratios. Target on PostgreSQL: Ratchet's total at most 0.5x DBOS's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+from bench.bench_pool import DBOS_SCRIPT, _dbos_python, _fresh_pg_database
+from bench.bench_steps import PG_URL, SPEC
+from bench.harness import ROOT, Row, Section
+
+TICK = 1e6 / os.sysconf("SC_CLK_TCK")  # µs per clock tick of /proc/<pid>/stat
+POLL = 0.05  # seconds between two readings of the server's processes during a workload
+#: A client backend's title: ``postgres: [CLUSTER: ]USER DATABASE HOST(PORT)|[local] ACTIVITY``.
+_CLIENT = re.compile(r"\s(\S+)\s(?:\S+\(\d+\)|\[local\])(?:\s|$)")
+
+
+def _ticks(pid: int) -> int | None:
+    """User + system clock ticks the process ``pid`` has used (all its threads), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is ``parent``, from every process's ``stat`` (the kernel's
+    ``/proc/PID/task/PID/children`` may miss one while others are forked and reaped)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _database_of(pid: int) -> str | None:
+    """The database a PostgreSQL client backend serves (from its process title), or None for a
+    process that is not a client backend (the checkpointer, the WAL writer, ...)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            title = cmdline.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    found = _CLIENT.search(title)
+    return found.group(1) if found else None
+
+
+class ServerWatch:
+    """The CPU ticks the PostgreSQL server spends while a workload runs: those of the backends
+    serving ``database`` and those of the rest of the server (the postmaster and its background
+    processes; other databases' backends are left out). A thread reads every process every
+    ``POLL`` seconds, so that a backend that exits before the end is counted up to its last
+    reading, and one that starts after the beginning from its first tick."""
+
+    def __init__(self, postmaster: int, database: str) -> None:
+        self.postmaster, self.database = postmaster, database
+        self.start: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.kind: dict[int, str] = {}  # backend, background or other (another database's)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _read(self) -> dict[int, int]:
+        seen = {}
+        for pid in [self.postmaster, *_children(self.postmaster)]:
+            kind = self.kind.get(pid)
+            if kind is None:
+                database = None if pid == self.postmaster else _database_of(pid)
+                kind = self.kind[pid] = (
+                    "background"
+                    if database is None
+                    else "backend"
+                    if database == self.database
+                    else "other"
+                )
+            ticks = _ticks(pid) if kind != "other" else None
+            if ticks is not None:
+                seen[pid] = ticks
+        return seen
+
+    def begin(self) -> None:
+        self.start = self._read()
+        if not any(self.kind[pid] == "backend" for pid in self.start):
+            raise RuntimeError(f"no backend serves {self.database} before the workload")
+        self.last = dict(self.start)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL):
+            self.last.update(self._read())
+
+    def end(self) -> tuple[float, float, int]:
+        """Stop watching: µs of CPU the backends of the database and the rest of the server
+        spent since :meth:`begin`, and how many backends served the database meanwhile."""
+        self._stop.set()
+        self._thread.join()
+        self.last.update(self._read())
+        spent = {"backend": 0, "background": 0}
+        for pid, ticks in self.last.items():
+            spent[self.kind[pid]] += ticks - self.start.get(pid, 0)
+        backends = sum(1 for pid in self.last if self.kind[pid] == "backend")
+        return spent["backend"] * TICK, spent["background"] * TICK, backends
+
+
+@dataclass
+class Cost:
+    """CPU µs per durable step of one workload, split by who spent it, and its steps/s."""
+
+    worker: float
+    backends: float
+    background: float
+    rate: float
+    connections: int = 0  # PostgreSQL backends serving it
+
+    @property
+    def total(self) -> float:
+        return self.worker + self.backends + self.background
+
+
+def _postmaster(url: str) -> int | None:
+    """The PostgreSQL server's postmaster (the parent of a backend of ours), when the server's
+    processes are on this host and readable."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            backend = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            try:
+                with open(f"/proc/{backend}/stat", encoding="ascii") as stat:
+                    pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                return None
+            # while our backend lives: a server elsewhere may have a process of that number
+            found = _ticks(pid) is not None and backend in _children(pid)
+    finally:
+        engine.dispose()
+    return pid if found else None
+
+
+def _measure(argv: list[str], steps: int, postmaster: int | None, database: str) -> Cost:
+    """Start the child ``argv``, wait until it is ready, and read the CPU its ``steps``
+    durable steps cost: its own, and (with ``postmaster``) its database's and the server's."""
+    child = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        said = child.stdout.readline().strip()
+        if said != "ready":
+            raise RuntimeError(f"a benchmark child did not start: {said!r}")
+        watch = ServerWatch(postmaster, database) if postmaster is not None else None
+        if watch is not None:
+            watch.begin()
+        before = _ticks(child.pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        rate = float(child.stdout.readline().split()[-1])
+        after = _ticks(child.pid)
+        backends, background, connections = watch.end() if watch is not None else (0, 0, 0)
+        child.stdin.write("exit\n")
+        child.stdin.flush()
+        child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if before is None or after is None:
+        raise RuntimeError("cannot read the child's CPU time from /proc")
+    worker = (after - before) * TICK
+    return Cost(worker / steps, backends / steps, background / steps, rate, connections)
+
+
+def _ratchet(url: str, runs: int, postmaster: int | None, database: str) -> Cost:
+    argv = [sys.executable, "-m", "bench.bench_cpu", url, str(runs)]
+    return _measure(argv, 3 * runs, postmaster, database)
+
+
+def _dbos(python: Path, url: str, runs: int, postmaster: int | None, database: str) -> Cost:
+    argv = [str(python), str(DBOS_SCRIPT), url, str(runs), "--gated"]
+    return _measure(argv, 3 * runs, postmaster, database)
+
+
+def _median(costs: list[Cost]) -> Cost:
+    return Cost(
+        statistics.median(c.worker for c in costs),
+        statistics.median(c.backends for c in costs),
+        statistics.median(c.background for c in costs),
+        statistics.median(c.rate for c in costs),
+        max(c.connections for c in costs),
+    )
+
+
+def _rows(section: Section, label: str, ours: list[Cost], theirs: list[Cost], pg: bool) -> None:
+    mine, other = _median(ours), _median(theirs)
+    ratio = statistics.median(a.total / b.total for a, b in zip(ours, theirs, strict=True))
+    rounds = len(ours)
+    section.rows.append(
+        Row(
+            f"{label}: CPU µs per durable step, Ratchet vs DBOS, in all (medians of {rounds} "
+            "alternating rounds; ratio: median of the per-round ratios)",
+            mine.total if pg else mine.worker,
+            "µs",
+            other.total if pg else other.worker,
+            "<= 0.5x DBOS" if pg else "",
+            ratio <= 0.5 if pg else None,
+            measured_ratio=ratio,
+        )
+    )
+    if pg:
+        for name, field in (
+            ("worker process", "worker"),
+            ("database's backends", "backends"),
+            ("server's background processes", "background"),
+        ):
+            section.rows.append(
+                Row(
+                    f"{label}: of which the {name}",
+                    getattr(mine, field),
+                    "µs",
+                    getattr(other, field),
+                )
+            )
+        section.rows.append(
+            Row(f"{label}: connections (backends)", mine.connections, "", other.connections)
+        )
+    section.rows.append(
+        Row(f"{label}: steps/s meanwhile (wall clock)", mine.rate, "steps/s", other.rate)
+    )
+
+
+def run(quick: bool = False) -> Section:
+    section = Section.of("CPU per durable step, Ratchet against DBOS", __doc__, "DBOS")
+    runs = 150 if quick else 500
+    rounds = 1 if quick else 3
+    python = _dbos_python()
+    if python is None:
+        section.rows.append(Row("DBOS could not be installed: not measured", float("nan"), ""))
+        return section
+    with tempfile.TemporaryDirectory() as tmp:
+        ours: list[Cost] = []
+        theirs: list[Cost] = []
+        for i in range(rounds):
+            ours.append(_ratchet(f"sqlite:///{Path(tmp) / f'r{i}.db'}", runs, None, ""))
+            theirs.append(_dbos(python, f"sqlite:///{Path(tmp) / f'd{i}.db'}", runs, None, ""))
+        _rows(section, "SQLite", ours, theirs, pg=False)
+    postmaster = _postmaster(PG_URL)
+    if postmaster is None:
+        section.rows.append(
+            Row("PostgreSQL: its processes are not readable here: not measured", float("nan"), "")
+        )
+        return section
+    ours, theirs = [], []
+    for _ in range(rounds):
+        name = "ratchet_bench_cpu_r"
+        ours.append(_ratchet(_fresh_pg_database(name), runs, postmaster, name))
+        name = "ratchet_bench_cpu_d"
+        theirs.append(_dbos(python, _fresh_pg_database(name), runs, postmaster, name))
+    _rows(section, "PostgreSQL", ours, theirs, pg=True)
+    return section
+
+
+def child(url: str, runs: int) -> None:
+    """Ratchet's side, in a process of its own: connect, drive one run to warm up, say
+    ``ready``, wait for a line, drive ``runs`` runs, print the steps per second, and wait for
+    another line before closing the store (the parent reads the CPU time in between)."""
+    from bench.bench_steps import drive_runs
+    from ratchet_runner.adapters.noop import NoopAdapter
+    from ratchet_runner.session import Session
+    from ratchet_runner.spec.validate import load_spec
+
+    spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
+    adapter = NoopAdapter()
+    with Session(url) as session:
+        runner = session.runner(adapters=lambda _: adapter)
+        drive_runs(runner, spec, spec_text, 1)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        rate = drive_runs(runner, spec, spec_text, runs)
+        print(rate, flush=True)
+        sys.stdin.readline()
+    assert adapter.calls == 3 * (runs + 1)
+
+
+if __name__ == "__main__":
+    child(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,134 @@
+"""The ``ratchet`` command imports only what the command given needs (docs/performance.md, "Starting
+the command").
+
+``ratchet --version`` and every ``--help`` print from ``cli.py`` and a few light modules: no spec
+machinery (YAML, the JSON Schemas, CEL), no diagrams, no store, no package metadata. ``ratchet
+validate`` loads the spec machinery, but no store, no engine and no diagrams. Each command runs in
+a fresh interpreter, which reports the modules it imported; nothing here is timed (the times are
+``bench/bench_cli.py``'s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+import ratchet_runner
+from ratchet_runner.cli import cli
+from tests.conftest import ROOT
+
+# Runs the command line as the installed ``ratchet`` script does, then writes the names of the
+# modules the process imported on stderr's last line.
+_PROBE = """
+import json, sys
+try:
+    from ratchet_runner.cli import main
+    main(sys.argv[1:])
+finally:
+    sys.stderr.write("\\n" + json.dumps(sorted(sys.modules)) + "\\n")
+"""
+
+#: What a command that only prints its own text must not import.
+HEAVY = (
+    "yaml",
+    "jsonschema",
+    "fastjsonschema",
+    "celpy",
+    "lark",
+    "pendulum",
+    "graphviz",
+    "transitions",
+    "sqlalchemy",
+    "psycopg",
+    "httpx",
+    "importlib.metadata",
+    "ratchet_runner.spec",
+    "ratchet_runner.review.diagram",
+    "ratchet_runner.store",
+    "ratchet_runner.engine",
+    "ratchet_runner.worker",
+    "ratchet_runner.session",
+    "ratchet_runner.adapters.practice",
+)
+
+#: What ``ratchet validate`` must not import: it reads specs, nothing it runs or draws, and no
+#: installed distribution's metadata (read only for a binding that names a plugin kind).
+NOT_FOR_VALIDATE = (
+    "graphviz",
+    "sqlalchemy",
+    "psycopg",
+    "httpx",
+    "importlib.metadata",
+    "ratchet_runner.review.diagram",
+    "ratchet_runner.store",
+    "ratchet_runner.engine",
+    "ratchet_runner.worker",
+    "ratchet_runner.session",
+    "ratchet_runner.adapters.practice",
+)
+
+
+def _imported(*argv: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``ratchet ARGV...`` in a fresh interpreter: the process (its stderr without the
+    probe's line), and the modules it imported."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", _PROBE, *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    messages, _, modules = done.stderr.rstrip("\n").rpartition("\n")
+    done.stderr = messages
+    return done, json.loads(modules)
+
+
+def _among(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    """The ``names`` imported: a module, or any module inside it."""
+    return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
+
+
+def _help_commands() -> list[tuple[str, ...]]:
+    """Every command's ``--help``, the group's and its subcommands' too."""
+    found: list[tuple[str, ...]] = []
+    for name, command in sorted(cli.commands.items()):
+        found.append((name, "--help"))
+        for sub in sorted(getattr(command, "commands", {})):
+            found.append((name, sub, "--help"))
+    return found
+
+
+@pytest.mark.parametrize(
+    "argv", [("--version",), ("--help",), ("-h",), *_help_commands()], ids=" ".join
+)
+def test_printing_the_version_or_a_help_imports_nothing_heavy(argv: tuple[str, ...]) -> None:
+    done, modules = _imported(*argv)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ratchet, version" if argv == ("--version",) else "Usage:")
+    assert _among(modules, HEAVY) == []
+
+
+def test_validate_loads_no_store_no_engine_and_no_diagram() -> None:
+    done, modules = _imported("validate", "specs/refund.yaml")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.rstrip().endswith(": valid"), done.stderr
+    assert _among(modules, NOT_FOR_VALIDATE) == []
+    # it does validate: the spec machinery was loaded, so the list above is not vacuous
+    assert {"yaml", "ratchet_runner.spec.lint"} <= set(modules)
+
+
+def test_the_version_printed_is_the_one_the_distribution_declares() -> None:
+    """The version ``ratchet --version`` prints is held in the package (not read from the
+    installed distribution's metadata, which would cost the start-up), and is pyproject.toml's."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert ratchet_runner.__version__ == declared["project"]["version"]
+    done, _ = _imported("--version")
+    assert done.stdout == f"ratchet, version {ratchet_runner.__version__}\n"
