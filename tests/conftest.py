@@ -157,17 +157,23 @@ RATCHET = str(Path(sys.executable).with_name("ratchet"))
 
 
 def ratchet_process(
-    home: Path, store_url: str, *args: str, now: str | None = None, capture: bool = False
+    home: Path,
+    store_url: str,
+    *args: str,
+    now: str | None = None,
+    capture: bool = False,
+    bindings: Path = PRACTICE_BINDING,
 ) -> subprocess.Popen[str]:
     """Start ``ratchet ARGS...`` as a real process on this home and store (``now`` sets
     ``RATCHET_NOW``, allowed on this store, which is not a practice store, by
     ``RATCHET_ALLOW_CLOCK_OVERRIDE``; its adapters bound to the practice world by
-    :data:`PRACTICE_BINDING`; ``capture`` keeps stdout and stderr for ``communicate``)."""
+    :data:`PRACTICE_BINDING`, or by ``bindings``; ``capture`` keeps stdout and stderr for
+    ``communicate``)."""
     env = {
         **os.environ,
         "RATCHET_HOME": str(home),
         "RATCHET_DB": store_url,
-        "RATCHET_BINDINGS": str(PRACTICE_BINDING),
+        "RATCHET_BINDINGS": str(bindings),
     }
     env.pop("RATCHET_NOW", None)
     env.pop("RATCHET_ALLOW_CLOCK_OVERRIDE", None)

@@ -18,7 +18,7 @@ from transitions import Machine, MachineError
 
 from ..errors import ExpressionError
 from ..spec.expressions import Expression, compile_expression
-from ..spec.model import Row, Spec, State
+from ..spec.model import Row, Spec, State, per_version
 
 
 class _Cursor:
@@ -82,8 +82,7 @@ class StepMachine:
     ) -> tuple[Row | None, list[str]]:
         """The row that ``event`` fires from ``state`` (None if no row's guard holds), and any
         guard that failed to evaluate."""
-        events = self._events.get(state)
-        if event not in (events if events is not None else self.events_from(state)):
+        if event not in self._events.get(state, ()):
             return None, []
         try:
             cursor = self._idle.pop()
@@ -109,10 +108,7 @@ _MACHINES: dict[str, StepMachine] = {}
 
 def machine_for(spec: Spec) -> StepMachine:
     """The cached machine of this spec version."""
-    machine = _MACHINES.get(spec.digest)
-    if machine is None:
-        machine = _MACHINES[spec.digest] = StepMachine(spec)
-    return machine
+    return per_version(_MACHINES, spec, StepMachine)
 
 
 #: The run status a state of each kind puts a run in.

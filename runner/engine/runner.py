@@ -49,7 +49,7 @@ from ..settings import INTERRUPT_POINTS as INTERRUPT_POINTS
 from ..settings import business_key_problem, unstorable
 from ..spec.expressions import compile_expression
 from ..spec.model import Adapter as AdapterSpec
-from ..spec.model import Spec, State
+from ..spec.model import Spec, State, per_version
 from ..spec.reads import missing_read
 from ..spec.validate import load_stored_spec
 from ..store.records import Change, NewRun, OperationRecord, RunRecord
@@ -76,12 +76,9 @@ _INPUT_VALIDATORS: dict[str, jsonschema.Draft7Validator] = {}
 
 
 def _input_validator(spec: Spec) -> jsonschema.Draft7Validator:
-    if not spec.digest:  # a spec not loaded from a file: nothing to know it by
-        return jsonschema.Draft7Validator(spec.input_schema)
-    validator = _INPUT_VALIDATORS.get(spec.digest)
-    if validator is None:
-        validator = _INPUT_VALIDATORS[spec.digest] = jsonschema.Draft7Validator(spec.input_schema)
-    return validator
+    return per_version(
+        _INPUT_VALIDATORS, spec, lambda s: jsonschema.Draft7Validator(s.input_schema)
+    )
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..errors import UsageError
 from .loader import Document
@@ -401,3 +401,17 @@ def build(doc: Document) -> Spec:
         digest=hashlib.sha256(canonical_json(data).encode()).hexdigest(),
         document=doc,
     )
+
+
+_Made = TypeVar("_Made")
+
+
+def per_version(cache: dict[str, _Made], spec: Spec, make: Callable[[Spec], _Made]) -> _Made:
+    """``make(spec)``, made once per spec version and kept in ``cache`` by the spec's digest (a
+    spec with no digest, made in code and not loaded, is made anew each time)."""
+    if not spec.digest:
+        return make(spec)
+    made = cache.get(spec.digest)
+    if made is None:
+        made = cache[spec.digest] = make(spec)
+    return made

@@ -22,7 +22,7 @@ from lark import Tree
 
 from ..errors import ExpressionError
 from .expressions import Expression, compile_expression
-from .model import Spec
+from .model import Spec, per_version
 
 
 @dataclass(frozen=True)
@@ -108,21 +108,12 @@ def _path(node: Any) -> tuple[str, ...] | None:
 _READS: dict[str, list[InputRead]] = {}
 
 
-def _reads_of(spec: Spec) -> list[InputRead]:
-    if not spec.digest:  # a spec not loaded from a file: nothing to know it by
-        return input_reads(spec)
-    reads = _READS.get(spec.digest)
-    if reads is None:
-        reads = _READS[spec.digest] = input_reads(spec)
-    return reads
-
-
 def missing_read(spec: Spec, data: Mapping[str, Any]) -> tuple[InputRead, str] | None:
     """The first field the business key or an argument reads (untested) that the input
     ``data`` lacks, with that field's dotted name under ``input`` (``stay.nights``); None when
     every one is there. A value that is no mapping where the path goes on is left to the input
     schema."""
-    for read in _reads_of(spec):
+    for read in per_version(_READS, spec, input_reads):
         value: Any = data
         for depth in range(1, len(read.path)):
             if not read.untested(depth) or not isinstance(value, Mapping):

@@ -16,8 +16,9 @@ the worker is busy claiming is never lost.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
-from .records import Change, RunRecord
+from .records import Change, NewTimer, RunRecord
 
 #: A timer armed to fire sooner than this many seconds from its commit wakes the workers, so that
 #: one waits for it rather than finding it on its next poll; one due later is found by a poll
@@ -58,7 +59,12 @@ def wakes(change: Change, after: RunRecord) -> bool:
     lease are not: the run stays its own."""
     if after.status == "running" and after.lease_token is None:
         return True
-    return any(timer["due_at"] - change.at < WAKE_TIMERS_WITHIN for timer in change.new_timers)
+    return arms_soon(change.new_timers, change.at)
+
+
+def arms_soon(timers: Iterable[NewTimer], at: float) -> bool:
+    """Whether one of ``timers``, armed at ``at``, falls due within :data:`WAKE_TIMERS_WITHIN`."""
+    return any(timer["due_at"] - at < WAKE_TIMERS_WITHIN for timer in timers)
 
 
 class Halt(threading.Event):

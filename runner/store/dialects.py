@@ -34,6 +34,11 @@ from ..settings import ENV_DB, home_folder
 IDLE_PING_SECONDS = 10.0
 
 
+#: How long, in seconds, PostgreSQL lets a session sit idle inside the schema's creation (whose
+#: lock every process opening the store waits for) before it ends that session.
+SCHEMA_LOCK_IDLE = 5.0
+
+
 class Dialect:
     """How to connect to a database SQLAlchemy knows and Ratchet has no settings for."""
 
@@ -126,9 +131,17 @@ class PostgreSQL(Dialect):
         return engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def lock_schema(self, conn: Connection) -> None:
-        # Workers opening a fresh database at once would race to CREATE TABLE (duplicate key
-        # in pg_type); this lock, held until the transaction ends, makes them take turns.
-        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7523094288207667809)")
+        # Workers opening a fresh schema at once would race to CREATE TABLE (duplicate key in
+        # pg_type); this lock, one per schema and held until the transaction ends, makes them
+        # take turns. A holder that stops answering inside it (a process frozen, a network cut)
+        # has its session ended by the server after SCHEMA_LOCK_IDLE seconds, so the others
+        # are not kept waiting on it.
+        conn.exec_driver_sql(
+            f"SET LOCAL idle_in_transaction_session_timeout = '{int(SCHEMA_LOCK_IDLE * 1000)}ms'"
+        )
+        conn.exec_driver_sql(
+            "SELECT pg_advisory_xact_lock(1751607122, hashtext(coalesce(current_schema(), '')))"
+        )
 
     def now(self) -> Any:
         return func.extract("epoch", func.clock_timestamp())

@@ -20,12 +20,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, or_, select
+from sqlalchemy import Connection, bindparam, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..clock import Clock, SystemClock
 from ..errors import RunNotFound, StoreError, UnstorableValue
-from .bell import WAKE_TIMERS_WITHIN, Bell, bell_for, wakes
+from .bell import Bell, arms_soon, bell_for, wakes
 from .dialects import default_url, dialect_for, failure, failures, redact, why
 from .postgres import PostgresWriter
 from .records import (
@@ -40,7 +40,19 @@ from .records import (
     TimerRecord,
 )
 from .sqlite import SQLiteWriter
-from .tables import approvals, events, meta, operations, runs, signals, spec_versions, timers, unfit
+from .tables import (
+    NEXT_DUE,
+    approvals,
+    events,
+    meta,
+    operations,
+    runnable,
+    runs,
+    signals,
+    spec_versions,
+    timers,
+    unfit,
+)
 from .writer import Writer
 
 #: The writer of each database, by its dialect's name (any other database: the plain one).
@@ -51,14 +63,6 @@ _RUN_BY_KEY = select(runs).where(
     runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
 )
 _OPERATION_BY_ID = select(operations).where(operations.c.operation_id == bindparam("b_id"))
-_NEXT_DUE = select(
-    select(func.min(timers.c.due_at))
-    .where(timers.c.fired_at.is_(None), timers.c.due_at > bindparam("b_now"))
-    .scalar_subquery(),
-    select(func.min(runs.c.wake_at))
-    .where(runs.c.status == "running", runs.c.wake_at > bindparam("b_now"))
-    .scalar_subquery(),
-)
 
 
 class Store:
@@ -219,10 +223,7 @@ class Store:
         is written.
         """
         self._refuse_unfit(self._new_run_rows(new, new.history()))
-        wake = new.wake and (
-            new.status == "running"
-            or any(timer["due_at"] - new.at < WAKE_TIMERS_WITHIN for timer in new.timers)
-        )
+        wake = new.wake and (new.status == "running" or arms_soon(new.timers, new.at))
         try:
             self._writer.create_run(new, self._stamped(new.history()), wake=wake)
         except IntegrityError as exc:  # the business key has a run already (or no such spec)
@@ -415,9 +416,14 @@ class Store:
         """The earliest time after ``now`` at which a timer falls due or a run's back-off ends
         (when an idle worker should look again, if nothing wakes it sooner), or None."""
         with self._read() as conn:
-            row = conn.execute(_NEXT_DUE, {"b_now": now}).one()
+            row = conn.execute(NEXT_DUE, {"b_now": now}).one()
         due = [float(value) for value in row if value is not None]
         return min(due) if due else None
+
+    def has_runnable(self, now: float) -> bool:
+        """Whether a worker could claim a run at ``now`` (what :meth:`claim` looks for)."""
+        with self._read() as conn:
+            return bool(conn.execute(select(exists().where(runnable(now, self._db_now)))).scalar())
 
     def wake_workers(self, payload: str = "") -> None:
         """Wake this store's idle workers in every process (``payload``: on PostgreSQL's

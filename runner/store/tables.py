@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -26,7 +27,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
+    bindparam,
+    func,
     insert,
+    or_,
     select,
 )
 
@@ -168,22 +173,43 @@ signals = Table(
 RUN_TABLES = (events, operations, approvals, timers, signals, runs, spec_versions)
 
 
-#: Per table, what :func:`unfit` checks of each column: whether it holds JSON, and the longest
-#: text it keeps (None: no limit). Read from the table once (a commit checks every row it writes).
-_COLUMN_CHECKS: dict[Table, dict[str, tuple[bool, int | None]]] = {}
+def free(db_now: Any) -> Any:
+    """A run no live lease holds: no lease, or one ``db_now`` (the database's clock) says has
+    expired."""
+    return or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < db_now)
 
 
+def runnable(now: Any, db_now: Any) -> Any:
+    """A run a worker may claim at ``now``: running, not waiting for a back-off, and
+    :func:`free`."""
+    return and_(
+        runs.c.status == "running",
+        or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
+        free(db_now),
+    )
+
+
+#: The earliest time after ``:b_now`` at which a timer falls due, and at which a run's back-off
+#: ends (:meth:`~ratchet_runner.store.store.Store.next_due`).
+NEXT_DUE = select(
+    select(func.min(timers.c.due_at))
+    .where(timers.c.fired_at.is_(None), timers.c.due_at > bindparam("b_now"))
+    .scalar_subquery(),
+    select(func.min(runs.c.wake_at))
+    .where(runs.c.status == "running", runs.c.wake_at > bindparam("b_now"))
+    .scalar_subquery(),
+)
+
+
+@cache
 def _column_checks(table: Table) -> dict[str, tuple[bool, int | None]]:
-    checks = _COLUMN_CHECKS.get(table)
-    if checks is None:
-        checks = _COLUMN_CHECKS[table] = {
-            column.name: (
-                isinstance(column.type, JSON),
-                getattr(column.type, "length", None),
-            )
-            for column in table.columns
-        }
-    return checks
+    """What :func:`unfit` checks of each column of ``table``: whether it holds JSON, and the
+    longest text it keeps (None: no limit). Read from the table once: a commit checks every row
+    it writes."""
+    return {
+        column.name: (isinstance(column.type, JSON), getattr(column.type, "length", None))
+        for column in table.columns
+    }
 
 
 def unfit(table: Table, row: Mapping[str, Any], label: str) -> str | None:

@@ -14,8 +14,10 @@ itself. Across processes:
 - **SQLite**: :class:`DataVersionWatch` reads ``PRAGMA data_version`` on a dedicated connection
   every :data:`CHECK_INTERVAL` seconds. The number changes when another connection commits (it
   never changes for the watching connection's own commits, and it makes none); only then does
-  the watch look, in one read, whether a run is runnable now or the next due time moved, and
-  rings the bell if so. A read in WAL mode takes no lock a writer waits for.
+  the watch ask the store whether a run is runnable now or the next due time moved
+  (:meth:`~ratchet_runner.store.store.Store.has_runnable`,
+  :meth:`~ratchet_runner.store.store.Store.next_due`), and rings the bell if so. A read in WAL
+  mode takes no lock a writer waits for.
 
 Either way the worker also polls at its ``--poll`` interval, whatever happens to the watch.
 """
@@ -128,7 +130,11 @@ class Listener(_Thread):
         params.setdefault("application_name", APPLICATION_NAME)
         conn = psycopg.connect(*args, **params, autocommit=True)
         ident = '"' + self.channel.replace('"', '""') + '"'
-        conn.execute(f"LISTEN {ident}")
+        try:
+            conn.execute(f"LISTEN {ident}")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _checked(self, conn: Any) -> bool:
@@ -198,31 +204,18 @@ class Listener(_Thread):
 
 class DataVersionWatch(_Thread):
     """SQLite: look at ``PRAGMA data_version`` every ``interval`` seconds on a connection of its
-    own; when another connection has committed, ring the bell if a run is runnable now or the
+    own; when another connection has committed, ring the bell if ``store`` (a
+    :class:`~ratchet_runner.store.store.Store` on the same file) has a run runnable now or its
     next due time moved."""
 
     name = "ratchet-data-version"
 
-    _LOOK = (
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'running' "
-        "AND (wake_at IS NULL OR wake_at <= :now) "
-        "AND (lease_token IS NULL OR lease_expires_at < :now)), "
-        "(SELECT min(due_at) FROM timers WHERE fired_at IS NULL), "
-        "(SELECT min(wake_at) FROM runs WHERE status = 'running' AND wake_at > :now)"
-    )
-
     def __init__(
-        self,
-        url: str,
-        bell: Bell,
-        log: Callable[[str], None],
-        interval: float = CHECK_INTERVAL,
-        now: Callable[[], float] = time.time,
+        self, store: Any, log: Callable[[str], None], interval: float = CHECK_INTERVAL
     ) -> None:
-        super().__init__(bell, log)
-        self.url = url
+        super().__init__(store.bell, log)
+        self.store = store
         self.interval = interval
-        self.now = now
 
     def describe(self) -> str:
         return f"wakes on changes to the database file (checked every {self.interval * 1000:g} ms)"
@@ -230,23 +223,24 @@ class DataVersionWatch(_Thread):
     def _run(self) -> None:
         import sqlite3
 
-        parsed = make_url(self.url)
+        parsed = make_url(self.store.url)
         args, params = create_engine(parsed).dialect.create_connect_args(parsed)
         params.update(check_same_thread=False, isolation_level=None)
         connect: Any = sqlite3.connect
         conn = connect(*args, **params)
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
-            due: tuple[Any, Any] = (None, None)
+            due: float | None = None
             while not self.stopped.wait(self.interval):
                 current = conn.execute("PRAGMA data_version").fetchone()[0]
                 if current == version:
                     continue
                 version = current
-                runnable, timer, backoff = conn.execute(self._LOOK, {"now": self.now()}).fetchone()
-                if runnable or (timer, backoff) != due:
+                now = self.store.clock.now()
+                runnable, due_then = self.store.has_runnable(now), self.store.next_due(now)
+                if runnable or due_then != due:
                     self.bell.ring()
-                due = (timer, backoff)
+                due = due_then
         finally:
             conn.close()
 
@@ -262,7 +256,7 @@ def watch_for(
         channel = store.notification_channel()
         return Listener(listen_url or store.url, channel, store.bell, store.wake_workers, log)
     if name == "sqlite" and make_url(store.url).database not in (None, "", ":memory:"):
-        return DataVersionWatch(store.url, store.bell, log, now=store.clock.now)
+        return DataVersionWatch(store, log)
     return None
 
 

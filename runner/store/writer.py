@@ -53,8 +53,10 @@ from .tables import (
     approvals,
     create_schema,
     events,
+    free,
     meta,
     operations,
+    runnable,
     runs,
     signals,
     spec_versions,
@@ -171,7 +173,7 @@ class Writer:
         self._single: Engine = self._transaction
         self._db_now = dialect.now()
         #: A run no live lease holds: no lease, or one the database's clock says has expired.
-        self._free = or_(runs.c.lease_token.is_(None), runs.c.lease_expires_at < self._db_now)
+        self._free = free(self._db_now)
         # A commit under a lease must hold it (fencing); any other commit needs the run free,
         # but for one that takes the lease, which may also renew its own.
         self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"), release=True)
@@ -359,9 +361,7 @@ class Writer:
         ``skip``, in one transaction (on SQLite, its write lock serialises claims)."""
         query = (
             select(runs)
-            .where(runs.c.status == "running")
-            .where(or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now))
-            .where(self._free)
+            .where(runnable(now, self._db_now))
             .order_by(runs.c.updated_at, runs.c.id)
             .limit(limit)
         )

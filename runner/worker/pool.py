@@ -196,8 +196,9 @@ class Pool:
         beat.start()
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        for thread in threads:  # in short waits: a signal's handler runs in this thread
+            while thread.is_alive():
+                thread.join(timeout=0.5)
         self.stop.set()
         if self.watch is not None:
             self.watch.close()

@@ -9,9 +9,7 @@ was woken, not polled for.
 
 from __future__ import annotations
 
-import os
 import select
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ from ratchet_runner.store.bell import Bell
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.watch import APPLICATION_NAME, Listener
 from ratchet_runner.worker.pool import Pool
-from tests.conftest import PG_URL, RATCHET, ROOT
+from tests.conftest import PG_URL, ROOT, ratchet_process
 
 SPEC = ROOT / "bench" / "specs" / "wake.yaml"
 SLOW_POLL = 60.0
@@ -114,6 +112,18 @@ def test_only_commits_that_leave_a_run_runnable_by_another_process_ring_the_bell
     commands.signal(runner, napping, "nap", "s3", drive=False)  # arms a timer due in 2 s
     assert store.get_run(napping).status == "waiting"
     assert bell.rings == rings + 1
+
+
+def test_the_store_says_whether_a_worker_could_claim_a_run_now(store: Store) -> None:
+    runner = _runner(store)
+    run_id = _start(runner, "k1")
+    assert not store.has_runnable(time.time())  # waiting for its signal
+    commands.signal(runner, run_id, "go", "s1", drive=False)
+    assert store.has_runnable(time.time())
+    (claimed,) = store.claim("worker-1", 30, time.time())
+    assert not store.has_runnable(time.time())  # held by a live lease
+    store.release(run_id, str(claimed.lease_token))
+    assert store.has_runnable(time.time())
 
 
 def test_a_store_opened_twice_in_one_process_shares_its_bell(store_url: str) -> None:
@@ -298,16 +308,16 @@ def test_a_worker_process_is_woken_by_a_signal_another_process_delivers(
     database file changed)."""
     binding = tmp_path / "wake.toml"
     binding.write_text('name = "wake"\n[adapters.nothing]\nimplementation = "noop"\n')
-    env = {**os.environ, "RATCHET_HOME": str(tmp_path), "RATCHET_DB": store_url}
-    env["RATCHET_BINDINGS"] = str(binding)
-    env.pop("RATCHET_NOW", None)
-    worker = subprocess.Popen(
-        [RATCHET, "worker", "--poll", str(SLOW_POLL), "--lease", "30"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-        text=True,
+    worker = ratchet_process(
+        tmp_path,
+        store_url,
+        "worker",
+        "--poll",
+        str(SLOW_POLL),
+        "--lease",
+        "30",
+        capture=True,
+        bindings=binding,
     )
     try:
         said = _lines_until(worker, "wakes on")

@@ -761,3 +761,38 @@ def _claim_from_a_backlog(store: Store) -> None:
     assert "Index Scan using ix_runs_claim on runs" in plan
     (claimed,) = store.claim("me", 30.0, 1e12)
     assert claimed.id == "run_1"  # the least recently moved
+
+
+def _opened_within(url: str, seconds: float) -> bool:
+    """Whether a store at ``url`` opens (its schema checked under the schema lock) within
+    ``seconds``."""
+    opened = threading.Event()
+
+    def open_one() -> None:
+        Store(url).close()
+        opened.set()
+
+    threading.Thread(target=open_one, daemon=True).start()
+    return opened.wait(seconds)
+
+
+@pytest.mark.postgres
+def test_a_process_frozen_while_it_creates_the_schema_does_not_keep_others_from_opening() -> None:
+    """A worker frozen (SIGSTOP, a long pause) inside the schema's creation holds its lock in an
+    open transaction: the server ends that session after a few seconds, so other processes
+    open the store; and a store in another schema of the database never waits for it."""
+    url, elsewhere = postgres_url(), postgres_url()
+    Store(url).close()
+    holder = Store(url)
+    try:
+        conn = holder.engine.connect()
+        transaction = conn.begin()
+        holder.dialect.lock_schema(conn)  # ... and then the process freezes
+        assert _opened_within(elsewhere, 20)
+        assert _opened_within(url, 30)
+        with pytest.raises(SQLAlchemyError):  # its session was ended for it
+            conn.exec_driver_sql("SELECT 1")
+        transaction.rollback()
+        conn.close()
+    finally:
+        holder.close()
