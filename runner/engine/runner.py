@@ -36,6 +36,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,6 +53,7 @@ from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec, State, per_version
 from ..spec.reads import missing_read
 from ..spec.validate import load_stored_spec
+from ..store.bell import left_to_workers
 from ..store.records import Change, NewRun, OperationRecord, RunRecord
 from ..store.store import Store
 from . import timers
@@ -136,6 +138,7 @@ class Runner:
         # move into its state, and has not called yet (see ``move(..., write_ahead_next=True)``)
         self._written_ahead: dict[str, tuple[int, OperationRecord]] = {}
         self._latest: dict[str, tuple[float, tuple[str, int] | None]] = {}
+        self._quiet: set[str] = set()  # runs advance() carries on here with no lease
 
     # -- specs and adapters -----------------------------------------------------------------
 
@@ -264,17 +267,32 @@ class Runner:
         if isinstance(run, str):
             run = self.store.get_run(run)
         run_id = run.id
+        # With no lease on the run, its commits here wake no worker (each would: it stays
+        # running with no lease); the workers are woken once at the end if it is left to them.
+        quiet = self.leases.get(run_id) is None and run_id not in self._quiet
+        if quiet:
+            self._quiet.add(run_id)
+        first, left = run.version, None
         try:
             for _ in range(max_steps):
                 if self.options.stopping() and run_id not in self._written_ahead:
-                    return run  # a pending record written ahead is called first: it is promised
+                    left = run  # a pending record written ahead is called first: it is promised
+                    return run
                 moved = self.step(run)
                 if moved is None:
+                    left = run
                     return run
                 run = moved
         finally:
             # Not called by now (an error): whoever takes the run next reconciles it first.
             self._written_ahead.pop(run_id, None)
+            if quiet:
+                self._quiet.discard(run_id)
+                if left is None:  # an error: what it left is not known; waking is only sooner
+                    with suppress(Exception):  # than the next poll, and must not hide the error
+                        self.store.wake_workers()
+                elif left.version != first and left_to_workers(left):
+                    self.store.wake_workers()
         raise RunError(f"run {run_id} took more than {max_steps} steps without stopping")
 
     def step(self, run: RunRecord) -> RunRecord | None:
@@ -313,6 +331,7 @@ class Runner:
             run,
             lease_token=None if lease is None else lease.token,
             take_lease=None if lease is None else lease.taken_by_commits,
+            wake=run.id not in self._quiet,
         )
 
     # -- moving -----------------------------------------------------------------------------

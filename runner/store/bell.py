@@ -62,6 +62,15 @@ def wakes(change: Change, after: RunRecord) -> bool:
     return arms_soon(change.new_timers, change.at)
 
 
+def left_to_workers(run: RunRecord) -> bool:
+    """Whether a caller that carried ``run`` on itself with no lease, and made commits that woke
+    nobody, leaves it to the workers as it stands: running with no lease on it (its back-off
+    ends later, or the caller stopped), or standing in a state whose timers it armed."""
+    if run.status == "running" and run.lease_token is None:
+        return True
+    return run.context.get("timers_of") == run.state
+
+
 def arms_soon(timers: Iterable[NewTimer], at: float) -> bool:
     """Whether one of ``timers``, armed at ``at``, falls due within :data:`WAKE_TIMERS_WITHIN`."""
     return any(timer["due_at"] - at < WAKE_TIMERS_WITHIN for timer in timers)

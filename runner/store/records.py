@@ -251,6 +251,10 @@ class Change:
     cancel_timers_of_state: str | None = None
     fire_timer: int | None = None
     new_signals: list[NewSignal] = field(default_factory=list)
+    #: Whether committing it may wake the workers (:mod:`~ratchet_runner.store.bell`): not
+    #: while the caller carries the run on itself with no lease (:meth:`Runner.advance
+    #: <ratchet_runner.engine.runner.Runner.advance>`), which wakes them once when it lets go.
+    wake: bool = True
 
     def event(self, kind: str, **data: Any) -> Change:
         self.events.append((kind, data))

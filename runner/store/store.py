@@ -376,7 +376,7 @@ class Store:
             change.events.insert(
                 0, ("leased", {"owner": change.take_lease[0], "previous": base.lease_owner})
             )
-        wake = wakes(change, after)
+        wake = change.wake and wakes(change, after)
         self._writer.commit(change, after, wake=wake)
         if wake:
             self.bell.ring()

@@ -114,6 +114,63 @@ def test_only_commits_that_leave_a_run_runnable_by_another_process_ring_the_bell
     assert bell.rings == rings + 1
 
 
+STEP_THEN_NAP = """
+name: step_then_nap
+spec_version: 1
+policy_version: 1
+business_key: input.key
+start: poking
+input: {type: object, required: [key], properties: {key: {type: string}}}
+adapters:
+  nothing:
+    kind: noop
+    operations:
+      touch: {args: [key], receipt: id, lookup: lookup}
+effects:
+  poke: {adapter: nothing, operation: touch, args: {key: input.key}, reconcile: lookup}
+states:
+  poking:  {kind: step}
+  poked:   {kind: step}
+  napping: {kind: wait, after: 2s}
+  done:    {kind: success}
+  queue:   {kind: operator_queue, operator_action: Look at the evidence}
+transitions:
+  - state: poking
+    event: ok
+    next_state: poked
+    durable_write: [pending, receipt]
+    external_effect: poke
+    idempotency_key: [business_key, effect, args]
+    receipt: id
+    retry_owner: runner
+    compensation: "none: test"
+  - {state: poking, event: refused, next_state: queue, durable_write: outcome}
+  - {state: poking, event: exhausted, next_state: queue, durable_write: outcome}
+  - {state: poked, event: next, next_state: NEXT}
+  - {state: napping, event: due, next_state: done, durable_write: timer}
+"""
+
+
+@pytest.mark.parametrize(("then", "rings"), [("done", 0), ("napping", 1)])
+def test_a_run_carried_on_with_no_lease_wakes_the_workers_once_at_most_when_it_is_let_go(
+    store: Store, tmp_path: Path, then: str, rings: int
+) -> None:
+    """Runner.advance with no lease (library code, ``ratchet check``): each of its commits
+    leaves the run running with no lease, which alone would wake the workers every step; they
+    are woken once, at the end, and only if the run is left to them (here: to its timer)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(STEP_THEN_NAP.replace("NEXT", then), encoding="utf-8")
+    runner = _runner(store)
+    run, _ = runner.start(
+        load_spec(path), path.read_text(encoding="utf-8"), {"key": "k1"}, wake=False
+    )
+    before = store.bell.rings
+    left = runner.advance(run)
+    assert left.state == then
+    assert left.version >= run.version + 3  # the pending record, the receipt, the next move
+    assert store.bell.rings == before + rings
+
+
 def test_the_store_says_whether_a_worker_could_claim_a_run_now(store: Store) -> None:
     runner = _runner(store)
     run_id = _start(runner, "k1")
