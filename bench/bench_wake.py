@@ -150,16 +150,29 @@ def _latencies(
     return [(arrived[k] - sent[k]) * 1000 for k in keys]
 
 
-def _row(name: str, values: list[float], base: list[float] | None, target: float | None) -> Row:
+def _row(
+    name: str,
+    values: list[float],
+    base: list[float] | None,
+    target: float | None,
+    p50_target: float | None = None,
+) -> Row:
+    """A latency row: p50 as the value, p99 in the name, against ``target`` for p99 (and
+    ``p50_target`` for p50)."""
     p50, p99 = _percentiles(values)
     b50 = _percentiles(base)[0] if base else None
+    aims = [] if target is None else [f"p99 < {target:g} ms"]
+    met = [] if target is None else [p99 < target]
+    if p50_target is not None:
+        aims.append(f"p50 < {p50_target:g} ms")
+        met.append(p50 < p50_target)
     return Row(
         f"{name}: p50 (p99 {p99:.1f} ms, over {len(values)})",
         p50,
         "ms",
         b50,
-        f"p99 < {target:g} ms" if target is not None else "",
-        (p99 < target) if target is not None else None,
+        ", ".join(aims),
+        all(met) if met else None,
     )
 
 
@@ -177,10 +190,8 @@ def _postgres(section: Section, n: int, timers: int) -> None:
         try:
             woken = _latencies(runner, start, _waiter(workers), n, "signal")
             section.rows.append(
-                _row("PostgreSQL, 4 idle workers: signal → call, woken", woken, polled, 50)
+                _row("PostgreSQL, 4 idle workers: signal → call, woken", woken, polled, 50, 10)
             )
-            section.rows[-1].target += ", p50 < 10 ms"
-            section.rows[-1].ok = bool(section.rows[-1].ok and _percentiles(woken)[0] < 10)
             approvals = _latencies(runner, start, _waiter(workers), n, "approve")
             section.rows.append(
                 _row(
@@ -188,6 +199,7 @@ def _postgres(section: Section, n: int, timers: int) -> None:
                     approvals,
                     polled_approvals,
                     50,
+                    10,
                 )
             )
             section.rows.append(_killed_listeners(session, runner, start, workers, n))
@@ -237,6 +249,7 @@ def _killed_listeners(
         None,
         "all, within the poll fallback",
         len(values) == n and max(values) < 1000 * (1.0 + 5.0),
+        digits=0,
     )
 
 

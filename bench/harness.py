@@ -26,6 +26,7 @@ class Row:
     target: str = ""
     ok: bool | None = None
     measured_ratio: float | None = None  # when the ratio is not value / baseline (medians)
+    digits: int = 3  # decimals shown of the value and the baseline (0 for a count)
 
     @property
     def ratio(self) -> float | None:
@@ -53,12 +54,11 @@ class Section:
             "|---|---:|---:|---:|---|---|",
         ]
         for r in self.rows:
-            base = f"{r.baseline:.3f} {r.unit}" if r.baseline is not None else ""
+            base = f"{r.baseline:.{r.digits}f} {r.unit}" if r.baseline is not None else ""
             ratio = f"{r.ratio:.2f}x" if r.ratio is not None else ""
             met = "" if r.ok is None else ("yes" if r.ok else "**no**")
-            lines.append(
-                f"| {r.name} | {r.value:.3f} {r.unit} | {base} | {ratio} | {r.target} | {met} |"
-            )
+            value = f"{r.value:.{r.digits}f} {r.unit}"
+            lines.append(f"| {r.name} | {value} | {base} | {ratio} | {r.target} | {met} |")
         return "\n".join(lines) + "\n"
 
 

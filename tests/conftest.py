@@ -57,6 +57,17 @@ def postgres_url() -> str:
 _SCHEMAS: list[str] = []
 
 
+def connection_closed(dbapi_connection: Any) -> bool:
+    """Whether a driver's own connection (psycopg's or sqlite3's) has been closed."""
+    if hasattr(dbapi_connection, "closed"):
+        return bool(dbapi_connection.closed)
+    try:
+        dbapi_connection.execute("SELECT 1")
+    except Exception:
+        return True
+    return False
+
+
 #: Lines a test wants in the run's closing summary (the simulation's schedule counts and seeds).
 SUMMARY: list[str] = []
 

@@ -1,20 +1,24 @@
 """What differs between databases in connecting to them: the engine and its settings.
 
-SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, a busy timeout and
-foreign keys on; each connection gets ``ratchet_now()``, the SQL function leases expire by (this
-host's clock, read through the store's :class:`~ratchet_runner.clock.Clock`). The driver's own
-transaction handling is off: the SQLite writer (:mod:`ratchet_runner.store.sqlite`) begins its
-transactions itself. PostgreSQL (``postgresql+psycopg://``) takes ``prepare_threshold`` from the
-URL, pings a pooled connection that sat idle before using it again, serialises schema creation
-between processes, and runs single statements in autocommit; its leases expire by the server's
+SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, a busy timeout (kept
+while turning WAL mode on, which SQLite itself does not wait for) and foreign keys on; each
+connection gets ``ratchet_now()``, the SQL function leases expire by (this host's clock, read
+through the store's :class:`~ratchet_runner.clock.Clock`). The driver's own transaction handling
+is off: the SQLite writer (:mod:`ratchet_runner.store.sqlite`) begins its transactions itself.
+PostgreSQL (``postgresql+psycopg://``) takes ``prepare_threshold`` from the URL, pings a pooled
+connection that sat idle before using it again, serialises schema creation between processes,
+and runs single statements in autocommit; its leases expire by the server's
 ``clock_timestamp()``. How each database is written to is its writer's
 (:mod:`ratchet_runner.store.writer` and its subclasses). Last, how a database's failure reaches
-the caller: as a :class:`~ratchet_runner.errors.StoreError` that says what the database said.
+the caller: as a :class:`~ratchet_runner.errors.StoreError` that says what the database said;
+and how an engine's connections end: dropped after an outage (:func:`retire_pool`) and closed
+with the store (:func:`close_engine`), each one closed, none left to the garbage collector.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +28,7 @@ from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make_url
 from sqlalchemy.exc import DatabaseError, DisconnectionError, IntegrityError
+from sqlalchemy.pool import Pool
 
 from ..clock import Clock
 from ..errors import StoreError
@@ -59,6 +64,27 @@ class Dialect:
         return func.extract("epoch", func.now())
 
 
+#: How long an SQLite connection waits for another one's lock before it gives up.
+SQLITE_BUSY_SECONDS = 60.0
+
+
+def _wal_mode(cursor: Any) -> None:
+    """Turn on WAL mode. On a new file, connections that turn it on at once (a pool's threads, a
+    command and a worker) make each other fail at once with "database is locked": SQLite does
+    not wait on its busy timeout for it. Each waits its turn instead, as long as that timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_SECONDS
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 class SQLite(Dialect):
     name = "sqlite"
 
@@ -66,15 +92,15 @@ class SQLite(Dialect):
         self.clock = clock
 
     def engine(self, url: str) -> Engine:
-        engine = create_engine(url, connect_args={"timeout": 60})
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS})
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             dbapi_connection.isolation_level = None  # the writer emits BEGIN itself
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}")
+            _wal_mode(cursor)
             cursor.execute("PRAGMA synchronous=FULL")
-            cursor.execute("PRAGMA busy_timeout=60000")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
             # Leases expire by ratchet_now(): this host's clock, read through the store's clock
@@ -145,6 +171,38 @@ class PostgreSQL(Dialect):
 
     def now(self) -> Any:
         return func.extract("epoch", func.clock_timestamp())
+
+
+#: How many pools replaced by :func:`retire_pool` an engine's store keeps, to close the connections
+#: that are given back to them.
+RETIRED_POOLS = 8
+
+
+def retire_pool(engine: Engine, retired: list[Pool]) -> None:
+    """Give ``engine`` a new connection pool (after an outage: no statement then finds a dead
+    connection). The old pool's idle connections are closed now; one in use goes back to the old
+    pool when it is given back, and is closed at the next retirement or by :func:`close_engine`,
+    never left to the garbage collector, which would drop it without ending its session."""
+    for pool in retired:
+        pool.dispose()
+    retired.append(engine.pool)
+    del retired[:-RETIRED_POOLS]
+    engine.dispose()
+
+
+def close_engine(engine: Engine, retired: list[Pool]) -> None:
+    """Close every connection of ``engine`` and of the pools it ``retired``; from then on the
+    engine opens none (a thread still using it gets a :class:`~ratchet_runner.errors.StoreError`
+    instead of a connection nobody would close)."""
+    if not event.contains(engine, "do_connect", _closed):
+        event.listen(engine, "do_connect", _closed)
+    engine.dispose()
+    for pool in retired:
+        pool.dispose()
+
+
+def _closed(*_args: Any) -> None:
+    raise StoreError("the store is closed")
 
 
 def dialect_for(url: str, clock: Clock) -> Dialect:

@@ -11,12 +11,15 @@ a change shares (the run's ID, the change's time), so a row carries only what is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 #: One entry of a run's history, as a change writes it: its kind and its data (plain JSON).
 Event = tuple[str, dict[str, Any]]
+
+#: A row about to be written: the name of its table, its values, and how a message names it.
+Row = tuple[str, Mapping[str, Any], str]
 
 
 # -- what the store reads -------------------------------------------------------------------
@@ -223,6 +226,14 @@ class NewRun:
             data["binding"] = dict(self.binding)
         return [("created", data), *self.events]
 
+    def rows(self) -> Iterator[Row]:
+        """The rows its creation writes."""
+        yield "runs", self.record().__dict__, "run"
+        for kind, data in self.history():
+            yield "events", {"kind": kind, "data": data}, f"{kind} event"
+        for timer in self.timers:
+            yield "timers", dict(timer), "timer"
+
 
 @dataclass
 class Change:
@@ -259,6 +270,22 @@ class Change:
     def event(self, kind: str, **data: Any) -> Change:
         self.events.append((kind, data))
         return self
+
+    def rows(self, after: RunRecord) -> Iterator[Row]:
+        """The rows it writes, the run as it leaves it (``after``) first."""
+        yield "runs", {"state": after.state, "context": after.context}, "run"
+        for kind, data in self.events:
+            yield "events", {"kind": kind, "data": data}, f"{kind} event"
+        for op in self.new_operations:
+            yield "operations", dict(op), "operation"
+        for _operation_id, fields in self.operation_updates:
+            yield "operations", dict(fields), "operation"
+        for approval in self.new_approvals:
+            yield "approvals", dict(approval), "approval"
+        for timer in self.new_timers:
+            yield "timers", dict(timer), "timer"
+        for signal in self.new_signals:
+            yield "signals", dict(signal), "signal"
 
     def preview(self, base: RunRecord) -> RunRecord:
         """The run as this change will leave it, if ``base`` is the run it applies to (a leased

@@ -22,11 +22,21 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.pool import Pool
 
 from ..clock import Clock, SystemClock
-from ..errors import RunNotFound, StoreError, UnstorableValue
+from ..errors import RunNotFound, StoreError
 from .bell import Bell, arms_soon, bell_for, wakes
-from .dialects import default_url, dialect_for, failure, failures, redact, why
+from .dialects import (
+    close_engine,
+    default_url,
+    dialect_for,
+    failure,
+    failures,
+    redact,
+    retire_pool,
+    why,
+)
 from .postgres import PostgresWriter
 from .records import (
     ApprovalRecord,
@@ -46,12 +56,12 @@ from .tables import (
     events,
     meta,
     operations,
+    refuse_unfit,
     runnable,
     runs,
     signals,
     spec_versions,
     timers,
-    unfit,
 )
 from .writer import Writer
 
@@ -90,6 +100,7 @@ class Store:
         #: Set when "now" is overridden for practice (``RATCHET_NOW``): every event a change
         #: commits then also records the real time, as ``real_at`` in its data.
         self.stamp_real_time = False
+        self._retired: list[Pool] = []  # pools replaced by drop_connections()
         try:
             self.engine = self.dialect.engine(self.url)
             self._reader = self.dialect.autocommit(self.engine)
@@ -106,7 +117,14 @@ class Store:
             raise StoreError(f"cannot open the store at {redact(self.url)}: {exc}") from None
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Close every connection the store opened. A thread that uses the store afterwards gets
+        a :class:`~ratchet_runner.errors.StoreError`, not a new connection nobody would close."""
+        close_engine(self.engine, self._retired)
+
+    def drop_connections(self) -> None:
+        """Open new connections from now on, instead of reusing pooled ones that may be dead (after
+        an outage); a connection in use now is closed once it is given back."""
+        retire_pool(self.engine, self._retired)
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -174,43 +192,6 @@ class Store:
             raise StoreError(f"no spec version {digest[:12]} in the store")
         return str(row[0])
 
-    # -- what the store can keep -----------------------------------------------------------
-
-    @staticmethod
-    def _refuse_unfit(rows: Iterator[tuple[Any, dict[str, Any], str]]) -> None:
-        """Raise :class:`~ratchet_runner.errors.UnstorableValue` for the first row that cannot
-        be written as it is (:func:`~ratchet_runner.store.tables.unfit`), before any is."""
-        for table, row, label in rows:
-            problem = unfit(table, row, label)
-            if problem is not None:
-                raise UnstorableValue(f"cannot store {problem}; nothing was written")
-
-    @staticmethod
-    def _new_run_rows(
-        new: NewRun, history: list[Event]
-    ) -> Iterator[tuple[Any, dict[str, Any], str]]:
-        yield runs, new.record().__dict__, "run"
-        for kind, data in history:
-            yield events, {"kind": kind, "data": data}, f"{kind} event"
-        for timer in new.timers:
-            yield timers, dict(timer), "timer"
-
-    @staticmethod
-    def _change_rows(change: Change, after: RunRecord) -> Iterator[tuple[Any, dict[str, Any], str]]:
-        yield runs, {"state": after.state, "context": after.context}, "run"
-        for kind, data in change.events:
-            yield events, {"kind": kind, "data": data}, f"{kind} event"
-        for op in change.new_operations:
-            yield operations, dict(op), "operation"
-        for _operation_id, fields in change.operation_updates:
-            yield operations, dict(fields), "operation"
-        for approval in change.new_approvals:
-            yield approvals, dict(approval), "approval"
-        for timer in change.new_timers:
-            yield timers, dict(timer), "timer"
-        for signal in change.new_signals:
-            yield signals, dict(signal), "signal"
-
     # -- runs -------------------------------------------------------------------------------
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
@@ -222,7 +203,7 @@ class Store:
         :class:`~ratchet_runner.errors.UnstorableValue`, the same on every database, and nothing
         is written.
         """
-        self._refuse_unfit(self._new_run_rows(new, new.history()))
+        refuse_unfit(new.rows())
         wake = new.wake and (new.status == "running" or arms_soon(new.timers, new.at))
         try:
             self._writer.create_run(new, self._stamped(new.history()), wake=wake)
@@ -366,7 +347,7 @@ class Store:
         if base is None or base.version != change.expected_version:
             base = self.get_run(change.run_id)
         after = change.preview(base)
-        self._refuse_unfit(self._change_rows(change, after))
+        refuse_unfit(change.rows(after))
         if (
             change.take_lease is not None
             and after.status == "running"

@@ -10,7 +10,7 @@ is a practice store).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -35,6 +35,7 @@ from sqlalchemy import (
     select,
 )
 
+from ..errors import UnstorableValue
 from ..settings import MAX_BUSINESS_KEY, MAX_NAME, is_unicode, shown, unstorable
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
@@ -233,6 +234,17 @@ def unfit(table: Table, row: Mapping[str, Any], label: str) -> str | None:
             if not value.isascii() and not is_unicode(value):
                 return f"{label} {name} '{shown(value)}' is not valid Unicode (a lone surrogate)"
     return None
+
+
+def refuse_unfit(rows: Iterable[tuple[str, Mapping[str, Any], str]]) -> None:
+    """Raise :class:`~ratchet_runner.errors.UnstorableValue` for the first row that cannot be
+    written as it is (:func:`unfit`), before any is. ``rows``: each as the name of its table,
+    its values, and how a message names it (as :class:`~ratchet_runner.store.records.Change`
+    lists them)."""
+    for name, row, label in rows:
+        problem = unfit(metadata.tables[name], row, label)
+        if problem is not None:
+            raise UnstorableValue(f"cannot store {problem}; nothing was written")
 
 
 def create_schema(conn: Connection, practice: bool) -> None:

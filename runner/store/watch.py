@@ -25,6 +25,8 @@ Either way the worker also polls at its ``--poll`` interval, whatever happens to
 from __future__ import annotations
 
 import contextlib
+import select
+import socket
 import threading
 import time
 import uuid
@@ -80,8 +82,12 @@ class _Thread:
 
     def close(self) -> None:
         self.stopped.set()
+        self._interrupt()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def _interrupt(self) -> None:
+        """Cut short what the thread is waiting on, once :attr:`stopped` is set."""
 
     def _guarded(self) -> None:
         try:
@@ -117,9 +123,28 @@ class Listener(_Thread):
         #: Why the worker only polls, once the start-up check has failed.
         self.gave_up: str | None = None
         self._conn: Any = None
+        # Written to by close(): the listening thread waits on it beside its connection, so
+        # that it stops at once instead of at the end of a wait.
+        self._stop_reader, self._stop_writer = socket.socketpair()
+        self._stop_writer.setblocking(False)
 
     def describe(self) -> str:
         return f"wakes on PostgreSQL notifications (LISTEN {self.channel})"
+
+    def _interrupt(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stop_writer.send(b"x")
+
+    def close(self) -> None:
+        super().close()
+        if self._thread is None or not self._thread.is_alive():
+            self._stop_reader.close()
+            self._stop_writer.close()
+
+    def _wait(self, conn: Any, timeout: float) -> None:
+        """Until ``conn`` has something to read (a notification, or its end), :meth:`close` is
+        called, or ``timeout`` seconds have passed."""
+        select.select([conn.fileno(), self._stop_reader], [], [], max(0.0, timeout))
 
     def _connect(self) -> Any:
         import psycopg
@@ -139,13 +164,17 @@ class Listener(_Thread):
 
     def _checked(self, conn: Any) -> bool:
         """Whether a notification sent through the store's connection reaches ``conn``."""
+        if self.stopped.is_set():  # closed while connecting: the store may be closed too
+            return False
         payload = f"probe:{uuid.uuid4().hex}"
         self.probe(payload)
         ends = time.monotonic() + PROBE_SECONDS
-        while (left := ends - time.monotonic()) > 0:
-            for note in conn.notifies(timeout=left):
-                if note.payload == payload:
-                    return True
+        while not self.stopped.is_set():
+            if any(note.payload == payload for note in list(conn.notifies(timeout=0))):
+                return True
+            if (left := ends - time.monotonic()) <= 0:
+                return False
+            self._wait(conn, left)
         return False
 
     def _run(self) -> None:
@@ -163,6 +192,8 @@ class Listener(_Thread):
             try:
                 if not checked:
                     if not self._checked(conn):
+                        if self.stopped.is_set():
+                            return
                         self.gave_up = (
                             "a notification sent through the store's connection did not arrive "
                             "(a transaction-pooling proxy cannot carry LISTEN; give the worker a "
@@ -195,11 +226,15 @@ class Listener(_Thread):
     def _listen(self, conn: Any) -> None:
         pinged = time.monotonic()
         while not self.stopped.is_set():
-            for _note in conn.notifies(timeout=0.5):
+            # What has arrived, and what arrived while a ping ran (psycopg keeps those): one
+            # ring for all of it.
+            if list(conn.notifies(timeout=0)):
                 self.bell.ring()
-            if time.monotonic() - pinged > KEEPALIVE:
+            if (left := KEEPALIVE - (time.monotonic() - pinged)) <= 0:
                 conn.execute("SELECT 1")
                 pinged = time.monotonic()
+                continue
+            self._wait(conn, left)
 
 
 class DataVersionWatch(_Thread):

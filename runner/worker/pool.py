@@ -200,6 +200,8 @@ class Pool:
             while thread.is_alive():
                 thread.join(timeout=0.5)
         self.stop.set()
+        while beat.is_alive():  # a renewal under way ends before the caller closes the store
+            beat.join(timeout=0.5)
         if self.watch is not None:
             self.watch.close()
         with self._lock:
@@ -355,9 +357,9 @@ class Pool:
             self._watch(link.runner)
         elif link.epoch != self._epoch:
             link.epoch = self._epoch
-            engine = getattr(link.runner.store, "engine", None)
-            if engine is not None:
-                engine.dispose()
+            drop = getattr(link.runner.store, "drop_connections", None)
+            if drop is not None:
+                drop()
         return link.runner
 
     def _watch(self, runner: Runner) -> None:

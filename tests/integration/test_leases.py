@@ -21,7 +21,7 @@ from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.worker import pool as pool_module
 from ratchet_runner.worker.pool import Pool
-from tests.conftest import PRACTICE_BINDING, ROOT, MakeRunner, spec_and_text
+from tests.conftest import PRACTICE_BINDING, ROOT, MakeRunner, connection_closed, spec_and_text
 
 
 def labels(runner: Runner, world: PracticeWorld, count: int) -> list[RunRecord]:
@@ -339,3 +339,66 @@ def test_a_busy_pool_looks_for_due_timers_once_per_poll_interval_not_per_claim(
 
     assert report.advanced == 20
     assert len(looked) == 1  # 20 claims within one poll interval: one look
+
+
+def test_a_pool_that_drops_its_connections_after_an_outage_closes_those_in_use_then(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an outage each pool thread drops its pooled connections; one another thread was
+    using at that moment (here held by the test) is closed once given back and the store closed,
+    not left for the garbage collector to drop with its session still open."""
+    labels(make_runner(), world, 2)
+    held = store.engine.connect()
+    raw = held.connection.dbapi_connection
+    claim = store.claim
+    failures = iter([True])
+
+    def flaky(*args: object, **kwargs: object) -> list[RunRecord]:
+        if next(failures, False):
+            raise StoreError("the store failed: server closed the connection unexpectedly")
+        return claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "claim", flaky)
+    report = Pool(make_runner, concurrency=1, lease_seconds=10.0, poll=0.01).run(until_idle=True)
+    assert (report.advanced, report.outages) == (2, 1)
+
+    held.close()
+    store.close()
+    assert connection_closed(raw)
+
+
+def test_a_pool_returns_only_once_its_heartbeat_has_stopped(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat renews leases through the store; the pool's run returns only once it has
+    stopped, so a caller that then closes the store closes it under nobody."""
+    (run,) = labels(make_runner(), world, 1)
+    renew = store.renew
+    renewing = threading.Event()
+    renewals: list[float] = []
+
+    def slow(run_id: str, token: str, lease_seconds: float) -> bool:
+        held = renew(run_id, token, lease_seconds)
+        if threading.current_thread().name == "ratchet-heartbeat":
+            renewing.set()
+            time.sleep(1.0)  # still renewing when the step is over
+            renewals.append(time.monotonic())
+        return held
+
+    def step(point: str, effect: str) -> None:
+        if point == "before-write":
+            assert renewing.wait(10.0)
+
+    monkeypatch.setattr(store, "renew", slow)
+    Pool(
+        lambda options: make_runner(interrupt=step, options=options),
+        concurrency=1,
+        lease_seconds=1.5,
+        poll=0.01,
+    ).run(until_idle=True)
+    returned = time.monotonic()
+
+    assert store.get_run(run.id).state == "labelled"
+    assert renewals
+    assert max(renewals) <= returned
+    assert not [t for t in threading.enumerate() if t.name == "ratchet-heartbeat"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -54,6 +55,36 @@ def labels_with(tmp_path: Path, store_url: str, fault: str, times: int) -> Label
     world.add_fault("create_label", fault, times=times)
     runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
     return Labels(home, world, store, runner, spec, text, example)
+
+
+def freeze_outside_writes(process: subprocess.Popen[str], databases: list[Path]) -> None:
+    """Freeze ``process`` (SIGSTOP) at a moment it holds no write lock on any of the SQLite
+    ``databases``: frozen inside a write (its heartbeat renewing its lease, a connection that
+    checkpoints as it closes), it would keep every other process out of that file until it
+    thaws, and the test would wait for that, not for its lease. If it holds one, it runs on a
+    moment and is frozen again."""
+    for _ in range(200):
+        process.send_signal(signal.SIGSTOP)
+        if not any(write_locked(path) for path in databases):
+            return
+        process.send_signal(signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError("the worker was always inside a write when it was frozen")
+
+
+def write_locked(path: Path) -> bool:
+    """Whether another connection holds a write lock on the SQLite database at ``path``."""
+    conn = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return True
+        raise
+    finally:
+        conn.close()
 
 
 def spawn(home: Path, store_url: str) -> subprocess.Popen[str]:
@@ -176,7 +207,10 @@ def test_a_worker_sigstopped_in_the_call_window_past_its_lease_commits_nothing_a
         # moment's wait first, so the freeze cannot fall while the worker's practice-database
         # connection closes (SQLite checkpoints then, under a lock the rescuer's lookup needs).
         time.sleep(0.5)
-        frozen.send_signal(signal.SIGSTOP)
+        databases = [home / "practice.db"]
+        if store_url.startswith("sqlite"):
+            databases.append(Path(store_url.removeprefix("sqlite:///")))
+        freeze_outside_writes(frozen, databases)
         time.sleep(2.5)  # its lease expires by the database's clock
         rescuer = subprocess.run(
             [RATCHET, "worker", "--once", "--json"],
