@@ -746,6 +746,117 @@ def ops_command(
     drive(how, "operator", act)
 
 
+@cli.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="The port to listen on; 0 picks a free one (the line printed says which).",
+)
+@click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    help="The service's configuration: its operators and trusted proxies (default: "
+    "$RATCHET_SERVE_CONFIG, else ratchet-serve.toml in the working directory).",
+)
+@click.option(
+    "--spec",
+    "specs",
+    metavar="FILE",
+    multiple=True,
+    help="A spec whose runs POST /api/runs may start (repeat for several).",
+)
+@click.option(
+    "--workers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 64),
+    help="Worker threads to run in the service's process (0: leave runs to 'ratchet worker').",
+)
+@with_options("db", "bindings")
+def serve_command(
+    host: str, port: int, config: str | None, specs: tuple[str, ...], workers: int, how: How
+) -> None:
+    """Serve the HTTP API: runs, their traces and effects, the queue, approve, reject and
+    operator actions, for operators who authenticate with a bearer token.
+
+    \b
+      GET  /api/runs  /api/runs/RUN  /api/runs/RUN/trace  /api/runs/RUN/effects  /api/queue
+      POST /api/runs  /api/runs/RUN/approve  /api/runs/RUN/reject  /api/runs/RUN/ops/ACTION
+      GET  /healthz  /readyz
+
+    A decision is made as the authenticated operator, in a role they hold that the spec allows,
+    and recorded with the request's address; the run is then left to the workers. Create an
+    operator with 'ratchet token'. The routes are in docs/reference/http-api.md.
+    """
+    from ratchet_runner.serve.run import serve
+
+    serve(
+        host=host,
+        port=port,
+        db=how.db,
+        bindings=how.bindings,
+        config=config,
+        specs=specs,
+        workers=workers,
+        say=lambda line: click.echo(line, err=True),
+    )
+
+
+@cli.command("token")
+@click.argument("name", callback=named())
+@click.option(
+    "--role",
+    "roles",
+    required=True,
+    multiple=True,
+    help="A role the operator holds (repeat for several).",
+)
+@click.option(
+    "--token-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the token to FILE (readable by its owner only) instead of showing it.",
+)
+@JSON_OPTION
+def token_command(name: str, roles: tuple[str, ...], token_file: str | None, as_json: bool) -> None:
+    """Make a bearer token for operator NAME of 'ratchet serve'.
+
+    Prints the configuration entry on stdout (append it to ratchet-serve.toml: it keeps only the
+    token's SHA-256) and the token itself on stderr, once, or into --token-file: give it to NAME,
+    keep it nowhere else.
+    """
+    from ratchet_runner.serve.operators import config_entry, new_token, save_token
+    from ratchet_runner.settings import MAX_NAME, name_problem
+
+    for role in roles:
+        problem = name_problem(role, MAX_NAME)
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint="--role")
+    token, digest = new_token()
+    if token_file is not None:
+        save_token(token_file, token)
+    if as_json:
+        made: dict[str, Any] = {
+            "name": name,
+            "roles": list(roles),
+            "token": token,
+            "token_sha256": digest,
+        }
+        if token_file is not None:  # it is in the file, and nowhere else
+            made = {**made, "token": None, "token_file": token_file}
+        click.echo(json.dumps(made, ensure_ascii=False))
+        return
+    click.echo(config_entry(name, roles, digest))
+    if token_file is None:
+        click.echo(f"token for {name} (shown once): {token}", err=True)
+    else:
+        click.echo(f"token for {name} written to {token_file}", err=True)
+
+
 @cli.command("queue")
 @with_options("db", "json")
 def queue_command(how: How) -> None:

@@ -24,6 +24,7 @@ from ..errors import (
 from ..spec.model import Approval, Effect, Spec
 from ..store.records import ApprovalRecord, Change, RunRecord, TimerRecord
 from .activation import activation
+from .audit import origin
 from .host import RunHost, StepHost
 from .identity import approval_digest, describe_action, evaluate_args
 from .machine import machine_for, status_of
@@ -334,6 +335,7 @@ def decide(
         digest=request.digest,
         reason=reason,
         expires_at=expires_at,
+        **origin(),
     )
     moved = runner.move(run, spec, decision, change, ctx)
     verb = "approved" if decision == "approve" else "rejected"

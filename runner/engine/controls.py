@@ -12,6 +12,7 @@ from ..errors import OperatorRefused
 from ..settings import OPERATOR_ACTIONS
 from ..spec.model import Spec
 from ..store.records import Change, OperationRecord, RunRecord
+from .audit import origin
 from .drive import Outcome, carry_on
 from .machine import status_of
 from .runner import Runner
@@ -30,7 +31,7 @@ def _audit(
     runner: Runner, run: RunRecord, action: str, actor: str, role: str, note: str | None
 ) -> Change:
     change = runner.change(run)
-    change.event("operator", action=action, actor=actor, role=role, note=note)
+    change.event("operator", action=action, actor=actor, role=role, note=note, **origin())
     return change
 
 

@@ -71,6 +71,11 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("ratchet_runner.cli_options",),
         "nothing in the library but cli imports cli_options",
     ),
+    (
+        PACKAGE,
+        ("ratchet_runner.serve",),
+        "nothing in the library but cli imports serve (a front end, as the command line is)",
+    ),
 )
 
 #: Imports a rule allows although the part they name is forbidden to its importer.
@@ -78,7 +83,10 @@ ALLOWED = ("ratchet_runner.errors",)
 
 #: (the importer, the part it imports): the one importer a rule's part has, although the rule
 #: forbids that part to the rest of the package.
-ONLY_IMPORTER = (("ratchet_runner.cli", "ratchet_runner.cli_options"),)
+ONLY_IMPORTER = (
+    ("ratchet_runner.cli", "ratchet_runner.cli_options"),
+    ("ratchet_runner.cli", "ratchet_runner.serve"),
+)
 
 
 def _within(module: str, part: str) -> bool:
@@ -143,7 +151,16 @@ def test_the_house_keeps_its_layering_rules() -> None:
 def test_every_installed_module_is_read() -> None:
     """The rules are only as good as the list of modules they read: it names every folder."""
     modules = module_sources()
-    for part in ("spec", "spec.lint", "engine", "store", "worker", "review", "review.diagram"):
+    for part in (
+        "spec",
+        "spec.lint",
+        "engine",
+        "store",
+        "worker",
+        "review",
+        "review.diagram",
+        "serve",
+    ):
         assert f"{PACKAGE}.{part}" in modules
     assert {
         f"{PACKAGE}.cli",
@@ -173,6 +190,8 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.engine.drive", "from ..cli_options import say", "but cli imports"),
         ("ratchet_runner.cli_options", "from ratchet_runner.cli import cli", "imports cli"),
         ("ratchet_runner.store.records", "from ..engine import runner", "store imports"),
+        ("ratchet_runner.engine.commands", "from ..serve.app import Service", "imports serve"),
+        ("ratchet_runner.session", "from .serve import operators", "imports serve"),
     ],
 )
 def test_a_forbidden_import_is_caught(module: str, source: str, rule: str) -> None:

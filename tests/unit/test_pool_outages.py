@@ -326,6 +326,7 @@ def test_a_worker_started_without_its_store_waits_says_so_and_reports_it_when_st
             assert time.monotonic() < deadline, [err.read_text() for _, _, err in workers]
             assert all(w.poll() is None for w, _, _ in workers)  # still waiting, not exited
             time.sleep(0.05)
+        time.sleep(0.1)  # unreachable a moment by then, whenever each said so
     finally:
         for worker, _, _ in workers:
             worker.send_signal(signal.SIGTERM)

@@ -1,0 +1,1 @@
+"""The service: ``ratchet serve``'s HTTP API, its operators and their tokens."""

@@ -1,0 +1,447 @@
+"""``ratchet serve``: the HTTP API over the library, one ASGI application (Starlette).
+
+Every route but ``/healthz`` and ``/readyz`` needs an operator's bearer token
+(:mod:`~ratchet_runner.serve.operators`). Reads go to the store; decisions and operator actions go
+through the same commands the CLI uses (:mod:`ratchet_runner.engine.commands`), as the
+authenticated operator, in a role they hold and the spec allows, and record where the request came
+from (:mod:`ratchet_runner.engine.audit`). A decision is recorded and the run left to the workers
+(the service's own, ``--workers N``, or any other), whom the commit wakes; an operator action is
+carried out under the run's lease, as ``ratchet ops`` does. Errors are JSON with the CLI's codes:
+``{"error": {"code": "R302", "message": "..."}}``.
+
+Handlers are plain functions: Starlette runs them in its thread pool, and each thread gets one
+runner of its own over the service's one store.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import (
+    RatchetError,
+    RunBusy,
+    RunError,
+    RunNotFound,
+    SpecError,
+    StoreError,
+    UsageError,
+    VersionConflict,
+)
+from .operators import Config, Operator
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from ..engine.runner import Runner
+    from ..session import Session
+    from ..spec.model import Spec
+    from ..worker.pool import Pool
+
+#: The largest request body accepted, in bytes.
+MAX_BODY = 64 * 1024
+
+#: Headers on every response: a JSON API that no page may frame, sniff or cache.
+SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
+    "cache-control": "no-store",
+}
+
+
+class _Refusal(Exception):
+    """A request refused before the library is asked: its HTTP status, code and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class Service:
+    """What the application works with: the session (its store), the configuration, the specs
+    it can start runs of (by workflow name, with their text), and its own workers."""
+
+    session: Session
+    config: Config
+    specs: dict[str, tuple[Spec, str]] = field(default_factory=dict)
+    workers: int = 0
+    pool: Pool | None = None
+    _local: threading.local = field(default_factory=threading.local)
+
+    def runner(self) -> Runner:
+        """This thread's runner (made on first use)."""
+        made: Runner | None = getattr(self._local, "runner", None)
+        if made is None:
+            made = self._local.runner = self.session.runner()
+        return made
+
+
+def status_of(exc: RatchetError) -> int:
+    """The HTTP status of a library error."""
+    if isinstance(exc, RunNotFound):
+        return 404
+    if isinstance(exc, RunBusy | VersionConflict):
+        return 409
+    if isinstance(exc, StoreError):
+        return 503
+    if isinstance(exc, SpecError):
+        return 422
+    if isinstance(exc, UsageError):
+        return 400
+    if isinstance(exc, RunError):
+        return 409
+    return 500
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+Handler = Callable[[Request, Service, Operator], Any]
+
+
+def authenticated(handler: Handler) -> Callable[[Request], Response]:
+    """A route that needs an operator: 401 without a valid token, the library's errors as JSON,
+    every decision and action recorded with the request's client address."""
+    from ..engine.audit import acting_from
+
+    def route(request: Request) -> Response:
+        service: Service = request.app.state.service
+        config = service.config
+        operator = config.authenticate(request.headers.get("authorization"))
+        if operator is None:
+            response = error(401, "R200", "a valid operator token is needed (Bearer)")
+            response.headers["www-authenticate"] = 'Bearer realm="ratchet"'
+            return response
+        peer = request.client.host if request.client else None
+        address = config.client(peer, request.headers.get("x-forwarded-for"))
+        try:
+            with acting_from("http", address):
+                result = handler(request, service, operator)
+        except _Refusal as refused:
+            return error(refused.status, refused.code, refused.message)
+        except RatchetError as exc:
+            return error(status_of(exc), exc.code, exc.message)
+        return result if isinstance(result, Response) else JSONResponse(result)
+
+    return route
+
+
+def body(request: Request, fields: Iterable[str]) -> dict[str, Any]:
+    """The request's JSON object (empty when there is no body), with only ``fields``."""
+    raw = request.state.body if hasattr(request.state, "body") else b""
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise _Refusal(400, "R200", "the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise _Refusal(400, "R200", "the request body must be a JSON object")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise _Refusal(
+            400,
+            "R200",
+            f"unknown field(s) {', '.join(unknown)} (this route takes: "
+            f"{', '.join(fields) or 'none'}); who acts is the authenticated operator, always",
+        )
+    return data
+
+
+def _text(data: dict[str, Any], key: str, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _Refusal(400, "R200", f"{key!r} must be a non-empty string")
+    return value
+
+
+def choose_role(operator: Operator, allowed: Sequence[str], asked: str | None, what: str) -> str:
+    """The role an operator acts in: the one asked for (which they must hold), else the first
+    of theirs that ``allowed`` lists; refused (403) when none is."""
+    if asked is not None and asked not in operator.roles:
+        raise _Refusal(403, "R200", f"{operator.name} does not hold role {asked!r}")
+    for role in (asked,) if asked is not None else operator.roles:
+        if role in allowed:
+            return role
+    raise _Refusal(
+        403,
+        "R401" if what.startswith("decide") else "R405",
+        f"{operator.name} in role(s) {', '.join((asked,) if asked else operator.roles)} may "
+        f"not {what} "
+        f"(allowed: {', '.join(allowed) or 'none declared'}); nothing changed",
+    )
+
+
+# -- the routes -------------------------------------------------------------------------------
+
+
+def healthz(_request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+def readyz(request: Request) -> Response:
+    service: Service = request.app.state.service
+    try:
+        service.session.store.list_runs(None, 1)
+    except RatchetError as exc:
+        return error(503, exc.code, f"the store does not answer: {exc.message}")
+    return JSONResponse({"ok": True, "workers": service.workers})
+
+
+def whoami(_request: Request, _service: Service, operator: Operator) -> Any:
+    return {"name": operator.name, "roles": list(operator.roles)}
+
+
+def list_runs(request: Request, service: Service, _operator: Operator) -> Any:
+    from ..review.views import run_json
+    from ..settings import RUN_STATUSES
+
+    status = request.query_params.get("status") or None
+    if status is not None and status not in RUN_STATUSES:
+        raise _Refusal(400, "R200", f"status must be one of {', '.join(RUN_STATUSES)}")
+    try:
+        limit = int(request.query_params.get("limit", "50"))
+    except ValueError:
+        raise _Refusal(400, "R200", "limit must be a whole number") from None
+    if not 1 <= limit <= 1000:
+        raise _Refusal(400, "R200", "limit must be between 1 and 1000")
+    return [run_json(r) for r in service.session.store.list_runs(status, limit)]
+
+
+def read_run(request: Request, service: Service, _operator: Operator) -> Any:
+    from ..review.views import run_summary
+
+    runner = service.runner()
+    return run_summary(runner, runner.store.resolve(request.path_params["run"]))
+
+
+def run_trace(request: Request, service: Service, _operator: Operator) -> Any:
+    from ..review.views import trace_json
+
+    store = service.session.store
+    run = store.resolve(request.path_params["run"])
+    return trace_json(run, store.history(run.id))
+
+
+def run_effects(request: Request, service: Service, _operator: Operator) -> Any:
+    store = service.session.store
+    run = store.resolve(request.path_params["run"])
+    return [{k: v for k, v in vars(op).items() if k != "run_id"} for op in store.operations(run.id)]
+
+
+def operator_queue(_request: Request, service: Service, _operator: Operator) -> Any:
+    """Runs waiting for a decision (with the exact arguments and digest asked for), then runs
+    waiting for a person (what to do, and the evidence)."""
+    from ..engine.approvals import pending_request
+    from ..engine.operator_queue import queue
+
+    runner = service.runner()
+    decisions = []
+    for run in sorted(runner.store.list_runs("waiting", 1000), key=lambda r: r.updated_at):
+        request = pending_request(runner, run)
+        if request is not None:
+            decisions.append(
+                {**request.to_json(), "workflow": run.workflow, "business_key": run.business_key}
+            )
+    return {"decisions": decisions, "needs_person": queue(runner)}
+
+
+def _decide(request: Request, service: Service, operator: Operator, decision: str) -> Any:
+    from ..engine import commands
+    from ..engine.approvals import pending_request
+    from ..review.views import command_summary
+
+    data = body(
+        request, ("role", "digest", "reason") if decision == "reject" else ("role", "digest")
+    )
+    runner = service.runner()
+    run = runner.store.resolve(request.path_params["run"])
+    pending = pending_request(runner, run) if run.status == "waiting" else None
+    allowed = pending.roles if pending is not None else ()
+    what = f"decide {pending.approval!r}" if pending is not None else "decide this run"
+    asked = _text(data, "role")
+    role = choose_role(operator, allowed, asked, what) if pending is not None else asked
+    digest = _text(data, "digest")
+    if pending is not None and digest is not None and digest != pending.digest:
+        raise _Refusal(
+            409,
+            "R404",
+            f"the arguments waiting for a decision have changed (digest {pending.digest[:12]}, "
+            f"not {digest[:12]}): look again; nothing changed",
+        )
+    reason = _text(data, "reason", required=decision == "reject")
+    result = commands.decide(
+        runner, run.id, decision, operator.name, role or operator.roles[0], reason, drive=False
+    )
+    return command_summary(runner, result, "decision")
+
+
+def approve(request: Request, service: Service, operator: Operator) -> Any:
+    return _decide(request, service, operator, "approve")
+
+
+def reject(request: Request, service: Service, operator: Operator) -> Any:
+    return _decide(request, service, operator, "reject")
+
+
+def operate(request: Request, service: Service, operator: Operator) -> Any:
+    from ..engine import commands
+    from ..review.views import command_summary
+    from ..settings import OPERATOR_ACTIONS
+
+    action = request.path_params["action"]
+    if action not in OPERATOR_ACTIONS:
+        known = ", ".join(OPERATOR_ACTIONS)
+        raise _Refusal(404, "R405", f"no operator action {action!r} ({known})")
+    data = body(request, ("role", "note"))
+    runner = service.runner()
+    run = runner.store.resolve(request.path_params["run"])
+    spec = runner.spec_of(run)
+    role = choose_role(operator, spec.operator_roles, _text(data, "role"), f"{action} runs")
+    result = commands.operate(runner, run.id, action, operator.name, role, _text(data, "note"))
+    return command_summary(runner, result, "operator")
+
+
+def start_run(request: Request, service: Service, _operator: Operator) -> Any:
+    """Start a run of a served workflow (or find the one with the same business key), and
+    leave it to the workers: 201 when created, 200 when it already existed."""
+    from ..engine import commands
+    from ..review.views import command_summary
+
+    data = body(request, ("workflow", "input"))
+    workflow = _text(data, "workflow", required=True)
+    given = data.get("input")
+    if not isinstance(given, dict):
+        raise _Refusal(400, "R200", "'input' must be a JSON object")
+    if workflow not in service.specs:
+        served = ", ".join(sorted(service.specs)) or "none: start the service with --spec FILE"
+        raise _Refusal(404, "R200", f"no workflow {workflow!r} is served (served: {served})")
+    spec, text = service.specs[str(workflow)]
+    runner = service.runner()
+    result, created = commands.start(runner, spec, text, given, drive=False)
+    return JSONResponse(
+        command_summary(runner, result, "run_command"), status_code=201 if created else 200
+    )
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/api/whoami", authenticated(whoami)),
+        Route("/api/runs", authenticated(list_runs)),
+        Route("/api/runs", authenticated(start_run), methods=["POST"]),
+        Route("/api/queue", authenticated(operator_queue)),
+        Route("/api/runs/{run}", authenticated(read_run)),
+        Route("/api/runs/{run}/trace", authenticated(run_trace)),
+        Route("/api/runs/{run}/effects", authenticated(run_effects)),
+        Route("/api/runs/{run}/approve", authenticated(approve), methods=["POST"]),
+        Route("/api/runs/{run}/reject", authenticated(reject), methods=["POST"]),
+        Route("/api/runs/{run}/ops/{action}", authenticated(operate), methods=["POST"]),
+    ]
+
+
+class Guard:
+    """ASGI middleware: security headers on every response, and a request body of at most
+    :data:`MAX_BODY` bytes (413 otherwise, before a handler sees it), read whole into
+    ``request.state.body``."""
+
+    def __init__(self, app: ASGIApp, max_body: int = MAX_BODY) -> None:
+        self.app, self.max_body = app, max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                for name, value in SECURITY_HEADERS.items():
+                    if name.encode() not in present:
+                        headers.append((name.encode(), value.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await error(413, "R200", f"the request body is larger than {self.max_body} bytes")(
+                    scope, receive, send_with_headers
+                )
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        scope.setdefault("state", {})["body"] = raw
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send_with_headers)
+
+
+def create_app(service: Service) -> Starlette:
+    """The application; with ``service.workers``, it runs that many workers while it serves."""
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        thread = None
+        if service.workers > 0:
+            service.pool = service.session.pool(concurrency=service.workers)
+            thread = threading.Thread(target=service.pool.run, name="ratchet-serve-workers")
+            thread.start()
+        try:
+            yield
+        finally:
+            if service.pool is not None and thread is not None:
+                service.pool.stop.set()
+                thread.join()
+
+    app = Starlette(routes=routes(), lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(Guard)
+    return app
+
+
+def load_specs(paths: Iterable[str]) -> dict[str, tuple[Spec, str]]:
+    """The specs named, by workflow name (a spec that does not validate is refused)."""
+    from ..spec.validate import load_spec
+
+    specs: dict[str, tuple[Spec, str]] = {}
+    for path in paths:
+        spec = load_spec(path)
+        if spec.name in specs:
+            raise UsageError(f"two specs serve workflow {spec.name!r}")
+        specs[spec.name] = (spec, Path(path).read_text(encoding="utf-8"))
+    return specs

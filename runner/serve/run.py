@@ -1,0 +1,58 @@
+"""Running the service: its socket, uvicorn, and what it says when it listens."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .app import Service, create_app, load_specs
+from .operators import find_config, load_config
+
+
+def serve(
+    *,
+    host: str,
+    port: int,
+    db: str | None,
+    bindings: str | None,
+    config: str | Path | None,
+    specs: Sequence[str],
+    workers: int,
+    say: Callable[[str], None],
+) -> None:
+    """Serve until SIGTERM or Ctrl-C: bind first (so a port in use is a clear error, and port 0
+    picks a free one), then say the URL, then hand the socket to uvicorn."""
+    import uvicorn
+
+    from ..errors import UsageError
+    from ..session import Session
+
+    settings = load_config(find_config(config))
+    served = load_specs(specs)
+    with Session(db, bindings=bindings) as session:
+        session.store  # noqa: B018 -- opened (and created) before the first request
+        app = create_app(Service(session, settings, served, workers))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        sock.listen(128)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        operators = len(settings.operators)
+        say(
+            f"serving on http://{shown}:{bound} ({operators} operator(s) from {settings.path}; "
+            f"{len(served)} workflow(s); {workers} worker thread(s)); SIGTERM or Ctrl-C stops"
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="on", server_header=False)
+        )
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
