@@ -594,18 +594,46 @@ def serve(host: str, port: int, as_json: bool) -> None:
     default=None,
     help="The spec version the sender means: a run pinned to another version refuses it.",
 )
+@click.option(
+    "--to",
+    "to_url",
+    metavar="URL",
+    help="Send it as a signed webhook to URL (a 'ratchet serve' /hooks/SENDER) instead of "
+    "writing it to the store; signed with the secret(s) in --secret-env.",
+)
+@click.option(
+    "--secret-env",
+    metavar="VAR",
+    default="RATCHET_WEBHOOK_SECRET",
+    show_default=True,
+    help="With --to: the variable holding the sender's whsec_ secret(s).",
+)
 @with_options("leave", *RUN_COMMAND)
 def signal_command(
-    run_id: str, event: str, signal_id: str, data: Any, spec_version: int | None, how: How
+    run_id: str,
+    event: str,
+    signal_id: str,
+    data: Any,
+    spec_version: int | None,
+    to_url: str | None,
+    secret_env: str,
+    how: How,
 ) -> None:
     """Send EVENT to a paused RUN, once per --id.
 
     A signal the run's state does not take (or whose guard does not hold, or sent with
     --spec-version for another version than the run's) is refused with nothing changed, never
     queued. Two signals racing: exactly one moves the run; the other is told the run moved on
-    (exit status 4).
+    (exit status 4). With --to, the signal goes to a service as a signed webhook (Standard
+    Webhooks; the body {"run", "event", "data"}), as a provider would send it.
     """
     from ratchet_runner.engine import commands
+
+    if to_url is not None:
+        from ratchet_runner.serve.client import send_signed
+
+        send_signed(to_url, secret_env, run_id, event, signal_id, data, how.as_json)
+        return
 
     def act(runner: Runner) -> CommandResult:
         return commands.signal(

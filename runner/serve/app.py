@@ -1,6 +1,7 @@
 """``ratchet serve``: the HTTP API over the library, one ASGI application (Starlette).
 
-Every route but ``/healthz`` and ``/readyz`` needs an operator's bearer token
+Every route but ``/healthz``, ``/readyz`` and the webhooks (``/hooks/SENDER``, signed instead:
+:mod:`~ratchet_runner.serve.hooks`) needs an operator's bearer token
 (:mod:`~ratchet_runner.serve.operators`). Reads go to the store; decisions and operator actions go
 through the same commands the CLI uses (:mod:`ratchet_runner.engine.commands`), as the
 authenticated operator, in a role they hold and the spec allows, and record where the request came
@@ -19,7 +20,6 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,25 +29,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import (
-    RatchetError,
-    RunBusy,
-    RunError,
-    RunNotFound,
-    SpecError,
-    StoreError,
-    UsageError,
-    VersionConflict,
-)
-from .operators import Config, Operator
+from ..errors import RatchetError, UsageError
+from .hooks import webhook
+from .operators import Operator
+from .service import Service, error, status_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ..engine.runner import Runner
-    from ..session import Session
     from ..spec.model import Spec
-    from ..worker.pool import Pool
 
 #: The largest request body accepted, in bytes.
 MAX_BODY = 64 * 1024
@@ -68,47 +58,6 @@ class _Refusal(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
-
-
-@dataclass
-class Service:
-    """What the application works with: the session (its store), the configuration, the specs
-    it can start runs of (by workflow name, with their text), and its own workers."""
-
-    session: Session
-    config: Config
-    specs: dict[str, tuple[Spec, str]] = field(default_factory=dict)
-    workers: int = 0
-    pool: Pool | None = None
-    _local: threading.local = field(default_factory=threading.local)
-
-    def runner(self) -> Runner:
-        """This thread's runner (made on first use)."""
-        made: Runner | None = getattr(self._local, "runner", None)
-        if made is None:
-            made = self._local.runner = self.session.runner()
-        return made
-
-
-def status_of(exc: RatchetError) -> int:
-    """The HTTP status of a library error."""
-    if isinstance(exc, RunNotFound):
-        return 404
-    if isinstance(exc, RunBusy | VersionConflict):
-        return 409
-    if isinstance(exc, StoreError):
-        return 503
-    if isinstance(exc, SpecError):
-        return 422
-    if isinstance(exc, UsageError):
-        return 400
-    if isinstance(exc, RunError):
-        return 409
-    return 500
-
-
-def error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 Handler = Callable[[Request, Service, Operator], Any]
@@ -355,6 +304,7 @@ def routes() -> list[Route]:
         Route("/api/runs/{run}/approve", authenticated(approve), methods=["POST"]),
         Route("/api/runs/{run}/reject", authenticated(reject), methods=["POST"]),
         Route("/api/runs/{run}/ops/{action}", authenticated(operate), methods=["POST"]),
+        Route("/hooks/{sender}", webhook, methods=["POST"]),
     ]
 
 
@@ -391,6 +341,9 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
+                service = getattr(getattr(scope.get("app"), "state", None), "service", None)
+                if service is not None and str(scope.get("path", "")).startswith("/hooks/"):
+                    service.count("refused:too_large")
                 await error(413, "R200", f"the request body is larger than {self.max_body} bytes")(
                     scope, receive, send_with_headers
                 )

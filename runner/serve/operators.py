@@ -10,6 +10,15 @@ The service's configuration is a TOML file (``ratchet serve --config FILE``, els
     roles = ["support_lead"]
     token_sha256 = "9f86d0…"          # ratchet token ana --role support_lead prints it
 
+    [[senders]]                       # a provider whose signed webhooks deliver signals
+    name = "payments"
+    secret_env = "RATCHET_HOOK_PAYMENTS"  # its whsec_ secret(s), space-separated to rotate
+    run = "data.metadata.ticket"      # where in the body: the run (its ID or business key),
+    event = "type"                    # the event,
+    data = "data"                     # and the signal's data (defaults: run, event, data)
+    [senders.events]                  # the sender's event names → the spec's (optional;
+    "refund.settled" = "settled"      # without it, the event is taken as it is)
+
 An operator authenticates with ``Authorization: Bearer TOKEN``. Only a token's SHA-256 is kept:
 a token is 32 random bytes (:func:`new_token`), so a fast hash is enough, as for API keys, and a
 leaked file lets nobody in. Tokens are compared in constant time. The actor and role of every
@@ -48,12 +57,28 @@ class Operator:
 
 
 @dataclass(frozen=True)
+class Sender:
+    """A sender of signed webhooks: its keys (every one valid, to rotate), where a message's
+    body says which run, which event and what data, and how its event names map onto the
+    spec's (None: taken as they are)."""
+
+    name: str
+    keys: tuple[bytes, ...]
+    run: str = "run"
+    event: str = "event"
+    data: str = "data"
+    events: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class Config:
-    """The service's configuration: operators by token digest, and the trusted proxies."""
+    """The service's configuration: operators by token digest, the trusted proxies, and the
+    senders of webhooks by name."""
 
     operators: Mapping[str, Operator] = field(default_factory=dict)  # by token SHA-256
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     path: Path | None = None
+    senders: Mapping[str, Sender] = field(default_factory=dict)
 
     def authenticate(self, authorization: str | None) -> Operator | None:
         """The operator whose bearer token ``authorization`` carries, or None."""
@@ -135,13 +160,14 @@ def find_config(given: str | Path | None, environ: Mapping[str, str] | None = No
     return path
 
 
-def load_config(path: Path) -> Config:
-    """Read and check the configuration at ``path`` (a usage error naming what is wrong)."""
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read and check the configuration at ``path`` (a usage error naming what is wrong); each
+    sender's secrets are read from ``environ`` (default: the process's)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"cannot read the service configuration {path}: {exc}") from None
-    unknown = sorted(set(data) - {"operators", "trusted_proxies"})
+    unknown = sorted(set(data) - {"operators", "trusted_proxies", "senders"})
     if unknown:
         raise UsageError(f"{path}: unknown setting(s) {', '.join(unknown)}")
     operators: dict[str, Operator] = {}
@@ -172,7 +198,48 @@ def load_config(path: Path) -> Config:
             proxies.append(ipaddress.ip_network(str(hop), strict=False))
         except ValueError:
             raise UsageError(f"{path}: trusted_proxies: {hop!r} is not an address") from None
-    return Config(operators, tuple(proxies), path)
+    senders: dict[str, Sender] = {}
+    for i, entry in enumerate(_list(path, data, "senders")):
+        sender = _sender(f"{path}: senders[{i}]", entry, os.environ if environ is None else environ)
+        if sender.name in senders:
+            raise UsageError(f"{path}: senders[{i}]: sender {sender.name!r} is listed twice")
+        senders[sender.name] = sender
+    return Config(operators, tuple(proxies), path, senders)
+
+
+SENDER_KEYS = {"name", "secret_env", "run", "event", "data", "events"}
+
+
+def _sender(where: str, entry: Any, environ: Mapping[str, str]) -> Sender:
+    from .webhooks import secret_key
+
+    if not isinstance(entry, dict) or set(entry) - SENDER_KEYS:
+        raise UsageError(f"{where}: a sender has {', '.join(sorted(SENDER_KEYS))}")
+    name, env = entry.get("name"), entry.get("secret_env")
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise UsageError(f"{where}: name must be letters, digits, - and _ (it is in the URL)")
+    if not isinstance(env, str) or not env:
+        raise UsageError(f"{where}: secret_env must name the variable holding its secret(s)")
+    secrets_given = environ.get(env, "").split()
+    if not secrets_given:
+        raise UsageError(f"{where}: sender {name!r} has no secret: {env} is not set")
+    try:
+        keys = tuple(secret_key(secret) for secret in secrets_given)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {env}: {exc}") from None
+    paths = {}
+    for key in ("run", "event", "data"):
+        value = entry.get(key, key)
+        if not isinstance(value, str) or not value or "" in value.split("."):
+            raise UsageError(f"{where}: {key} must be a dotted path into the body (a.b.c)")
+        paths[key] = value
+    events = entry.get("events")
+    if events is not None and (
+        not isinstance(events, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in events.items())
+    ):
+        raise UsageError(f"{where}: events maps the sender's event names to the spec's")
+    return Sender(name, keys, paths["run"], paths["event"], paths["data"], events)
 
 
 def _list(path: Path, data: Mapping[str, Any], key: str) -> list[Any]:

@@ -6,8 +6,9 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .app import Service, create_app, load_specs
+from .app import create_app, load_specs
 from .operators import find_config, load_config
+from .service import Service
 
 
 def serve(

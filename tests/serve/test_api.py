@@ -11,25 +11,25 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from ratchet_runner.serve.app import MAX_BODY, Service, create_app, load_specs
+from ratchet_runner.serve.app import MAX_BODY, load_specs
 from ratchet_runner.serve.operators import (
     config_entry,
     find_config,
     load_config,
     new_token,
 )
+from ratchet_runner.serve.service import Service
 from ratchet_runner.session import Session
 from tests.conftest import RATCHET, ROOT, SPECS
 from tests.conftest import run_cli as run
+from tests.serve.serving import serving
 
 REFUND = SPECS / "refund.yaml"
 
@@ -82,31 +82,14 @@ def waiting(capsys: pytest.CaptureFixture[str], home: Path) -> str:
 
 @pytest.fixture
 def client(home: Path, people: People) -> Iterator[httpx.Client]:
-    """A client of the application served by uvicorn in a thread on a free local port; every
-    request comes through a trusted proxy (127.0.0.1) for the client 203.0.113.9."""
+    """A client of the application served on a free local port; every request comes through a
+    trusted proxy (127.0.0.1) for the client 203.0.113.9."""
     with Session() as session:
         service = Service(session, load_config(people.path), load_specs([str(REFUND)]))
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(service), log_level="warning", lifespan="on")
-        )
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
-        thread.start()
-        try:
-            deadline = time.monotonic() + 10
-            while not server.started:
-                assert time.monotonic() < deadline
-                assert thread.is_alive()
-                time.sleep(0.01)
-            base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        with serving(service) as base:
             headers = {"x-forwarded-for": "203.0.113.9"}
             with httpx.Client(base_url=base, headers=headers, timeout=10) as http:
                 yield http
-        finally:
-            server.should_exit = True
-            thread.join()
-            sock.close()
 
 
 def test_every_route_but_health_needs_a_valid_token(client: httpx.Client, waiting: str) -> None:

@@ -1,0 +1,81 @@
+"""What the service's routes share: the :class:`Service` they work with, and how a library
+error becomes an HTTP answer (its status, and the JSON body with the CLI's code)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from starlette.responses import JSONResponse
+
+from ..errors import (
+    RatchetError,
+    RunBusy,
+    RunError,
+    RunNotFound,
+    SpecError,
+    StoreError,
+    UsageError,
+    VersionConflict,
+)
+from .operators import Config
+
+if TYPE_CHECKING:
+    from ..engine.runner import Runner
+    from ..session import Session
+    from ..spec.model import Spec
+    from ..worker.pool import Pool
+
+
+@dataclass
+class Service:
+    """What the application works with: the session (its store), the configuration, the specs
+    it can start runs of (by workflow name, with their text), and its own workers."""
+
+    session: Session
+    config: Config
+    specs: dict[str, tuple[Spec, str]] = field(default_factory=dict)
+    workers: int = 0
+    pool: Pool | None = None
+    #: The clock webhook timestamps are checked against (the system's).
+    now: Callable[[], float] = time.time
+    #: What the service counted: webhooks delivered, duplicated, ignored, refused by reason.
+    counts: Counter[str] = field(default_factory=Counter)
+    _local: threading.local = field(default_factory=threading.local)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] += 1
+
+    def runner(self) -> Runner:
+        """This thread's runner (made on first use)."""
+        made: Runner | None = getattr(self._local, "runner", None)
+        if made is None:
+            made = self._local.runner = self.session.runner()
+        return made
+
+
+def status_of(exc: RatchetError) -> int:
+    """The HTTP status of a library error."""
+    if isinstance(exc, RunNotFound):
+        return 404
+    if isinstance(exc, RunBusy | VersionConflict):
+        return 409
+    if isinstance(exc, StoreError):
+        return 503
+    if isinstance(exc, SpecError):
+        return 422
+    if isinstance(exc, UsageError):
+        return 400
+    if isinstance(exc, RunError):
+        return 409
+    return 500
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)

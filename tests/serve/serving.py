@@ -1,0 +1,35 @@
+"""The service's application served by uvicorn in a thread on a free local port, for tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from ratchet_runner.serve.app import create_app
+from ratchet_runner.serve.service import Service
+
+
+@contextmanager
+def serving(service: Service) -> Iterator[str]:
+    """Serve ``service`` until the block ends; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="on"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline
+            assert thread.is_alive()
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join()
+        sock.close()
