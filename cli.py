@@ -677,6 +677,18 @@ def signal_command(
     "directly, when --db goes through a transaction-pooling proxy (which cannot carry LISTEN). "
     "Env: RATCHET_LISTEN_DB.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (GET /metrics): the runs' series, read from the "
+    "store at each scrape, and this worker's effect call latency.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --metrics-port: the address to listen on.",
+)
 @with_options(
     *RUN_COMMAND,
     lease=lease_option(
@@ -685,7 +697,15 @@ def signal_command(
         "lease outlasts it).",
     ),
 )
-def worker(once: bool, concurrency: int, poll: float, listen_db: str | None, how: How) -> None:
+def worker(
+    once: bool,
+    concurrency: int,
+    poll: float,
+    listen_db: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    how: How,
+) -> None:
     """Fire due timers and advance runnable runs under leases until stopped, or --once.
 
     An idle worker wakes at once when another process leaves a run to the workers (a new run,
@@ -732,7 +752,17 @@ def worker(once: bool, concurrency: int, poll: float, listen_db: str | None, how
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: pool.stop.set())
         say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
-        report = pool.run()
+        exporter = None
+        if metrics_port is not None:
+            from ratchet_runner.serve.metrics import serve_metrics
+
+            exporter = serve_metrics(session, metrics_host, metrics_port)
+            say(f"worker {pool.owner}: metrics on {exporter.url}")
+        try:
+            report = pool.run()
+        finally:
+            if exporter is not None:
+                exporter.close()
     if how.as_json:
         emit_json(views.pool_json(pool.owner, report))
     else:

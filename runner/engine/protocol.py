@@ -16,6 +16,7 @@ activation (:mod:`~ratchet_runner.engine.activation`) and approval validity
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -62,6 +63,7 @@ from .identity import (
     operation_id,
     sha256,
 )
+from .observe import called
 from .write_ahead import operation_fields, register_compensation, write_ahead
 
 
@@ -331,10 +333,12 @@ class EffectStep:
         )
         self.host.interrupt("before-write", self.effect.name)
         self.host.secure_lease(self.run.id, self.effect.timeout)  # still covers the call?
+        began = time.monotonic()
         try:
             outcome: Outcome = self.adapter.call(request)
         except Exception as exc:  # an adapter bug or a raw network error: outcome unknown
             outcome = Ambiguous(f"adapter raised {type(exc).__name__}: {exc}")
+        called(self.run.workflow, self.effect.name, _kind(outcome), time.monotonic() - began)
         self.host.interrupt("after-write", self.effect.name)
         if isinstance(outcome, Done) and not self._proves(outcome.receipt):
             outcome = Ambiguous(f"malformed reply: no {self.receipt_field!r} in it")
@@ -488,3 +492,8 @@ class EffectStep:
             evidence=evidence or {},
         )
         return self.host.move(self.run, self.spec, event, change, self.ctx)
+
+
+def _kind(outcome: Outcome) -> str:
+    """How an outcome is counted: its class's name in lower case (``done``, ``ambiguous``)."""
+    return type(outcome).__name__.lower()

@@ -290,9 +290,20 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
     )
 
 
+def metrics(request: Request) -> Response:
+    """The Prometheus exposition (:mod:`~ratchet_runner.serve.metrics`): no token, like the
+    health routes; it says how many runs are where, never which."""
+    from .metrics import CONTENT_TYPE
+
+    service: Service = request.app.state.service
+    assert service.metrics is not None
+    return Response(service.metrics.exposition(), media_type=CONTENT_TYPE)
+
+
 def routes() -> list[Route]:
     return [
         Route("/healthz", healthz),
+        Route("/metrics", metrics),
         Route("/readyz", readyz),
         Route("/api/whoami", authenticated(whoami)),
         Route("/api/runs", authenticated(list_runs)),
@@ -367,6 +378,10 @@ class Guard:
 def create_app(service: Service) -> Starlette:
     """The application; with ``service.workers``, it runs that many workers while it serves."""
 
+    from .metrics import Metrics
+
+    service.metrics = Metrics(service.runner, lambda: dict(service.counts))
+
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         thread = None
@@ -380,6 +395,8 @@ def create_app(service: Service) -> Starlette:
             if service.pool is not None and thread is not None:
                 service.pool.stop.set()
                 thread.join()
+            if service.metrics is not None:
+                service.metrics.close()
 
     app = Starlette(routes=routes(), lifespan=lifespan)
     app.state.service = service

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..session import Session
     from ..spec.model import Spec
     from ..worker.pool import Pool
+    from .metrics import Metrics
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Service:
     specs: dict[str, tuple[Spec, str]] = field(default_factory=dict)
     workers: int = 0
     pool: Pool | None = None
+    metrics: Metrics | None = None
     #: The clock webhook timestamps are checked against (the system's).
     now: Callable[[], float] = time.time
     #: What the service counted: webhooks delivered, duplicated, ignored, refused by reason.

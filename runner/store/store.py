@@ -50,6 +50,7 @@ from .records import (
     TimerRecord,
 )
 from .sqlite import SQLiteWriter
+from .stats import Stats, gather
 from .tables import (
     NEXT_DUE,
     approvals,
@@ -466,6 +467,11 @@ class Store:
                 (RunRecord(**r._mapping), "no worker has moved it") for r in conn.execute(idle)
             ]
         return found
+
+    def stats(self, now: float, stuck_after: float = 300.0) -> Stats:
+        """Counts, ages and backlogs of all runs, by workflow (:mod:`.stats`): for metrics."""
+        with self._read() as conn:
+            return gather(conn, now, self._db_now, stuck_after)
 
     def counts(self) -> dict[str, int]:
         """Rows per table (for status and tests)."""

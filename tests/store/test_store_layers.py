@@ -26,7 +26,8 @@ LAYERS: dict[str, set[str]] = {
     "postgres": {"records", "tables", "dialects", "writer"},
     "bell": {"records"},
     "watch": {"bell"},
-    "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres", "bell"},
+    "stats": {"tables"},
+    "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres", "bell", "stats"},
 }
 OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings"}
 
