@@ -15,6 +15,7 @@ from bench import (
     bench_hostile,
     bench_http,
     bench_pool,
+    bench_serve,
     bench_steps,
     bench_validate,
     bench_wake,
@@ -31,6 +32,7 @@ BENCHMARKS = {
     "cli": bench_cli.run,
     "cpu": bench_cpu.run,
     "wake": bench_wake.run,
+    "serve": bench_serve.run,
 }
 
 

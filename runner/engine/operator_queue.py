@@ -60,10 +60,11 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
     }
 
 
-def queue(runner: Runner) -> list[dict[str, Any]]:
-    """The runs waiting for a person, oldest first, with what to do and the evidence."""
+def queue(runner: Runner, *, offset: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    """The runs waiting for a person, oldest first, with what to do and the evidence (a page
+    of ``limit`` from ``offset``)."""
     now = runner.clock.now()
-    waiting = sorted(runner.store.list_runs("needs_person", limit=1000), key=lambda r: r.updated_at)
+    waiting = runner.store.list_runs("needs_person", limit, offset=offset, oldest=True)
     items = []
     for run in waiting:
         history = runner.store.history(run.id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -195,21 +196,42 @@ def run_effects(request: Request, service: Service, _operator: Operator) -> Any:
     return [{k: v for k, v in vars(op).items() if k != "run_id"} for op in store.operations(run.id)]
 
 
-def operator_queue(_request: Request, service: Service, _operator: Operator) -> Any:
-    """Runs waiting for a decision (with the exact arguments and digest asked for), then runs
-    waiting for a person (what to do, and the evidence)."""
+def _page(request: Request, default: int = 50) -> tuple[int, int]:
+    """The page a list asks for: ``offset`` (from 0) and ``limit`` (1 to 1000)."""
+    try:
+        offset = int(request.query_params.get("offset", "0"))
+        limit = int(request.query_params.get("limit", str(default)))
+    except ValueError:
+        raise _Refusal(400, "R200", "offset and limit must be whole numbers") from None
+    if offset < 0 or not 1 <= limit <= 1000:
+        raise _Refusal(400, "R200", "offset must be 0 or more, limit between 1 and 1000")
+    return offset, limit
+
+
+def operator_queue(request: Request, service: Service, _operator: Operator) -> Any:
+    """A page of the runs waiting for a decision (with the exact arguments and digest asked
+    for), oldest first, then of the runs waiting for a person (what to do, and the evidence);
+    ``next_offset`` when either list has more."""
     from ..engine.approvals import pending_request
     from ..engine.operator_queue import queue
 
+    offset, limit = _page(request)
     runner = service.runner()
     decisions = []
-    for run in sorted(runner.store.list_runs("waiting", 1000), key=lambda r: r.updated_at):
-        request = pending_request(runner, run)
-        if request is not None:
+    waiting = runner.store.list_runs("waiting", limit, offset=offset, oldest=True)
+    for run in waiting:
+        asked = pending_request(runner, run)
+        if asked is not None:
             decisions.append(
-                {**request.to_json(), "workflow": run.workflow, "business_key": run.business_key}
+                {**asked.to_json(), "workflow": run.workflow, "business_key": run.business_key}
             )
-    return {"decisions": decisions, "needs_person": queue(runner)}
+    people = queue(runner, offset=offset, limit=limit)
+    more = len(waiting) == limit or len(people) == limit
+    return {
+        "decisions": decisions,
+        "needs_person": people,
+        "next_offset": offset + limit if more else None,
+    }
 
 
 def _decide(request: Request, service: Service, operator: Operator, decision: str) -> Any:
@@ -300,10 +322,18 @@ def metrics(request: Request) -> Response:
     return Response(service.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
+def openapi(_request: Request) -> Response:
+    """The API's OpenAPI description (no token)."""
+    from .openapi import describe
+
+    return JSONResponse(describe())
+
+
 def routes() -> list[Route]:
     return [
         Route("/healthz", healthz),
         Route("/metrics", metrics),
+        Route("/openapi.json", openapi),
         Route("/readyz", readyz),
         Route("/api/whoami", authenticated(whoami)),
         Route("/api/runs", authenticated(list_runs)),
@@ -332,6 +362,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        began = time.perf_counter()
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
@@ -339,6 +371,8 @@ class Guard:
                 for name, value in SECURITY_HEADERS.items():
                     if name.encode() not in present:
                         headers.append((name.encode(), value.encode()))
+                took = (time.perf_counter() - began) * 1000  # what the service spent on it
+                headers.append((b"server-timing", f"app;dur={took:.2f}".encode()))
                 message = {**message, "headers": headers}
             await send(message)
 

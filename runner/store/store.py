@@ -268,8 +268,12 @@ class Store:
             row = conn.execute(_RUN_BY_KEY, {"b_workflow": workflow, "b_key": business_key}).first()
         return RunRecord(**row._mapping) if row is not None else None
 
-    def list_runs(self, status: str | None = None, limit: int = 200) -> list[RunRecord]:
-        query = select(runs).order_by(runs.c.created_at.desc(), runs.c.id).limit(limit)
+    def list_runs(
+        self, status: str | None = None, limit: int = 200, *, offset: int = 0, oldest: bool = False
+    ) -> list[RunRecord]:
+        """Runs, newest first (``oldest``: those changed longest ago first), a page at a time."""
+        order = (runs.c.updated_at, runs.c.id) if oldest else (runs.c.created_at.desc(), runs.c.id)
+        query = select(runs).order_by(*order).offset(offset).limit(limit)
         if status is not None:
             query = query.where(runs.c.status == status)
         with self._read() as conn:

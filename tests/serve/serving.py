@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from contextlib import contextmanager
 import uvicorn
 
 from ratchet_runner.serve.app import create_app
+from ratchet_runner.serve.run import listening_socket
 from ratchet_runner.serve.service import Service
 
 
@@ -18,8 +18,7 @@ from ratchet_runner.serve.service import Service
 def serving(service: Service) -> Iterator[str]:
     """Serve ``service`` until the block ends; yields its base URL."""
     server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="on"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket("127.0.0.1", 0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
     thread.start()
     try:

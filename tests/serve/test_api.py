@@ -400,3 +400,71 @@ def test_ratchet_token_prints_an_entry_that_authenticates_only_the_token_it_show
     assert saved.read_text() == before
     code, _, err = run(capsys, "token", "", "--role", "ops")
     assert code == 2
+
+
+def test_the_openapi_description_names_every_route_and_no_other(client: httpx.Client) -> None:
+    from starlette.routing import Route
+
+    from ratchet_runner.serve.app import routes
+
+    described = client.get("/openapi.json").json()
+    assert described["openapi"] == "3.1.0"
+    served: dict[str, set[str]] = {}
+    for route in routes():
+        assert isinstance(route, Route)
+        served.setdefault(route.path, set()).update(
+            m.lower() for m in (route.methods or ()) if m != "HEAD"
+        )
+    assert {path: set(ops) for path, ops in described["paths"].items()} == served
+    for path, ops in described["paths"].items():
+        for method, operation in ops.items():
+            open_route = operation.get("security") == []
+            answer = client.request(method.upper(), path.replace("{run}", "x"))
+            # what needs a token says so (401); what does not, never does
+            assert (answer.status_code == 401) != open_route, (method, path, answer.status_code)
+
+
+def test_the_queue_comes_a_page_at_a_time_oldest_first(
+    capsys: pytest.CaptureFixture[str], client: httpx.Client, people: People, waiting: str
+) -> None:
+    for ticket in ("T-2", "T-3"):
+        data = {"ticket": ticket, "order": "LK-1", "amount": 5, "currency": "CAD"}
+        path = Path.cwd() / f"{ticket}.json"
+        path.write_text(json.dumps({**data, "reason": "RFD-LATE"}))
+        code, _, err = run(capsys, "run", str(REFUND), "--input", str(path))
+        assert code == 0, err
+    auth = people.auth("vic")
+    pages = []
+    offset: int | None = 0
+    while offset is not None:
+        page = client.get(f"/api/queue?limit=2&offset={offset}", headers=auth).json()
+        pages.append([d["business_key"] for d in page["decisions"]])
+        offset = page["next_offset"]
+    assert pages == [["T-90104", "T-2"], ["T-3"]]
+    for bad in ("limit=0", "limit=1001", "offset=-1", "limit=many"):
+        assert client.get(f"/api/queue?{bad}", headers=auth).status_code == 400, bad
+    timing = client.get("/api/queue", headers=auth).headers["server-timing"]
+    assert timing.startswith("app;dur=")
+    assert float(timing.removeprefix("app;dur=")) > 0
+
+
+def test_the_services_connections_send_small_replies_without_waiting(
+    client: httpx.Client,
+) -> None:
+    """A reply is two writes (headers, body): on a connection with Nagle's algorithm on, the
+    body waits for the client's delayed ACK. The service's socket names its protocol, so that
+    the connections asyncio accepts from it have TCP_NODELAY (before: 40 ms a request)."""
+    from ratchet_runner.serve.run import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        with socket.create_connection(sock.getsockname()) as _client:
+            accepted, _ = sock.accept()
+            with accepted:
+                import asyncio.base_events as base_events
+
+                base_events._set_nodelay(accepted)  # what asyncio does with each connection
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        sock.close()
