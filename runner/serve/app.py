@@ -432,7 +432,16 @@ def create_app(service: Service) -> Starlette:
             if service.metrics is not None:
                 service.metrics.close()
 
-    app = Starlette(routes=routes(), lifespan=lifespan)
+    async def internal_error(_request: Request, exc: Exception) -> Response:
+        """A bug: one JSON line to the client, one line to the log, never a traceback."""
+        import sys
+
+        print(f"ratchet serve: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return error(500, "R000", "internal error (the service logged it); please report it")
+
+    app = Starlette(
+        routes=routes(), lifespan=lifespan, exception_handlers={Exception: internal_error}
+    )
     app.state.service = service
     app.add_middleware(Guard)
     return app

@@ -468,3 +468,16 @@ def test_the_services_connections_send_small_replies_without_waiting(
                 assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         sock.close()
+
+
+def test_a_bug_answers_one_json_line_and_no_traceback(
+    client: httpx.Client, people: People, waiting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr("ratchet_runner.review.views.run_summary", broken)
+    response = client.get("/api/runs/T-90104", headers=people.auth("vic"))
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "R000"
+    assert "Traceback" not in response.text
