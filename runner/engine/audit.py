@@ -1,10 +1,10 @@
 """Where a person's action came from, recorded with it in the run's history.
 
 A decision (``approved``/``rejected``) or an operator action (``operator``) records who, in what
-role and when. A front end that knows more (the service: the request's client address, behind
-trusted proxies) says so for the actions it carries out within :func:`acting_from`; each such
-event then also carries ``via`` (``http``) and ``from`` (the address). The CLI says nothing:
-its events carry neither.
+role and when; a signal records its ID. A front end that knows more says so for the actions it
+carries out within :func:`acting_from`; each such event then also carries ``via`` and ``from``:
+the service's API ``http`` and the request's client address (behind trusted proxies), its
+webhooks ``webhook`` and the sender's name. The CLI says nothing: its events carry neither.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from ..errors import DuplicateOperation, SignalRefused
 from ..spec.model import RUNNER_EVENTS
 from .activation import activation
 from .approvals import apply_expiry, expired_pause
+from .audit import origin
 from .drive import Outcome, carry_on
 from .machine import machine_for
 from .runner import Runner
@@ -80,7 +81,7 @@ def send_signal(
     change.new_signals.append(
         {"signal_id": signal_id, "event": event, "data": payload, "received_at": change.at}
     )
-    change.event("signal", event=event, signal_id=signal_id, data=payload)
+    change.event("signal", event=event, signal_id=signal_id, data=payload, **origin())
     try:
         moved = runner.move(run, spec, event, change, ctx)
     except DuplicateOperation:

@@ -133,7 +133,7 @@ def describe(event: EventRecord) -> str:
     }
     render = texts.get(kind)
     text = render() if render else ", ".join(f"{k}={v}" for k, v in d.items() if k != "real_at")
-    if kind in ("approved", "rejected", "operator") and d.get("via"):  # who acted, from where
+    if kind in ("approved", "rejected", "operator", "signal") and d.get("via"):  # from where
         text += f" · via {d.get('via')} from {printable(str(d.get('from')))}"
     if "real_at" in d:  # recorded under RATCHET_NOW: show the clock it claimed and the real time
         text += f" · [clock set to {_when(event.at)}; really {_when(d.get('real_at'))}]"

@@ -204,6 +204,7 @@ def test_a_signed_webhook_delivers_the_signal_once_and_a_retry_is_a_no_op(
     assert service.counts["duplicate"] == 1
     [received] = [e for e in service.session.store.history(awaiting) if e.kind == "signal"]
     assert received.data["signal_id"] == "carrier:msg_scan_1"
+    assert (received.data["via"], received.data["from"]) == ("webhook", "carrier")
     assert received.data["data"] == {"reference": "P-1", "weight_kg": 1.2}
 
 
