@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, literal, select
 
-from .tables import operations, runs
+from .tables import lease_expired, operations, runs, unmoved
 
 #: Statuses a run is over in: it has no age, no state time, nothing left to do.
 ENDED = ("done", "cancelled")
@@ -115,14 +115,10 @@ def gather(conn: Connection, now: float, db_now: Any, stuck_after: float) -> Sta
             .group_by(runs.c.workflow, operations.c.effect)
         ):
             target[(workflow, effect)] = int(count)
-    expired = and_(runs.c.lease_token.is_not(None), runs.c.lease_expires_at < db_now)
-    idle = and_(
-        runs.c.status == "running",
-        runs.c.lease_token.is_(None),
-        runs.c.updated_at < now - stuck_after,
-        (runs.c.wake_at.is_(None)) | (runs.c.wake_at < now - stuck_after),
-    )
-    for reason, where in (("lease_expired", expired), ("unmoved", idle)):
+    for reason, where in (
+        ("lease_expired", lease_expired(db_now)),
+        ("unmoved", unmoved(now, stuck_after)),
+    ):
         for workflow, count in conn.execute(
             select(runs.c.workflow, func.count()).where(where).group_by(runs.c.workflow)
         ):

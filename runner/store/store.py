@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, func, or_, select
+from sqlalchemy import Connection, bindparam, exists, func, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import Pool
 
@@ -55,6 +55,7 @@ from .tables import (
     NEXT_DUE,
     approvals,
     events,
+    lease_expired,
     meta,
     operations,
     refuse_unfit,
@@ -63,6 +64,7 @@ from .tables import (
     signals,
     spec_versions,
     timers,
+    unmoved,
 )
 from .writer import Writer
 
@@ -456,15 +458,8 @@ class Store:
     def stuck(self, now: float, older_than: float) -> list[tuple[RunRecord, str]]:
         """Runs nobody is moving: leased by a worker whose lease expired (it died or froze), or
         runnable, unleased and untouched for ``older_than`` seconds (no worker is running)."""
-        expired = select(runs).where(
-            runs.c.lease_token.is_not(None), runs.c.lease_expires_at < self._db_now
-        )
-        idle = select(runs).where(
-            runs.c.status == "running",
-            runs.c.lease_token.is_(None),
-            runs.c.updated_at < now - older_than,
-            or_(runs.c.wake_at.is_(None), runs.c.wake_at < now - older_than),
-        )
+        expired = select(runs).where(lease_expired(self._db_now))
+        idle = select(runs).where(unmoved(now, older_than))
         with self._read() as conn:
             found = [(RunRecord(**r._mapping), "lease expired") for r in conn.execute(expired)]
             found += [

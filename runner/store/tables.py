@@ -192,6 +192,22 @@ def runnable(now: Any, db_now: Any) -> Any:
 
 #: The earliest time after ``:b_now`` at which a timer falls due, and at which a run's back-off
 #: ends (:meth:`~ratchet_runner.store.store.Store.next_due`).
+def lease_expired(db_now: Any) -> Any:
+    """A run whose lease ran out by the database's clock: its worker died or froze."""
+    return and_(runs.c.lease_token.is_not(None), runs.c.lease_expires_at < db_now)
+
+
+def unmoved(now: float, older_than: float) -> Any:
+    """A runnable run, unleased, that nobody has touched for ``older_than`` seconds (nor was
+    it due to wake up in that time): no worker is running."""
+    return and_(
+        runs.c.status == "running",
+        runs.c.lease_token.is_(None),
+        runs.c.updated_at < now - older_than,
+        or_(runs.c.wake_at.is_(None), runs.c.wake_at < now - older_than),
+    )
+
+
 NEXT_DUE = select(
     select(func.min(timers.c.due_at))
     .where(timers.c.fired_at.is_(None), timers.c.due_at > bindparam("b_now"))

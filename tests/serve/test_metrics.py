@@ -190,3 +190,19 @@ def test_a_worker_serves_its_metrics_on_a_port(
     families = {f.name for f in text_string_to_metric_families(text)}
     assert {"ratchet_runs", "ratchet_decisions_waiting", "ratchet_effect_call_seconds"} <= families
     assert 'ratchet_decisions_waiting{approval="refund_approval",workflow="refund"} 1.0' in text
+
+
+def test_a_transient_failure_counts_a_retry(
+    capsys: pytest.CaptureFixture[str], scrape: Any
+) -> None:
+    parcel = SPECS.parent / "tests" / "fixtures" / "parcel.yaml"
+    code, _, err = run(
+        capsys, "run", str(parcel), "--example", "P-1", "--fault", "create_label:unavailable"
+    )
+    assert code == 0, err
+    found = scrape()
+    label = ("effect=create_label", "role=forward", "workflow=parcel")
+    assert found[("ratchet_effect_attempts_total", *label)] == 2
+    assert found[("ratchet_effect_retries_total", *label)] == 1
+    calls = ("effect=create_label", "outcome=transient", "workflow=parcel")
+    assert found[("ratchet_effect_call_seconds_count", *calls)] == 1
