@@ -303,7 +303,9 @@ def test_the_heartbeat_keeps_a_long_step_leased_even_after_a_failed_renewal(
     renewals: list[bool] = []
 
     def flaky(run_id: str, token: str, lease_seconds: float) -> bool:
-        if not renewals:
+        # The heartbeat's first renewal fails (a step that renews for itself, when the
+        # heartbeat is late on a loaded machine, is not the renewal this test breaks).
+        if not renewals and threading.current_thread().name == "ratchet-heartbeat":
             renewals.append(False)
             raise StoreError("the store failed: connection refused")
         renewals.append(renew(run_id, token, lease_seconds))
