@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed-stamp
 
 # The package is installed editable in strict mode (a tree of links that mypy and editors follow),
 # which sees a new or moved file only when installed again: hence the sources in the stamp's rule.
-SOURCES := $(shell find runner adapters -name '*.py' -o -name '*.json' 2>/dev/null) cli.py setup.py
+SOURCES := $(shell find runner adapters -name '*.py' -o -name '*.json' -o -name '*.html' -o -name '*.css' 2>/dev/null) cli.py setup.py
 
 $(STAMP): pyproject.toml $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

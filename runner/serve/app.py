@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import RatchetError, UsageError
+from .acting import Refusal, text
 from .hooks import webhook
 from .operators import Operator
 from .service import Service, error, status_of
@@ -51,14 +52,6 @@ SECURITY_HEADERS = {
     "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
     "cache-control": "no-store",
 }
-
-
-class _Refusal(Exception):
-    """A request refused before the library is asked: its HTTP status, code and message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 Handler = Callable[[Request, Service, Operator], Any]
@@ -82,7 +75,7 @@ def authenticated(handler: Handler) -> Callable[[Request], Response]:
         try:
             with acting_from("http", address):
                 result = handler(request, service, operator)
-        except _Refusal as refused:
+        except Refusal as refused:
             return error(refused.status, refused.code, refused.message)
         except RatchetError as exc:
             return error(status_of(exc), exc.code, exc.message)
@@ -99,44 +92,18 @@ def body(request: Request, fields: Iterable[str]) -> dict[str, Any]:
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        raise _Refusal(400, "R200", "the request body is not JSON") from None
+        raise Refusal(400, "R200", "the request body is not JSON") from None
     if not isinstance(data, dict):
-        raise _Refusal(400, "R200", "the request body must be a JSON object")
+        raise Refusal(400, "R200", "the request body must be a JSON object")
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise _Refusal(
+        raise Refusal(
             400,
             "R200",
             f"unknown field(s) {', '.join(unknown)} (this route takes: "
             f"{', '.join(fields) or 'none'}); who acts is the authenticated operator, always",
         )
     return data
-
-
-def _text(data: dict[str, Any], key: str, required: bool = False) -> str | None:
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise _Refusal(400, "R200", f"{key!r} must be a non-empty string")
-    return value
-
-
-def choose_role(operator: Operator, allowed: Sequence[str], asked: str | None, what: str) -> str:
-    """The role an operator acts in: the one asked for (which they must hold), else the first
-    of theirs that ``allowed`` lists; refused (403) when none is."""
-    if asked is not None and asked not in operator.roles:
-        raise _Refusal(403, "R200", f"{operator.name} does not hold role {asked!r}")
-    for role in (asked,) if asked is not None else operator.roles:
-        if role in allowed:
-            return role
-    raise _Refusal(
-        403,
-        "R401" if what.startswith("decide") else "R405",
-        f"{operator.name} in role(s) {', '.join((asked,) if asked else operator.roles)} may "
-        f"not {what} "
-        f"(allowed: {', '.join(allowed) or 'none declared'}); nothing changed",
-    )
 
 
 # -- the routes -------------------------------------------------------------------------------
@@ -165,13 +132,13 @@ def list_runs(request: Request, service: Service, _operator: Operator) -> Any:
 
     status = request.query_params.get("status") or None
     if status is not None and status not in RUN_STATUSES:
-        raise _Refusal(400, "R200", f"status must be one of {', '.join(RUN_STATUSES)}")
+        raise Refusal(400, "R200", f"status must be one of {', '.join(RUN_STATUSES)}")
     try:
         limit = int(request.query_params.get("limit", "50"))
     except ValueError:
-        raise _Refusal(400, "R200", "limit must be a whole number") from None
+        raise Refusal(400, "R200", "limit must be a whole number") from None
     if not 1 <= limit <= 1000:
-        raise _Refusal(400, "R200", "limit must be between 1 and 1000")
+        raise Refusal(400, "R200", "limit must be between 1 and 1000")
     return [run_json(r) for r in service.session.store.list_runs(status, limit)]
 
 
@@ -202,9 +169,9 @@ def _page(request: Request, default: int = 50) -> tuple[int, int]:
         offset = int(request.query_params.get("offset", "0"))
         limit = int(request.query_params.get("limit", str(default)))
     except ValueError:
-        raise _Refusal(400, "R200", "offset and limit must be whole numbers") from None
+        raise Refusal(400, "R200", "offset and limit must be whole numbers") from None
     if offset < 0 or not 1 <= limit <= 1000:
-        raise _Refusal(400, "R200", "offset must be 0 or more, limit between 1 and 1000")
+        raise Refusal(400, "R200", "offset must be 0 or more, limit between 1 and 1000")
     return offset, limit
 
 
@@ -235,33 +202,22 @@ def operator_queue(request: Request, service: Service, _operator: Operator) -> A
 
 
 def _decide(request: Request, service: Service, operator: Operator, decision: str) -> Any:
-    from ..engine import commands
-    from ..engine.approvals import pending_request
     from ..review.views import command_summary
+    from .acting import decide
 
     data = body(
         request, ("role", "digest", "reason") if decision == "reject" else ("role", "digest")
     )
-    runner = service.runner()
-    run = runner.store.resolve(request.path_params["run"])
-    pending = pending_request(runner, run) if run.status == "waiting" else None
-    allowed = pending.roles if pending is not None else ()
-    what = f"decide {pending.approval!r}" if pending is not None else "decide this run"
-    asked = _text(data, "role")
-    role = choose_role(operator, allowed, asked, what) if pending is not None else asked
-    digest = _text(data, "digest")
-    if pending is not None and digest is not None and digest != pending.digest:
-        raise _Refusal(
-            409,
-            "R404",
-            f"the arguments waiting for a decision have changed (digest {pending.digest[:12]}, "
-            f"not {digest[:12]}): look again; nothing changed",
-        )
-    reason = _text(data, "reason", required=decision == "reject")
-    result = commands.decide(
-        runner, run.id, decision, operator.name, role or operator.roles[0], reason, drive=False
+    result = decide(
+        service,
+        operator,
+        request.path_params["run"],
+        decision,
+        role=text(data, "role"),
+        digest=text(data, "digest"),
+        reason=text(data, "reason", required=decision == "reject"),
     )
-    return command_summary(runner, result, "decision")
+    return command_summary(service.runner(), result, "decision")
 
 
 def approve(request: Request, service: Service, operator: Operator) -> Any:
@@ -273,21 +229,15 @@ def reject(request: Request, service: Service, operator: Operator) -> Any:
 
 
 def operate(request: Request, service: Service, operator: Operator) -> Any:
-    from ..engine import commands
     from ..review.views import command_summary
-    from ..settings import OPERATOR_ACTIONS
+    from .acting import operate as carry_out
 
-    action = request.path_params["action"]
-    if action not in OPERATOR_ACTIONS:
-        known = ", ".join(OPERATOR_ACTIONS)
-        raise _Refusal(404, "R405", f"no operator action {action!r} ({known})")
     data = body(request, ("role", "note"))
-    runner = service.runner()
-    run = runner.store.resolve(request.path_params["run"])
-    spec = runner.spec_of(run)
-    role = choose_role(operator, spec.operator_roles, _text(data, "role"), f"{action} runs")
-    result = commands.operate(runner, run.id, action, operator.name, role, _text(data, "note"))
-    return command_summary(runner, result, "operator")
+    action = request.path_params["action"]
+    reference = request.path_params["run"]
+    role, note = text(data, "role"), text(data, "note")
+    result = carry_out(service, operator, reference, action, role=role, note=note)
+    return command_summary(service.runner(), result, "operator")
 
 
 def start_run(request: Request, service: Service, _operator: Operator) -> Any:
@@ -297,16 +247,16 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
     from ..review.views import command_summary
 
     data = body(request, ("workflow", "input"))
-    workflow = _text(data, "workflow", required=True)
+    workflow = text(data, "workflow", required=True)
     given = data.get("input")
     if not isinstance(given, dict):
-        raise _Refusal(400, "R200", "'input' must be a JSON object")
+        raise Refusal(400, "R200", "'input' must be a JSON object")
     if workflow not in service.specs:
         served = ", ".join(sorted(service.specs)) or "none: start the service with --spec FILE"
-        raise _Refusal(404, "R200", f"no workflow {workflow!r} is served (served: {served})")
-    spec, text = service.specs[str(workflow)]
+        raise Refusal(404, "R200", f"no workflow {workflow!r} is served (served: {served})")
+    spec, source = service.specs[str(workflow)]
     runner = service.runner()
-    result, created = commands.start(runner, spec, text, given, drive=False)
+    result, created = commands.start(runner, spec, source, given, drive=False)
     return JSONResponse(
         command_summary(runner, result, "run_command"), status_code=201 if created else 200
     )
@@ -330,6 +280,15 @@ def openapi(_request: Request) -> Response:
 
 
 def routes() -> list[Route]:
+    """Every route: the console's pages (:mod:`~ratchet_runner.serve.console`) and the API."""
+    from .console import routes as console_routes
+
+    return [*console_routes(), *api_routes()]
+
+
+def api_routes() -> list[Route]:
+    """The routes of the JSON API, the webhooks, health and metrics (what ``/openapi.json``
+    describes)."""
     return [
         Route("/healthz", healthz),
         Route("/metrics", metrics),

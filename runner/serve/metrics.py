@@ -197,6 +197,14 @@ class WebhookCollector(Collector):
             if key.startswith("refused:"):
                 family.add_metric(["refused", key.removeprefix("refused:")], count)
         yield family
+        denied = CounterMetricFamily(
+            "ratchet_console_refusals",
+            "Console requests refused before anything was asked of the library, by reason.",
+            labels=["reason"],
+        )
+        for reason in ("sign_in", "no_session", "csrf"):
+            denied.add_metric([reason], self._counts().get(f"denied:{reason}", 0))
+        yield denied
 
 
 class Metrics:

@@ -95,15 +95,16 @@ class Config:
         proxy, the last address in ``X-Forwarded-For`` that is not one (the client as the
         outermost trusted proxy saw it)."""
         address = peer or "unknown"
-        if not forwarded_for or not self._trusted(address):
+        if not forwarded_for or not self.trusts(address):
             return address
         for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
-            if not self._trusted(hop):
+            if not self.trusts(hop):
                 return hop
             address = hop
         return address
 
-    def _trusted(self, address: str) -> bool:
+    def trusts(self, address: str) -> bool:
+        """Whether ``address`` is a trusted proxy's."""
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:

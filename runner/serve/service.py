@@ -23,6 +23,7 @@ from ..errors import (
     VersionConflict,
 )
 from .operators import Config
+from .sessions import Sessions
 
 if TYPE_CHECKING:
     from ..engine.runner import Runner
@@ -47,6 +48,8 @@ class Service:
     now: Callable[[], float] = time.time
     #: What the service counted: webhooks delivered, duplicated, ignored, refused by reason.
     counts: Counter[str] = field(default_factory=Counter)
+    #: The console's signed-in operators.
+    sessions: Sessions = field(default_factory=Sessions)
     _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -26,6 +26,17 @@ Row = tuple[str, Mapping[str, Any], str]
 
 
 @dataclass(frozen=True)
+class SpecVersion:
+    """A spec version runs were started under (its text: :meth:`Store.spec_text`)."""
+
+    digest: str
+    name: str
+    spec_version: int
+    policy_version: str
+    created_at: float
+
+
+@dataclass(frozen=True)
 class RunRecord:
     id: str
     workflow: str

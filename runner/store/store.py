@@ -47,12 +47,14 @@ from .records import (
     OperationRecord,
     RunRecord,
     SignalRecord,
+    SpecVersion,
     TimerRecord,
 )
 from .sqlite import SQLiteWriter
 from .stats import Stats, gather
 from .tables import (
     NEXT_DUE,
+    SPEC_VERSIONS,
     approvals,
     events,
     lease_expired,
@@ -61,6 +63,7 @@ from .tables import (
     refuse_unfit,
     runnable,
     runs,
+    runs_listed,
     signals,
     spec_versions,
     timers,
@@ -271,15 +274,25 @@ class Store:
         return RunRecord(**row._mapping) if row is not None else None
 
     def list_runs(
-        self, status: str | None = None, limit: int = 200, *, offset: int = 0, oldest: bool = False
+        self,
+        status: str | None = None,
+        limit: int = 200,
+        *,
+        offset: int = 0,
+        oldest: bool = False,
+        **only: Any,
     ) -> list[RunRecord]:
-        """Runs, newest first (``oldest``: those changed longest ago first), a page at a time."""
-        order = (runs.c.updated_at, runs.c.id) if oldest else (runs.c.created_at.desc(), runs.c.id)
-        query = select(runs).order_by(*order).offset(offset).limit(limit)
-        if status is not None:
-            query = query.where(runs.c.status == status)
+        """Runs, newest first (``oldest``: those changed longest ago first), a page at a time;
+        ``only`` narrows them (``workflow``, ``business_key``, ``created_before``: see
+        :func:`.tables.runs_listed`)."""
+        query = runs_listed(status, limit, offset, oldest, **only)
         with self._read() as conn:
             return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
+    def spec_versions(self) -> list[SpecVersion]:
+        """Every spec version runs were started under, newest first (without their text)."""
+        with self._read() as conn:
+            return [SpecVersion(*row) for row in conn.execute(SPEC_VERSIONS)]
 
     def history(self, run_id: str) -> list[EventRecord]:
         with self._read() as conn:

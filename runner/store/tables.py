@@ -190,8 +190,6 @@ def runnable(now: Any, db_now: Any) -> Any:
     )
 
 
-#: The earliest time after ``:b_now`` at which a timer falls due, and at which a run's back-off
-#: ends (:meth:`~ratchet_runner.store.store.Store.next_due`).
 def lease_expired(db_now: Any) -> Any:
     """A run whose lease ran out by the database's clock: its worker died or froze."""
     return and_(runs.c.lease_token.is_not(None), runs.c.lease_expires_at < db_now)
@@ -208,6 +206,44 @@ def unmoved(now: float, older_than: float) -> Any:
     )
 
 
+def runs_listed(
+    status: str | None,
+    limit: int,
+    offset: int,
+    oldest: bool,
+    *,
+    workflow: str | None = None,
+    business_key: str | None = None,
+    created_before: float | None = None,
+) -> Any:
+    """A page of runs, newest first (``oldest``: those changed longest ago first), with the
+    status, workflow and business key given (None: any), created before ``created_before``."""
+    order = (runs.c.updated_at, runs.c.id) if oldest else (runs.c.created_at.desc(), runs.c.id)
+    query = select(runs).order_by(*order).offset(offset).limit(limit)
+    for column, value in (
+        (runs.c.status, status),
+        (runs.c.workflow, workflow),
+        (runs.c.business_key, business_key),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if created_before is not None:
+        query = query.where(runs.c.created_at < created_before)
+    return query
+
+
+#: Every spec version, newest first, without its text.
+SPEC_VERSIONS = select(
+    spec_versions.c.digest,
+    spec_versions.c.name,
+    spec_versions.c.spec_version,
+    spec_versions.c.policy_version,
+    spec_versions.c.created_at,
+).order_by(spec_versions.c.created_at.desc(), spec_versions.c.digest)
+
+
+#: The earliest time after ``:b_now`` at which a timer falls due, and at which a run's back-off
+#: ends (:meth:`~ratchet_runner.store.store.Store.next_due`).
 NEXT_DUE = select(
     select(func.min(timers.c.due_at))
     .where(timers.c.fired_at.is_(None), timers.c.due_at > bindparam("b_now"))

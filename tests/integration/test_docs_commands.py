@@ -529,6 +529,10 @@ def _follow_page(page: Path, place: Path) -> float:
     with contextlib.ExitStack() as held:  # one page at a time on a port
         for port in ports:
             held.enter_context(_PORT_LOCKS[port])
+            # The page before on this port may leave its server a moment after its shell.
+            deadline = time.monotonic() + 10
+            while not _port_free(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
             if not _port_free(port):
                 pytest.skip(f"port {port}, which the page uses, is taken")
         follow(page, folder, values)

@@ -6,10 +6,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import uvicorn
 
 from ratchet_runner.serve.app import create_app
+from ratchet_runner.serve.operators import config_entry, new_token
 from ratchet_runner.serve.run import listening_socket
 from ratchet_runner.serve.service import Service
 
@@ -32,3 +34,25 @@ def serving(service: Service) -> Iterator[str]:
         server.should_exit = True
         thread.join()
         sock.close()
+
+
+class People:
+    """Three operators: an agent (may approve refunds), an ops engineer (operator actions), and
+    a viewer (may do neither)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.tokens: dict[str, str] = {}
+        entries = []
+        for name, roles in (
+            ("ana", ["agent"]),
+            ("olu", ["payments_ops"]),
+            ("vic", ["viewer"]),
+        ):
+            token, digest = new_token()
+            self.tokens[name] = token
+            entries.append(config_entry(name, roles, digest))
+        self.path = folder / "ratchet-serve.toml"
+        self.path.write_text('trusted_proxies = ["127.0.0.1/32"]\n\n' + "\n".join(entries))
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.tokens[name]}"}

@@ -29,55 +29,9 @@ from ratchet_runner.serve.service import Service
 from ratchet_runner.session import Session
 from tests.conftest import RATCHET, ROOT, SPECS
 from tests.conftest import run_cli as run
-from tests.serve.serving import serving
+from tests.serve.serving import People, serving
 
 REFUND = SPECS / "refund.yaml"
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
-    for name in ("RATCHET_DB", "RATCHET_BINDINGS", "RATCHET_NOW", "RATCHET_SERVE_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
-class People:
-    """Three operators: an agent (may approve refunds), an ops engineer (operator actions), and
-    a viewer (may do neither)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.tokens: dict[str, str] = {}
-        entries = []
-        for name, roles in (
-            ("ana", ["agent"]),
-            ("olu", ["payments_ops"]),
-            ("vic", ["viewer"]),
-        ):
-            token, digest = new_token()
-            self.tokens[name] = token
-            entries.append(config_entry(name, roles, digest))
-        self.path = folder / "ratchet-serve.toml"
-        self.path.write_text('trusted_proxies = ["127.0.0.1/32"]\n\n' + "\n".join(entries))
-
-    def auth(self, name: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.tokens[name]}"}
-
-
-@pytest.fixture
-def people(tmp_path: Path) -> People:
-    return People(tmp_path)
-
-
-@pytest.fixture
-def waiting(capsys: pytest.CaptureFixture[str], home: Path) -> str:
-    """The run of T-90104, waiting for an approval of its refund."""
-    code, out, err = run(capsys, "run", str(REFUND), "--example", "T-90104", "--json")
-    assert code == 0, err
-    summary = json.loads(out)
-    assert summary["status"] == "waiting"
-    return str(summary["run"])
 
 
 @pytest.fixture
@@ -405,12 +359,12 @@ def test_ratchet_token_prints_an_entry_that_authenticates_only_the_token_it_show
 def test_the_openapi_description_names_every_route_and_no_other(client: httpx.Client) -> None:
     from starlette.routing import Route
 
-    from ratchet_runner.serve.app import routes
+    from ratchet_runner.serve.app import api_routes
 
     described = client.get("/openapi.json").json()
     assert described["openapi"] == "3.1.0"
     served: dict[str, set[str]] = {}
-    for route in routes():
+    for route in api_routes():
         assert isinstance(route, Route)
         served.setdefault(route.path, set()).update(
             m.lower() for m in (route.methods or ()) if m != "HEAD"

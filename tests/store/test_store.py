@@ -485,6 +485,32 @@ def test_list_runs_filters_by_status(store: Store) -> None:
     assert len(store.list_runs(limit=2)) == 2
 
 
+def test_list_runs_narrows_by_workflow_business_key_and_age(store: Store) -> None:
+    """The console's runs list: the filters combine, and a page is taken after them."""
+    store.save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)
+    store.save_spec("f" * 64, "returns", 1, "1", "name: returns\n", T0 + 1)
+    made = [
+        ("run_a", "refund", DIGEST, "T-1", "waiting", T0),
+        ("run_b", "refund", DIGEST, "T-2", "done", T0 + 60),
+        ("run_c", "returns", "f" * 64, "T-1", "waiting", T0 + 120),
+    ]
+    for run_id, workflow, digest, key, status, at in made:
+        store.create_run(NewRun(run_id, workflow, digest, key, "proposed", status, {}, at))
+
+    def ids(*args: Any, **only: Any) -> list[str]:
+        return [r.id for r in store.list_runs(*args, **only)]
+
+    assert ids() == ["run_c", "run_b", "run_a"]  # newest first
+    assert ids(workflow="refund") == ["run_b", "run_a"]
+    assert ids(business_key="T-1") == ["run_c", "run_a"]
+    assert ids("waiting", workflow="refund", business_key="T-1") == ["run_a"]
+    assert ids(created_before=T0 + 60) == ["run_a"]
+    assert ids(created_before=T0 + 121, limit=1, offset=1) == ["run_b"]
+    assert ids(workflow="nothing") == []
+    versions = store.spec_versions()
+    assert [(v.name, v.digest) for v in versions] == [("returns", "f" * 64), ("refund", DIGEST)]
+
+
 # -- SQLite specifics and concurrency -------------------------------------------------------
 
 

@@ -747,3 +747,21 @@ def test_without_dot_the_dot_and_mermaid_formats_still_work(
         assert out
     with pytest.raises(GraphvizNotFound, match="apt-get install graphviz"):
         diagram.image(diagram.build(shipped("refund"), "states"), "png")
+
+
+def test_the_states_view_can_emphasise_where_a_run_is() -> None:
+    """The console's run page: the current state outlined and saying so; no other node is."""
+    from ratchet_runner.review.diagram.dot import HIGHLIGHT, dot_source
+    from ratchet_runner.review.diagram.states import states_graph
+
+    spec = shipped("refund")
+    plain = dot_source(states_graph(spec))
+    graph = states_graph(spec, "refunding")
+    text = dot_source(graph)
+    assert HIGHLIGHT not in plain
+    assert "this run is here" not in plain
+    assert text.count(HIGHLIGHT) == 1
+    assert text.count("this run is here") == 1
+    emphasised = graph.node(graph.highlight or "")
+    assert emphasised.lines[0].text == "refunding"
+    assert states_graph(spec, "no_such_state").highlight is None

@@ -43,7 +43,7 @@ NOT_USER_FACING = {
     "BaseException that no `except Exception` may catch, and that `ratchet check` always catches",
     ("adapters/practice_http.py", "_Refusal"): "a request the practice HTTP server refuses before "
     "it reaches the world: always caught in the request's handler and answered as a JSON error",
-    ("runner/serve/app.py", "_Refusal"): "a request the service refuses before it asks the "
+    ("runner/serve/acting.py", "Refusal"): "a request the service refuses before it asks the "
     "library (a malformed body, a role the operator does not hold): always caught by the "
     "route's wrapper and answered as a JSON error with the CLI's code",
 }

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 FONT = "Helvetica"
 RED = "#b91c1c"
+#: The outline of the node where a run is (the console's run page).
+HIGHLIGHT = "#c2410c"
 
 #: Node roles → DOT attributes. ``fillcolor`` and ``color`` also style Mermaid's classes.
 NODE_STYLES: dict[str, dict[str, str]] = {
@@ -254,7 +256,10 @@ def to_dot(graph: Graph) -> graphviz.Digraph:
     home = {node_id: cluster.id for cluster in graph.clusters for node_id in cluster.nodes}
     for node in graph.nodes:
         if node.id not in home:
-            dot.node(node.id, **_node_attrs(node))
+            attrs = _node_attrs(node)
+            if node.id == graph.highlight:
+                attrs.update(penwidth="4", color=HIGHLIGHT)
+            dot.node(node.id, **attrs)
     for cluster in graph.clusters:
         with dot.subgraph(name=f"cluster_{cluster.id}") as sub:
             sub.attr(

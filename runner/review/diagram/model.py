@@ -73,6 +73,8 @@ class Graph:
     legend: tuple[LegendEntry, ...] = ()
     #: Nodes after which the run ends (``[*]`` in a Mermaid state diagram).
     finals: tuple[str, ...] = ()
+    #: The node drawn emphasised: where a run is.
+    highlight: str | None = None
 
     def node(self, node_id: str) -> Node:
         return next(n for n in self.nodes if n.id == node_id)
@@ -89,6 +91,7 @@ class Builder:
     clusters: list[Cluster] = field(default_factory=list)
     legend: list[LegendEntry] = field(default_factory=list)
     finals: list[str] = field(default_factory=list)
+    highlight: str | None = None
 
     def node(self, role: str, *lines: Line) -> str:
         node_id = f"n{len(self.nodes)}"
@@ -126,6 +129,7 @@ class Builder:
             tuple(self.clusters),
             tuple(e for e in self.legend if (e.what, e.role) in used),
             tuple(self.finals),
+            self.highlight,
         )
 
 

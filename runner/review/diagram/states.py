@@ -116,15 +116,23 @@ def _row_lines(row: Row, number: int | None) -> list[Line]:
     return lines
 
 
-def states_graph(spec: Spec) -> Graph:
-    """The state graph of ``spec``."""
+def states_graph(spec: Spec, current: str | None = None) -> Graph:
+    """The state graph of ``spec``; with ``current``, that state is drawn emphasised and says
+    a run is there (the console's run page)."""
     title = [Line(f"{spec.name} v{spec.spec_version}: states", "title")]
     if spec.title:
         title.append(Line(spec.title, "muted"))
     b = Builder("states", tuple(title))
     numbers = _todo_numbers(spec)
     start = b.node("start")
-    ids = {s.name: b.node(_kind(s), *_state_lines(spec, s, numbers)) for s in spec.states.values()}
+    ids = {}
+    for state in spec.states.values():
+        lines = _state_lines(spec, state, numbers)
+        if state.name == current:
+            lines.append(Line("\u25cf this run is here", "note"))
+        ids[state.name] = b.node(_kind(state), *lines)
+    if current in ids:
+        b.highlight = ids[current]
     if spec.start in ids:
         b.edge(start, ids[spec.start], "start")
     for row in spec.transitions:

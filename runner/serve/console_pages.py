@@ -1,0 +1,218 @@
+"""The console's pages (:mod:`~ratchet_runner.serve.console`): what each shows, read from the
+store as the API reads it, rendered by the templates beside this module."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .acting import Refusal
+from .console import ACTIONS_BY_STATUS, AGE_UNITS, PAGE_SIZE, diagram, render
+from .service import Service
+from .sessions import Session
+
+
+def stylesheet(_request: Request) -> Response:
+    css = files("ratchet_runner.serve").joinpath("static/console.css").read_text("utf-8")
+    return Response(css, media_type="text/css", headers={"cache-control": "max-age=300"})
+
+
+def _offset(request: Request) -> int:
+    try:
+        offset = int(request.query_params.get("offset", "0"))
+    except ValueError:
+        raise Refusal(400, "R200", "offset must be a whole number") from None
+    if offset < 0:
+        raise Refusal(400, "R200", "offset must be 0 or more")
+    return offset
+
+
+def _deciders(roles: tuple[str, ...] | list[str], session: Session) -> list[str]:
+    """The roles of the signed-in operator in which they may decide (those ``roles`` allows)."""
+    return [role for role in session.operator.roles if role in roles]
+
+
+def queue_page(request: Request, service: Service, session: Session) -> Response:
+    """Decisions waiting (oldest first), with the exact arguments and digest; then the runs
+    waiting for a person, with what to do and the evidence."""
+    from ..engine.approvals import pending_request
+    from ..engine.operator_queue import queue
+
+    offset = _offset(request)
+    runner = service.runner()
+    now = runner.clock.now()
+    waiting = runner.store.list_runs("waiting", PAGE_SIZE, offset=offset, oldest=True)
+    decisions = []
+    for run in waiting:
+        asked = pending_request(runner, run)
+        if asked is not None:
+            decisions.append(
+                {
+                    **asked.to_json(),
+                    "workflow": run.workflow,
+                    "business_key": run.business_key,
+                    "age_seconds": now - run.updated_at,
+                    "may": _deciders(asked.roles, session),
+                }
+            )
+    people = queue(runner, offset=offset, limit=PAGE_SIZE)
+    ops_roles = {}
+    for item in people:
+        spec = runner.spec_of(runner.store.resolve(item["run"]))
+        ops_roles[item["run"]] = [r for r in session.operator.roles if r in spec.operator_roles]
+    more = len(waiting) == PAGE_SIZE or len(people) == PAGE_SIZE
+    return render(
+        request,
+        "queue.html",
+        {
+            "decisions": decisions,
+            "people": people,
+            "ops_roles": ops_roles,
+            "actions": ACTIONS_BY_STATUS["needs_person"],
+            "offset": offset,
+            "next_offset": offset + PAGE_SIZE if more else None,
+            "page_size": PAGE_SIZE,
+        },
+    )
+
+
+def _age(text: str) -> float | None:
+    """``30m``, ``2h``, ``1d``, ``45s`` (or a number of seconds) as seconds; None when empty."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    unit = AGE_UNITS.get(text[-1])
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        raise Refusal(400, "R200", f"age {text!r}: say how old, as 45s, 30m, 2h or 1d") from None
+    if value < 0:
+        raise Refusal(400, "R200", "age must be 0 or more")
+    return value
+
+
+def runs_page(request: Request, service: Service, _session: Session) -> Response:
+    """The runs, newest first, by workflow, status, business key and age (older than)."""
+    from ..settings import RUN_STATUSES
+
+    params = request.query_params
+    chosen = {key: params.get(key, "").strip() for key in ("workflow", "status", "key", "age")}
+    if chosen["status"] and chosen["status"] not in RUN_STATUSES:
+        raise Refusal(400, "R200", f"status must be one of {', '.join(RUN_STATUSES)}")
+    runner = service.runner()
+    older = _age(chosen["age"])
+    offset = _offset(request)
+    now = runner.clock.now()
+    found = runner.store.list_runs(
+        chosen["status"] or None,
+        PAGE_SIZE + 1,
+        offset=offset,
+        workflow=chosen["workflow"] or None,
+        business_key=chosen["key"] or None,
+        created_before=now - older if older is not None else None,
+    )
+    workflows = sorted({v.name for v in runner.store.spec_versions()} | set(service.specs))
+    query = "&".join(f"{k}={v}" for k, v in chosen.items() if v)
+    return render(
+        request,
+        "runs.html",
+        {
+            "runs": found[:PAGE_SIZE],
+            "now": now,
+            "chosen": chosen,
+            "statuses": RUN_STATUSES,
+            "workflows": workflows,
+            "offset": offset,
+            "next_offset": offset + PAGE_SIZE if len(found) > PAGE_SIZE else None,
+            "query": query,
+        },
+    )
+
+
+def _lookups(history: list[Any]) -> dict[str, int]:
+    """Reconcile lookups made, per operation ID."""
+    counted: dict[str, int] = {}
+    for event in history:
+        if event.kind.startswith("reconcile_") and event.kind != "reconcile_impossible":
+            key = str(event.data.get("operation_id", ""))
+            counted[key] = counted.get(key, 0) + 1
+    return counted
+
+
+def run_page(request: Request, service: Service, session: Session) -> Response:
+    """A run: where it is, what it waits for (and who may decide), what a person is asked to
+    do, its effects, its state diagram, and its history as a timeline."""
+    from ..engine.approvals import pending_request
+    from ..review.trace import describe, title
+    from ..review.views import run_summary
+    from ..store.records import latest_event
+
+    runner = service.runner()
+    run = runner.store.resolve(request.path_params["run"])
+    spec = runner.spec_of(run)
+    history = runner.store.history(run.id)
+    pending = pending_request(runner, run) if run.status == "waiting" else None
+    summary = run_summary(runner, run)
+    queued = latest_event(history, ("queued", "stuck")) if run.status == "needs_person" else {}
+    timeline = [
+        {"version": e.version, "kind": e.kind, "title": title(e), "text": describe(e), "at": e.at}
+        for e in history
+    ]
+    return render(
+        request,
+        "run.html",
+        {
+            "run": run,
+            "spec": spec,
+            "now": runner.clock.now(),
+            "pending": pending.to_json() if pending is not None else None,
+            "may_decide": _deciders(pending.roles, session) if pending is not None else [],
+            "operator_action": summary.get("operator_action") or queued.get("reason"),
+            "actions": ACTIONS_BY_STATUS.get(run.status, ()),
+            "ops_roles": [r for r in session.operator.roles if r in spec.operator_roles],
+            "operations": runner.store.operations(run.id),
+            "lookups": _lookups(history),
+            "timeline": timeline,
+            "svg": diagram(spec, "states", run.state),
+        },
+    )
+
+
+def specs_page(request: Request, service: Service, _session: Session) -> Response:
+    """The spec versions runs were started under, and those the service starts runs of."""
+    store = service.runner().store
+    versions: dict[str, dict[str, Any]] = {}
+    for spec, _text in service.specs.values():
+        versions[spec.digest] = {
+            "digest": spec.digest,
+            "name": spec.name,
+            "spec_version": spec.spec_version,
+            "policy_version": spec.policy_version,
+            "served": True,
+            "created_at": None,
+        }
+    for v in store.spec_versions():
+        entry = versions.setdefault(v.digest, {**vars(v), "served": False})
+        entry["created_at"] = v.created_at
+    return render(request, "specs.html", {"versions": list(versions.values())})
+
+
+def spec_page(request: Request, service: Service, _session: Session) -> Response:
+    """A spec version's transition table and its three diagrams."""
+    from ..errors import StoreError
+    from ..review.table import to_html
+
+    digest = request.path_params["digest"]
+    served = {spec.digest: spec for spec, _ in service.specs.values()}
+    spec = served.get(digest)
+    if spec is None:
+        try:
+            spec = service.runner().spec_for_digest(digest)
+        except StoreError:
+            raise Refusal(404, "R200", f"no spec version {digest[:12]} here") from None
+    views = {view: diagram(spec, view) for view in ("states", "saga", "crash-windows")}
+    return render(request, "spec.html", {"spec": spec, "table": to_html(spec), "views": views})

@@ -1,0 +1,374 @@
+"""The operator console over HTTP (the real application on a local port, the real store): signing
+in, what each page shows, who sees which button, and forms that change nothing unless they come
+from the console's own page with the session's token.
+
+The same scenarios in a real browser: ``test_console_browser.py``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from markupsafe import escape
+from prometheus_client.parser import text_string_to_metric_families
+
+from ratchet_runner.serve.app import load_specs
+from ratchet_runner.serve.operators import load_config
+from ratchet_runner.serve.service import Service
+from ratchet_runner.session import Session
+from tests.conftest import SPECS
+from tests.conftest import run_cli as run
+from tests.serve.serving import People, serving
+
+REFUND = SPECS / "refund.yaml"
+
+
+@pytest.fixture
+def served(home: Path, people: People) -> Iterator[tuple[str, Service]]:
+    with Session() as session:
+        service = Service(session, load_config(people.path), load_specs([str(REFUND)]))
+        with serving(service) as base:
+            yield base, service
+
+
+class Browsers:
+    """Browser-like clients, each signed in through the sign-in form; closed at the end."""
+
+    def __init__(self) -> None:
+        self.open: list[httpx.Client] = []
+
+    def __call__(self, base: str, people: People, name: str, then: str = "/queue") -> httpx.Client:
+        browser = httpx.Client(base_url=base, timeout=10)
+        self.open.append(browser)
+        form = browser.get("/login", params={"next": then})
+        assert form.status_code == 200
+        nonce = _field(form.text, "nonce")
+        answer = browser.post(
+            "/login", data={"nonce": nonce, "token": people.tokens[name], "next": then}
+        )
+        assert answer.status_code == 303, answer.text
+        assert answer.headers["location"] == then
+        return browser
+
+    def anonymous(self, base: str) -> httpx.Client:
+        browser = httpx.Client(base_url=base, timeout=10)
+        self.open.append(browser)
+        return browser
+
+
+@pytest.fixture
+def sign_in() -> Iterator[Browsers]:
+    browsers = Browsers()
+    yield browsers
+    for browser in browsers.open:
+        browser.close()
+
+
+def _field(page: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', page)
+    assert found is not None, f"no field {name} in the page"
+    return html.unescape(found.group(1))
+
+
+def _forms(page: str) -> dict[str, dict[str, str]]:
+    """Each form's action and its hidden fields."""
+    forms = {}
+    for action, body in re.findall(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', page, re.S):
+        fields = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', body)
+        forms[html.unescape(action)] = {k: html.unescape(v) for k, v in fields}
+    return forms
+
+
+def _status(base: str, people: People, run_id: str) -> str:
+    auth = people.auth("vic")
+    return str(httpx.get(f"{base}/api/runs/{run_id}", headers=auth).json()["status"])
+
+
+def test_pages_need_a_sign_in_and_come_back_after_it(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    for path in ("/queue", "/runs", f"/runs/{waiting}", "/specs"):
+        answer = httpx.get(base + path)
+        assert answer.status_code == 303
+        assert answer.headers["location"].startswith("/login?next=")
+    browser = sign_in(base, people, "vic", then=f"/runs/{waiting}")
+    page = browser.get(f"/runs/{waiting}")
+    assert page.status_code == 200
+    assert "signed in as vic (viewer)" in page.text
+    cookie = page.request.headers["cookie"]
+    assert "ratchet_session=" in cookie
+    signed_in = browser.post("/login", data={})  # no nonce: not this service's form
+    assert signed_in.status_code == 403
+
+
+def test_the_session_cookie_is_http_only_and_strict(
+    served: tuple[str, Service], people: People, sign_in: Browsers
+) -> None:
+    base, _ = served
+    browser = sign_in.anonymous(base)
+    nonce = _field(browser.get("/login").text, "nonce")
+    answer = browser.post("/login", data={"nonce": nonce, "token": people.tokens["ana"]})
+    [cookie] = [c for c in answer.headers.get_list("set-cookie") if "ratchet_session=" in c]
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert "Secure" not in cookie  # plain HTTP here; behind a TLS proxy it is Secure
+    nonce = _field(browser.get("/login").text, "nonce")  # a form is used once
+    behind_tls = browser.post(
+        "/login",
+        data={"nonce": nonce, "token": people.tokens["ana"]},
+        headers={"x-forwarded-proto": "https"},  # from 127.0.0.1, a trusted proxy
+    )
+    [cookie] = [c for c in behind_tls.headers.get_list("set-cookie") if "ratchet_session" in c]
+    assert "Secure" in cookie
+
+
+def test_a_wrong_token_or_a_form_made_elsewhere_signs_nobody_in(
+    served: tuple[str, Service], people: People, sign_in: Browsers
+) -> None:
+    base, service = served
+    browser = sign_in.anonymous(base)
+    nonce = _field(browser.get("/login").text, "nonce")
+    wrong = browser.post("/login", data={"nonce": nonce, "token": people.tokens["ana"] + "x"})
+    assert wrong.status_code == 401
+    assert "ratchet_session" not in wrong.headers.get("set-cookie", "")
+    elsewhere = httpx.post(f"{base}/login", data={"nonce": nonce, "token": people.tokens["ana"]})
+    assert elsewhere.status_code == 403  # the nonce without its cookie: not our form
+    assert "ratchet_session" not in elsewhere.headers.get("set-cookie", "")
+    assert service.counts["denied:sign_in"] == 1
+
+
+@pytest.mark.parametrize(
+    "target", ["//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:x"]
+)
+def test_after_signing_in_the_console_never_sends_you_to_another_site(
+    served: tuple[str, Service], people: People, sign_in: Browsers, target: str
+) -> None:
+    base, _ = served
+    browser = sign_in.anonymous(base)
+    nonce = _field(browser.get("/login", params={"next": target}).text, "nonce")
+    answer = browser.post(
+        "/login", data={"nonce": nonce, "token": people.tokens["ana"], "next": target}
+    )
+    assert answer.headers["location"] == "/queue"
+
+
+def test_an_agent_sees_the_exact_arguments_and_digest_and_approves_them(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    queue_json = httpx.get(f"{base}/api/queue", headers=people.auth("vic")).json()
+    [asked] = queue_json["decisions"]
+    browser = sign_in(base, people, "ana")
+    page = browser.get("/queue").text
+    assert asked["digest"] in page
+    assert escape(json.dumps(asked["args"], indent=2, sort_keys=True)) in page
+    form = _forms(page)[f"/runs/{waiting}/approve"]
+    assert form["digest"] == asked["digest"]
+    assert form["role"] == "agent"
+    answer = browser.post(f"/runs/{waiting}/approve", data=form)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/queue"
+    said = browser.get("/queue").text
+    assert "ana approved request_refund" in said
+    assert "No run is waiting for a decision." in said
+    trace = httpx.get(f"{base}/api/runs/{waiting}/trace", headers=people.auth("vic")).json()
+    [approved] = [e for e in trace["events"] if e["kind"] == "approved"]
+    assert (approved["actor"], approved["role"]) == ("ana", "agent")
+    assert (approved["via"], approved["from"]) == ("console", "127.0.0.1")
+    assert approved["digest"] == asked["digest"]
+
+
+def test_a_viewer_sees_no_button_and_an_approval_they_post_changes_nothing(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    agent_page = sign_in(base, people, "ana").get("/queue").text
+    form = _forms(agent_page)[f"/runs/{waiting}/approve"]
+    viewer = sign_in(base, people, "vic")
+    for path in ("/queue", f"/runs/{waiting}"):
+        page = viewer.get(path).text
+        assert f"/runs/{waiting}/approve" not in page
+        assert "may not decide this: agent or team_lead may" in page
+    csrf = _field(viewer.get("/queue").text, "csrf")
+    answer = viewer.post(f"/runs/{waiting}/approve", data={**form, "csrf": csrf, "role": ""})
+    assert answer.status_code == 403
+    assert "R401" in answer.text
+    assert "vic in role(s) viewer may not decide" in answer.text
+    assert _status(base, people, waiting) == "waiting"
+
+
+def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothing(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, service = served
+    agent = sign_in(base, people, "ana")
+    form = _forms(agent.get("/queue").text)[f"/runs/{waiting}/approve"]
+    other = _field(sign_in(base, people, "ana").get("/queue").text, "csrf")
+    forged = (
+        {k: v for k, v in form.items() if k != "csrf"},  # no token
+        {**form, "csrf": other},  # another session's token
+        {**form, "csrf": ""},
+    )
+    for data in forged:
+        answer = agent.post(f"/runs/{waiting}/approve", data=data)
+        assert answer.status_code == 403, data
+        assert "nothing changed" in answer.text
+    foreign = agent.post(
+        f"/runs/{waiting}/approve", data=form, headers={"origin": "http://evil.example"}
+    )
+    assert foreign.status_code == 403
+    nobody = httpx.post(f"{base}/runs/{waiting}/approve", data=form)  # no session at all
+    assert nobody.status_code == 403
+    assert _status(base, people, waiting) == "waiting"
+    assert (service.counts["denied:csrf"], service.counts["denied:no_session"]) == (4, 1)
+    exposition = httpx.get(f"{base}/metrics").text
+    samples = {
+        s.labels["reason"]: s.value
+        for family in text_string_to_metric_families(exposition)
+        if family.name == "ratchet_console_refusals"
+        for s in family.samples
+    }
+    assert samples == {"sign_in": 0, "no_session": 1, "csrf": 4}
+
+
+def test_a_stale_digest_is_refused_and_a_rejection_needs_its_reason(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    agent = sign_in(base, people, "ana")
+    forms = _forms(agent.get(f"/runs/{waiting}").text)
+    stale = agent.post(
+        f"/runs/{waiting}/approve", data={**forms[f"/runs/{waiting}/approve"], "digest": "0" * 64}
+    )
+    assert stale.status_code == 409
+    assert "R404" in stale.text
+    reject = forms[f"/runs/{waiting}/reject"]
+    assert agent.post(f"/runs/{waiting}/reject", data=reject).status_code == 400
+    assert _status(base, people, waiting) == "waiting"
+    done = agent.post(f"/runs/{waiting}/reject", data={**reject, "reason": "duplicate ticket"})
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/runs/{waiting}"
+    assert _status(base, people, waiting) == "done"
+
+
+def test_operator_actions_show_for_the_specs_operator_roles_only(
+    capsys: pytest.CaptureFixture[str],
+    served: tuple[str, Service],
+    people: People,
+    sign_in: Browsers,
+    waiting: str,
+) -> None:
+    base, _ = served
+    agent_page = sign_in(base, people, "ana").get(f"/runs/{waiting}").text
+    assert "/ops/pause" not in agent_page
+    assert "need one of the spec" in agent_page
+    ops = sign_in(base, people, "olu")
+    page = ops.get(f"/runs/{waiting}").text
+    assert 'formaction="/runs/' + waiting + '/ops/pause"' in page
+    assert "/ops/resume" not in page  # a waiting run cannot be resumed
+    csrf = _field(page, "csrf")
+    data = {"csrf": csrf, "role": "payments_ops", "note": "checking", "back": f"/runs/{waiting}"}
+    answer = ops.post(f"/runs/{waiting}/ops/pause", data=data)
+    assert answer.status_code == 303
+    paused = ops.get(f"/runs/{waiting}").text
+    assert 'id="run-status">paused<' in paused
+    assert 'formaction="/runs/' + waiting + '/ops/resume"' in paused
+    trace = httpx.get(f"{base}/api/runs/{waiting}/trace", headers=people.auth("vic")).json()
+    [action] = [e for e in trace["events"] if e["kind"] == "operator"]
+    assert (action["actor"], action["via"], action["note"]) == ("olu", "console", "checking")
+    code, out, _ = run(capsys, "trace", waiting)
+    assert code == 0
+    assert "olu" in out
+
+
+def test_the_runs_list_filters_by_workflow_status_key_and_age(
+    capsys: pytest.CaptureFixture[str],
+    served: tuple[str, Service],
+    people: People,
+    sign_in: Browsers,
+    waiting: str,
+) -> None:
+    base, _ = served
+    code, _, err = run(capsys, "run", str(SPECS / "booking.yaml"), "--example", "happy")
+    assert code == 0, err
+    browser = sign_in(base, people, "vic")
+
+    def keys(**params: str) -> set[str]:
+        page = browser.get("/runs", params=params)
+        assert page.status_code == 200, page.text
+        return set(re.findall(r'<td><a href="/runs/run_\w+">([^<]+)</a></td>', page.text))
+
+    assert keys() == {"T-90104", "TRIP-1001"}
+    assert keys(workflow="refund") == {"T-90104"}
+    assert keys(status="waiting", workflow="refund") == {"T-90104"}
+    assert keys(status="done") == set()
+    assert keys(key="TRIP-1001") == {"TRIP-1001"}
+    assert keys(age="1h") == set()  # none is an hour old
+    assert keys(age="0s") == {"T-90104", "TRIP-1001"}
+    bad = browser.get("/runs", params={"age": "soon"})
+    assert bad.status_code == 400
+    assert "say how old, as 45s, 30m, 2h or 1d" in bad.text
+    assert browser.get("/runs", params={"status": "lost"}).status_code == 400
+
+
+def test_hostile_text_from_one_operator_is_text_on_every_page(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    agent = sign_in(base, people, "ana")
+    reject = _forms(agent.get(f"/runs/{waiting}").text)[f"/runs/{waiting}/reject"]
+    answer = agent.post(f"/runs/{waiting}/reject", data={**reject, "reason": hostile})
+    assert answer.status_code == 303
+    viewer = sign_in(base, people, "vic")
+    for path in ("/queue", f"/runs/{waiting}"):
+        page = viewer.get(path)
+        policy = page.headers["content-security-policy"]
+        assert "default-src 'none'" in policy
+        assert "script-src" not in policy  # no script runs on any page
+        assert "<script>" not in page.text
+        assert "<img src=x" not in page.text
+    assert escape(hostile) in viewer.get(f"/runs/{waiting}").text
+
+
+def test_the_run_page_shows_effects_the_diagram_and_the_timeline(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    page = sign_in(base, people, "vic").get(f"/runs/{waiting}").text
+    assert "<svg" in page
+    assert "this run is here" in page  # the current state, emphasised
+    assert page.count('<li class="k-') == len(
+        httpx.get(f"{base}/api/runs/{waiting}/trace", headers=people.auth("vic")).json()["events"]
+    )
+    assert "No effect yet." in page
+
+
+def test_each_spec_has_its_table_and_three_diagrams(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    browser = sign_in(base, people, "vic")
+    listing = browser.get("/specs").text
+    [digest] = set(re.findall(r'href="/specs/([0-9a-f]{64})"', listing))
+    page = browser.get(f"/specs/{digest}").text
+    assert page.count("<svg") == 3
+    assert "<th>idempotency_key</th>" in page
+    assert browser.get("/specs/" + "0" * 64).status_code == 404
+
+
+def test_signing_out_ends_the_session(
+    served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
+) -> None:
+    base, _ = served
+    browser = sign_in(base, people, "ana")
+    csrf = _field(browser.get("/queue").text, "csrf")
+    assert browser.post("/logout", data={"csrf": csrf}).status_code == 303
+    assert browser.get("/queue").status_code == 303  # to sign in again
