@@ -147,6 +147,7 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
     """A run: where it is, what it waits for (and who may decide), what a person is asked to
     do, its effects, its state diagram, and its history as a timeline."""
     from ..engine.approvals import pending_request
+    from ..engine.operator_queue import evidence
     from ..review.trace import describe, title
     from ..review.views import run_summary
     from ..store.records import latest_event
@@ -172,6 +173,7 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
             "pending": pending.to_json() if pending is not None else None,
             "may_decide": _deciders(pending.roles, session) if pending is not None else [],
             "operator_action": summary.get("operator_action") or queued.get("reason"),
+            "evidence": evidence(runner, run) if run.status == "needs_person" else None,
             "actions": ACTIONS_BY_STATUS.get(run.status, ()),
             "ops_roles": [r for r in session.operator.roles if r in spec.operator_roles],
             "operations": runner.store.operations(run.id),

@@ -22,7 +22,7 @@ from ratchet_runner.serve.app import load_specs
 from ratchet_runner.serve.operators import load_config
 from ratchet_runner.serve.service import Service
 from ratchet_runner.session import Session
-from tests.conftest import SPECS
+from tests.conftest import SPECS, postgres_url
 from tests.conftest import run_cli as run
 from tests.serve.serving import People, serving
 
@@ -372,3 +372,82 @@ def test_signing_out_ends_the_session(
     csrf = _field(browser.get("/queue").text, "csrf")
     assert browser.post("/logout", data={"csrf": csrf}).status_code == 303
     assert browser.get("/queue").status_code == 303  # to sign in again
+
+
+def test_a_run_waiting_for_a_person_is_reconciled_from_the_console_by_its_operator_role(
+    capsys: pytest.CaptureFixture[str],
+    served: tuple[str, Service],
+    people: People,
+    sign_in: Browsers,
+    home: Path,
+) -> None:
+    base, _ = served
+    code, _, err = run(
+        capsys, "run", str(REFUND), "--example", "T-90104", "--fault", "request_refund:lookup_fails"
+    )
+    assert code == 0, err
+    code, _, err = run(capsys, "approve", "T-90104", "--as", "ana", "--role", "agent")
+    assert code == 0, err  # the reply is lost and the lookup fails: a person must look
+    run_id = httpx.get(f"{base}/api/runs/T-90104", headers=people.auth("vic")).json()["run"]
+    agent = sign_in(base, people, "ana")
+    queue = agent.get("/queue").text
+    assert f'id="person-{run_id}"' in queue
+    assert "<dt>Failed</dt>" in queue
+    assert "request_refund</code> unknown" in queue
+    assert "/ops/reconcile" not in queue  # the agent holds no operator role
+    ops = sign_in(base, people, "olu")
+    page = ops.get(f"/runs/{run_id}").text
+    assert "Waiting for a person" in page
+    assert "<dt>Failed</dt>" in page  # the evidence, on the run's page too
+    for action in ("retry", "reconcile", "compensate", "cancel"):
+        assert f'formaction="/runs/{run_id}/ops/{action}"' in page
+    assert "/ops/pause" not in page
+    csrf = _field(page, "csrf")
+    answer = ops.post(
+        f"/runs/{run_id}/ops/reconcile",
+        data={"csrf": csrf, "role": "payments_ops", "note": "found it", "back": "/queue"},
+    )
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/queue"
+    assert "olu" in ops.get("/queue").text
+    assert _status(base, people, run_id) == "done"
+    done = ops.get(f"/runs/{run_id}").text
+    code, out, err = run(capsys, "effects", "--json")
+    assert code == 0, err
+    calls = [c["outcome"] for c in json.loads(out)["calls"]]
+    assert calls.count("timeout_after_write") == 1  # one call for the refund, ever
+    looked = sum(1 for outcome in calls if outcome.startswith("lookup"))
+    assert looked >= 2  # the one that failed, the operator's
+    assert '<td class="op-calls">1</td>' in done
+    assert f'<td class="op-lookups">{looked}</td>' in done  # every lookup made, counted
+
+
+def test_the_console_works_on_postgresql(
+    capsys: pytest.CaptureFixture[str],
+    people: People,
+    sign_in: Browsers,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RATCHET_DB", postgres_url())
+    monkeypatch.setenv("RATCHET_BINDINGS", str(SPECS / "practice.toml"))
+    code, out, err = run(capsys, "run", str(REFUND), "--example", "T-90104", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["run"]
+    with Session() as session:
+        assert session.store.engine.dialect.name == "postgresql"
+        service = Service(session, load_config(people.path), load_specs([str(REFUND)]))
+        with serving(service) as base:
+            agent = sign_in(base, people, "ana")
+            form = _forms(agent.get("/queue").text)[f"/runs/{run_id}/approve"]
+            assert agent.post(f"/runs/{run_id}/approve", data=form).status_code == 303
+            code, _, err = run(capsys, "worker", "--once")
+            assert code == 0, err
+            page = agent.get(f"/runs/{run_id}").text
+            assert 'id="run-status">done<' in page
+            assert '<td class="op-calls">1</td>' in page
+            assert '<td class="op-lookups">1</td>' in page
+            listed = agent.get("/runs", params={"workflow": "refund", "key": "T-90104"}).text
+            assert f'href="/runs/{run_id}"' in listed
+            specs = agent.get("/specs").text
+            assert specs.count('href="/specs/') == 1
