@@ -1,10 +1,12 @@
 """The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
 
-Over 500 lines because it is the whole command line: one click command per verb, each with the
-``--help`` text that teaches it; everything else is the library's (the options and output
-helpers the commands share are in ``ratchet_runner.cli_options``). A command imports the library
-modules it uses when it runs, so that ``ratchet --version`` and every ``--help`` import no spec
-machinery, store or diagram (docs/performance.md, "Starting the command").
+Over 500 lines because it is the whole command line but its serving commands: one click command
+per verb, each with the ``--help`` text that teaches it; everything else is the library's (the
+options and output helpers the commands share are in ``ratchet_runner.cli_options``; ``worker``,
+``serve``, ``token`` and ``practice serve`` are in ``ratchet_runner.cli_serving``). A command
+imports the library modules it uses when it runs, so that ``ratchet --version`` and every
+``--help`` import no spec machinery, store or diagram (docs/performance.md, "Starting the
+command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -15,9 +17,7 @@ JSON is printed on stdout; messages go to stderr.
 from __future__ import annotations
 
 import io
-import json
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,6 @@ from ratchet_runner.cli_options import (
     emit_json,
     finite_seconds,
     hinted,
-    lease_option,
     named,
     not_utf8,
     report_result,
@@ -51,6 +50,7 @@ from ratchet_runner.cli_options import (
     world_fixture,
     write_output,
 )
+from ratchet_runner.cli_serving import practice, serve_command, token_command, worker
 from ratchet_runner.errors import RatchetError
 from ratchet_runner.settings import (
     DIAGRAM_IMAGE_FORMATS,
@@ -62,8 +62,7 @@ from ratchet_runner.settings import (
 )
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
-    from ratchet_runner.engine.commands import CommandResult
-    from ratchet_runner.engine.runner import Runner, Strategy
+    from ratchet_runner.engine.runner import Strategy
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -91,6 +90,10 @@ def cli() -> None:
     RATCHET_DB to use PostgreSQL: postgresql+psycopg://USER@HOST/DB). The practice world,
     which stands in for payment, warehouse and travel providers, is .ratchet/practice.db.
     """
+
+
+for _serving in (worker, serve_command, token_command, practice):  # ratchet_runner.cli_serving
+    cli.add_command(_serving)
 
 
 @cli.command()
@@ -335,19 +338,9 @@ def _decide(
 ) -> None:
     from ratchet_runner.engine import commands
 
-    def act(runner: Runner) -> CommandResult:
-        return commands.decide(
-            runner,
-            run_id,
-            decision,
-            actor,
-            role,
-            reason,
-            lease_seconds=how.lease_seconds,
-            drive=not how.leave,
-        )
-
-    drive(how, "decision", act)
+    drive(
+        how, "decision", commands.decide, run_id, decision, actor, role, reason, drive=not how.leave
+    )
 
 
 @cli.command()
@@ -399,11 +392,7 @@ def resume(run_id: str, how: How) -> None:
     """
     from ratchet_runner.engine import commands
 
-    drive(
-        how,
-        "resume",
-        lambda runner: commands.resume(runner, run_id, lease_seconds=how.lease_seconds),
-    )
+    drive(how, "resume", commands.resume, run_id)
 
 
 @cli.command("runs")
@@ -531,47 +520,6 @@ def reset(everything: bool, practice: bool, how: How) -> None:
         say(views.reset_line(everything, practice))
 
 
-@cli.group()
-def practice() -> None:
-    """The practice world: its providers served over HTTP."""
-
-
-@practice.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
-@click.option(
-    "--port",
-    default=8765,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="The port to listen on; 0 picks a free one (the URL printed says which).",
-)
-@JSON_OPTION
-def serve(host: str, port: int, as_json: bool) -> None:
-    """Serve the practice world's providers (payments, warehouse, travel, the generic service,
-    noop) as an HTTP JSON API, over the same practice database the commands use.
-
-    \b
-      POST /SERVICE/OPERATION                 JSON arguments; the operation ID in Idempotency-Key
-      GET  /SERVICE/operations/OPERATION_ID   the lookup: 200 and the receipt, or 404
-
-    Prints the URL on stdout (with --json: {"url": ..., "practice_world": ...}) once it listens;
-    SIGTERM or Ctrl-C stops it. The routes, statuses and faults are in
-    docs/reference/adapters.md ("The practice world over HTTP").
-    """
-    from ratchet_runner.session import Session
-
-    with Session() as session:
-        server = session.practice_server(host, port)
-        shown = {"url": server.url, "practice_world": str(session.world.path)}
-        click.echo(json.dumps(shown) if as_json else server.url)
-        say(
-            f"serving the practice world {session.world.path} at {server.url}; "
-            "SIGTERM or Ctrl-C stops"
-        )
-        server.serve_until_signalled()
-    say("stopped")
-
-
 @cli.command("signal")
 @click.argument("run_id", metavar="RUN")
 @click.argument("event")
@@ -635,138 +583,17 @@ def signal_command(
         send_signed(to_url, secret_env, run_id, event, signal_id, data, how.as_json)
         return
 
-    def act(runner: Runner) -> CommandResult:
-        return commands.signal(
-            runner,
-            run_id,
-            event,
-            signal_id,
-            data,
-            spec_version,
-            lease_seconds=how.lease_seconds,
-            drive=not how.leave,
-        )
-
-    drive(how, "signal", act)
-
-
-@cli.command()
-@click.option("--once", is_flag=True, help="One pass, then exit (for cron).")
-@click.option(
-    "--concurrency",
-    default=1,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Worker threads in this process (several processes on several machines "
-    "may share one PostgreSQL store).",
-)
-@click.option(
-    "--poll",
-    default=1.0,
-    show_default=True,
-    callback=finite_seconds,
-    help="Seconds between two looks for work when nothing wakes the worker (a signal, a "
-    "decision, a new run or a due timer wakes it at once).",
-)
-@click.option(
-    "--listen-db",
-    "listen_db",
-    metavar="URL",
-    envvar="RATCHET_LISTEN_DB",
-    help="PostgreSQL: listen for wake-ups over a connection to URL, the same database reached "
-    "directly, when --db goes through a transaction-pooling proxy (which cannot carry LISTEN). "
-    "Env: RATCHET_LISTEN_DB.",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    help="Serve Prometheus metrics on this port (GET /metrics): the runs' series, read from the "
-    "store at each scrape, and this worker's effect call latency.",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="With --metrics-port: the address to listen on.",
-)
-@with_options(
-    *RUN_COMMAND,
-    lease=lease_option(
-        help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
-        "longer than the longest effect timeout plus 1 s (a call is started only when the "
-        "lease outlasts it).",
-    ),
-)
-def worker(
-    once: bool,
-    concurrency: int,
-    poll: float,
-    listen_db: str | None,
-    metrics_port: int | None,
-    metrics_host: str,
-    how: How,
-) -> None:
-    """Fire due timers and advance runnable runs under leases until stopped, or --once.
-
-    An idle worker wakes at once when another process leaves a run to the workers (a new run,
-    a signal or a decision given with --leave-to-workers, a lease given back) and when a timer
-    falls due; it looks for work every --poll seconds as well. PostgreSQL: it listens for
-    notifications (LISTEN), and checks at start that one of its own arrives, else warns and
-    polls; SQLite: it looks whether the database file changed every 10 ms.
-
-    Runs are claimed with leases (FOR UPDATE SKIP LOCKED on PostgreSQL) that a heartbeat keeps
-    alive and that expire by the database's clock; every commit is fenced by the lease, so a
-    worker paused past its lease changes nothing when it wakes. Each timer fires once and never
-    early. SIGTERM or Ctrl-C: finish the current step, release the leases, exit.
-
-    A run that started under another binding than the worker's is left, unchanged, to a worker
-    that has it; a worker with no binding at all, on a store that is not a practice store,
-    warns on stderr when it starts and parks each run it claims whose spec declares adapters,
-    for a person (docs/reference/bindings.md).
-    """
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
-    from ratchet_runner.worker.passes import unbound_warning, worker_pass
-
-    with Session(how.db, bindings=how.bindings) as session:
-        if once:
-            runner = session.runner()
-            warning = unbound_warning(runner)
-            if warning is not None:
-                say(warning)
-            passed = worker_pass(runner, lease_seconds=how.lease_seconds)
-            if how.as_json:
-                click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
-                return
-            out, err = views.pass_lines(passed)
-            echo_lines(out)
-            echo_lines(err, err=True)
-            return
-        pool = session.pool(
-            concurrency=concurrency,
-            lease_seconds=how.lease_seconds,
-            poll=poll,
-            log=say,
-            listen_url=listen_db,
-        )
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: pool.stop.set())
-        say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
-        exporter = None
-        if metrics_port is not None:
-            from ratchet_runner.serve.metrics import serve_metrics
-
-            exporter = serve_metrics(session, metrics_host, metrics_port)
-            say(f"worker {pool.owner}: metrics on {exporter.url}")
-        try:
-            report = pool.run()
-        finally:
-            if exporter is not None:
-                exporter.close()
-    if how.as_json:
-        emit_json(views.pool_json(pool.owner, report))
-    else:
-        say(views.pool_line(report))
+    drive(
+        how,
+        "signal",
+        commands.signal,
+        run_id,
+        event,
+        signal_id,
+        data,
+        spec_version,
+        drive=not how.leave,
+    )
 
 
 @cli.command("ops")
@@ -796,123 +623,7 @@ def ops_command(
     """
     from ratchet_runner.engine import commands
 
-    def act(runner: Runner) -> CommandResult:
-        return commands.operate(
-            runner, run_id, action, actor, role, note, lease_seconds=how.lease_seconds
-        )
-
-    drive(how, "operator", act)
-
-
-@cli.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
-@click.option(
-    "--port",
-    default=8080,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="The port to listen on; 0 picks a free one (the line printed says which).",
-)
-@click.option(
-    "--config",
-    "config",
-    metavar="FILE",
-    help="The service's configuration: its operators and trusted proxies (default: "
-    "$RATCHET_SERVE_CONFIG, else ratchet-serve.toml in the working directory).",
-)
-@click.option(
-    "--spec",
-    "specs",
-    metavar="FILE",
-    multiple=True,
-    help="A spec whose runs POST /api/runs may start (repeat for several).",
-)
-@click.option(
-    "--workers",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 64),
-    help="Worker threads to run in the service's process (0: leave runs to 'ratchet worker').",
-)
-@with_options("db", "bindings")
-def serve_command(
-    host: str, port: int, config: str | None, specs: tuple[str, ...], workers: int, how: How
-) -> None:
-    """Serve the HTTP API: runs, their traces and effects, the queue, approve, reject and
-    operator actions, for operators who authenticate with a bearer token.
-
-    \b
-      GET  /api/runs  /api/runs/RUN  /api/runs/RUN/trace  /api/runs/RUN/effects  /api/queue
-      POST /api/runs  /api/runs/RUN/approve  /api/runs/RUN/reject  /api/runs/RUN/ops/ACTION
-      GET  /healthz  /readyz
-
-    A decision is made as the authenticated operator, in a role they hold that the spec allows,
-    and recorded with the request's address; the run is then left to the workers. Create an
-    operator with 'ratchet token'. The routes are in docs/reference/http-api.md.
-    """
-    from ratchet_runner.serve.run import serve
-
-    serve(
-        host=host,
-        port=port,
-        db=how.db,
-        bindings=how.bindings,
-        config=config,
-        specs=specs,
-        workers=workers,
-        say=lambda line: click.echo(line, err=True),
-    )
-
-
-@cli.command("token")
-@click.argument("name", callback=named())
-@click.option(
-    "--role",
-    "roles",
-    required=True,
-    multiple=True,
-    help="A role the operator holds (repeat for several).",
-)
-@click.option(
-    "--token-file",
-    metavar="FILE",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write the token to FILE (readable by its owner only) instead of showing it.",
-)
-@JSON_OPTION
-def token_command(name: str, roles: tuple[str, ...], token_file: str | None, as_json: bool) -> None:
-    """Make a bearer token for operator NAME of 'ratchet serve'.
-
-    Prints the configuration entry on stdout (append it to ratchet-serve.toml: it keeps only the
-    token's SHA-256) and the token itself on stderr, once, or into --token-file: give it to NAME,
-    keep it nowhere else.
-    """
-    from ratchet_runner.serve.operators import config_entry, new_token, save_token
-    from ratchet_runner.settings import MAX_NAME, name_problem
-
-    for role in roles:
-        problem = name_problem(role, MAX_NAME)
-        if problem is not None:
-            raise click.BadParameter(problem, param_hint="--role")
-    token, digest = new_token()
-    if token_file is not None:
-        save_token(token_file, token)
-    if as_json:
-        made: dict[str, Any] = {
-            "name": name,
-            "roles": list(roles),
-            "token": token,
-            "token_sha256": digest,
-        }
-        if token_file is not None:  # it is in the file, and nowhere else
-            made = {**made, "token": None, "token_file": token_file}
-        click.echo(json.dumps(made, ensure_ascii=False))
-        return
-    click.echo(config_entry(name, roles, digest))
-    if token_file is None:
-        click.echo(f"token for {name} (shown once): {token}", err=True)
-    else:
-        click.echo(f"token for {name} written to {token_file}", err=True)
+    drive(how, "operator", commands.operate, run_id, action, actor, role, note)
 
 
 @cli.command("queue")

@@ -279,13 +279,16 @@ def report_result(
         click.echo(views.summary_text(summary, views.command_headline(result, head)))
 
 
-def drive(how: How, key: str, act: Callable[[Runner], CommandResult]) -> None:
-    """Do a run command's ``act`` with the session's runner, then show its result under ``key``."""
+def drive(how: How, key: str, command: Callable[..., CommandResult], *args: Any, **kw: Any) -> None:
+    """Call the run command ``command`` (of :mod:`~ratchet_runner.engine.commands`) with the
+    session's runner, ``args``, ``kw`` and the lease ``how`` gives, then show its result under
+    ``key``."""
     from .session import Session
 
     with Session(how.db, bindings=how.bindings) as session:
         runner = command_runner(session, how.interrupt)
-        report_result(runner, act(runner), how, key)
+        result = command(runner, *args, lease_seconds=how.lease_seconds, **kw)
+        report_result(runner, result, how, key)
 
 
 # -- check and run ----------------------------------------------------------------------------

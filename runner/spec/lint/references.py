@@ -77,13 +77,7 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                 f"declared adapter{_suggest(effect.adapter, spec.adapters)}",
             )
         if effect.approval is not None and effect.approval not in approvals:
-            yield at(
-                spec,
-                f"{effect.pointer}/approval",
-                "E303",
-                f"unknown approval {effect.approval!r}: declare it under approvals:, or name a "
-                f"declared approval{_suggest(effect.approval, approvals)}",
-            )
+            yield _unknown_approval(spec, effect.pointer, effect.approval)
     for adapter in spec.adapters.values():
         if adapter.kind not in KINDS:
             yield at(
@@ -119,13 +113,7 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                     )
     for state in states.values():
         if state.approval is not None and state.approval not in approvals:
-            yield at(
-                spec,
-                f"{state.pointer}/approval",
-                "E303",
-                f"unknown approval {state.approval!r}: declare it under approvals:, or name a "
-                f"declared approval{_suggest(state.approval, approvals)}",
-            )
+            yield _unknown_approval(spec, state.pointer, state.approval)
 
 
 def _bind_instead(kind: str) -> str:
@@ -357,3 +345,14 @@ def check_input_schema(spec: Spec) -> Iterator[Diagnostic]:
                 f"example {example.name!r}: {error.message}; make the example's input match "
                 "the input schema (or fix the schema)",
             )
+
+
+def _unknown_approval(spec: Spec, pointer: str, name: str) -> Diagnostic:
+    """E303 at ``pointer``'s ``approval``: ``name`` is no declared approval."""
+    return at(
+        spec,
+        f"{pointer}/approval",
+        "E303",
+        f"unknown approval {name!r}: declare it under approvals:, or name a "
+        f"declared approval{_suggest(name, spec.approvals)}",
+    )

@@ -1,0 +1,303 @@
+"""The command line's serving commands: ``worker``, ``serve``, ``token`` and ``practice serve``
+(imported only by ``ratchet_runner.cli``, which adds them to its group).
+
+The commands that run until they are stopped, and the operator tokens of the service: each
+parses its options and hands them to the library (the worker pool, the HTTP service, the
+practice providers' server), as the rest of the command line does in ``cli.py``. Light to
+import: the library modules a command uses are imported when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .cli_options import (
+    JSON_OPTION,
+    RUN_COMMAND,
+    How,
+    echo_lines,
+    emit_json,
+    finite_seconds,
+    lease_option,
+    named,
+    say,
+    with_options,
+)
+
+
+def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--host`` and ``--port`` options of a command that serves (``port``: its default)."""
+    host_option = click.option(
+        "--host", default="127.0.0.1", show_default=True, help="The address to listen on."
+    )
+    port_option = click.option(
+        "--port",
+        default=port,
+        show_default=True,
+        type=click.IntRange(0, 65535),
+        help="The port to listen on; 0 picks a free one (the line printed says which).",
+    )
+    return lambda command: host_option(port_option(command))
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="One pass, then exit (for cron).")
+@click.option(
+    "--concurrency",
+    default=1,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Worker threads in this process (several processes on several machines "
+    "may share one PostgreSQL store).",
+)
+@click.option(
+    "--poll",
+    default=1.0,
+    show_default=True,
+    callback=finite_seconds,
+    help="Seconds between two looks for work when nothing wakes the worker (a signal, a "
+    "decision, a new run or a due timer wakes it at once).",
+)
+@click.option(
+    "--listen-db",
+    "listen_db",
+    metavar="URL",
+    envvar="RATCHET_LISTEN_DB",
+    help="PostgreSQL: listen for wake-ups over a connection to URL, the same database reached "
+    "directly, when --db goes through a transaction-pooling proxy (which cannot carry LISTEN). "
+    "Env: RATCHET_LISTEN_DB.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (GET /metrics): the runs' series, read from the "
+    "store at each scrape, and this worker's effect call latency.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --metrics-port: the address to listen on.",
+)
+@with_options(
+    *RUN_COMMAND,
+    lease=lease_option(
+        help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
+        "longer than the longest effect timeout plus 1 s (a call is started only when the "
+        "lease outlasts it).",
+    ),
+)
+def worker(
+    once: bool,
+    concurrency: int,
+    poll: float,
+    listen_db: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    how: How,
+) -> None:
+    """Fire due timers and advance runnable runs under leases until stopped, or --once.
+
+    An idle worker wakes at once when another process leaves a run to the workers (a new run,
+    a signal or a decision given with --leave-to-workers, a lease given back) and when a timer
+    falls due; it looks for work every --poll seconds as well. PostgreSQL: it listens for
+    notifications (LISTEN), and checks at start that one of its own arrives, else warns and
+    polls; SQLite: it looks whether the database file changed every 10 ms.
+
+    Runs are claimed with leases (FOR UPDATE SKIP LOCKED on PostgreSQL) that a heartbeat keeps
+    alive and that expire by the database's clock; every commit is fenced by the lease, so a
+    worker paused past its lease changes nothing when it wakes. Each timer fires once and never
+    early. SIGTERM or Ctrl-C: finish the current step, release the leases, exit.
+
+    A run that started under another binding than the worker's is left, unchanged, to a worker
+    that has it; a worker with no binding at all, on a store that is not a practice store,
+    warns on stderr when it starts and parks each run it claims whose spec declares adapters,
+    for a person (docs/reference/bindings.md).
+    """
+    from .review import views
+    from .session import Session
+    from .worker.passes import unbound_warning, worker_pass
+
+    with Session(how.db, bindings=how.bindings) as session:
+        if once:
+            runner = session.runner()
+            warning = unbound_warning(runner)
+            if warning is not None:
+                say(warning)
+            passed = worker_pass(runner, lease_seconds=how.lease_seconds)
+            if how.as_json:
+                click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
+                return
+            out, err = views.pass_lines(passed)
+            echo_lines(out)
+            echo_lines(err, err=True)
+            return
+        pool = session.pool(
+            concurrency=concurrency,
+            lease_seconds=how.lease_seconds,
+            poll=poll,
+            log=say,
+            listen_url=listen_db,
+        )
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: pool.stop.set())
+        say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
+        exporter = None
+        if metrics_port is not None:
+            from .serve.metrics import serve_metrics
+
+            exporter = serve_metrics(session, metrics_host, metrics_port)
+            say(f"worker {pool.owner}: metrics on {exporter.url}")
+        try:
+            report = pool.run()
+        finally:
+            if exporter is not None:
+                exporter.close()
+    if how.as_json:
+        emit_json(views.pool_json(pool.owner, report))
+    else:
+        say(views.pool_line(report))
+
+
+@click.command("serve")
+@listening(8080)
+@click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    help="The service's configuration: its operators and trusted proxies (default: "
+    "$RATCHET_SERVE_CONFIG, else ratchet-serve.toml in the working directory).",
+)
+@click.option(
+    "--spec",
+    "specs",
+    metavar="FILE",
+    multiple=True,
+    help="A spec whose runs POST /api/runs may start (repeat for several).",
+)
+@click.option(
+    "--workers",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 64),
+    help="Worker threads to run in the service's process (0: leave runs to 'ratchet worker').",
+)
+@with_options("db", "bindings")
+def serve_command(
+    host: str, port: int, config: str | None, specs: tuple[str, ...], workers: int, how: How
+) -> None:
+    """Serve the operator console and the HTTP API: runs, their traces and effects, the queue,
+    approve, reject and operator actions, for operators who authenticate with their token.
+
+    \b
+      /          the console in a browser: sign in with your token (queue, runs, specs)
+      GET  /api/runs  /api/runs/RUN  /api/runs/RUN/trace  /api/runs/RUN/effects  /api/queue
+      POST /api/runs  /api/runs/RUN/approve  /api/runs/RUN/reject  /api/runs/RUN/ops/ACTION
+      POST /hooks/SENDER (signed webhooks)   GET /healthz  /readyz  /metrics
+
+    A decision is made as the authenticated operator, in a role they hold that the spec allows,
+    and recorded with the request's address; the run is then left to the workers. Create an
+    operator with 'ratchet token'. The routes are in docs/reference/http-api.md.
+    """
+    from .serve.run import serve
+
+    serve(
+        host=host,
+        port=port,
+        db=how.db,
+        bindings=how.bindings,
+        config=config,
+        specs=specs,
+        workers=workers,
+        say=lambda line: click.echo(line, err=True),
+    )
+
+
+@click.command("token")
+@click.argument("name", callback=named())
+@click.option(
+    "--role",
+    "roles",
+    required=True,
+    multiple=True,
+    help="A role the operator holds (repeat for several).",
+)
+@click.option(
+    "--token-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the token to FILE (readable by its owner only) instead of showing it.",
+)
+@JSON_OPTION
+def token_command(name: str, roles: tuple[str, ...], token_file: str | None, as_json: bool) -> None:
+    """Make a bearer token for operator NAME of 'ratchet serve'.
+
+    Prints the configuration entry on stdout (append it to ratchet-serve.toml: it keeps only the
+    token's SHA-256) and the token itself on stderr, once, or into --token-file: give it to NAME,
+    keep it nowhere else.
+    """
+    from .serve.operators import config_entry, new_token, save_token
+    from .settings import MAX_NAME, name_problem
+
+    for role in roles:
+        problem = name_problem(role, MAX_NAME)
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint="--role")
+    token, digest = new_token()
+    if token_file is not None:
+        save_token(token_file, token)
+    if as_json:
+        made: dict[str, Any] = {
+            "name": name,
+            "roles": list(roles),
+            "token": token,
+            "token_sha256": digest,
+        }
+        if token_file is not None:  # it is in the file, and nowhere else
+            made = {**made, "token": None, "token_file": token_file}
+        click.echo(json.dumps(made, ensure_ascii=False))
+        return
+    click.echo(config_entry(name, roles, digest))
+    if token_file is None:
+        click.echo(f"token for {name} (shown once): {token}", err=True)
+    else:
+        click.echo(f"token for {name} written to {token_file}", err=True)
+
+
+@click.group()
+def practice() -> None:
+    """The practice world: its providers served over HTTP."""
+
+
+@practice.command("serve")
+@listening(8765)
+@JSON_OPTION
+def serve(host: str, port: int, as_json: bool) -> None:
+    """Serve the practice world's providers (payments, warehouse, travel, the generic service,
+    noop) as an HTTP JSON API, over the same practice database the commands use.
+
+    \b
+      POST /SERVICE/OPERATION                 JSON arguments; the operation ID in Idempotency-Key
+      GET  /SERVICE/operations/OPERATION_ID   the lookup: 200 and the receipt, or 404
+
+    Prints the URL on stdout (with --json: {"url": ..., "practice_world": ...}) once it listens;
+    SIGTERM or Ctrl-C stops it. The routes, statuses and faults are in
+    docs/reference/adapters.md ("The practice world over HTTP").
+    """
+    from .session import Session
+
+    with Session() as session:
+        server = session.practice_server(host, port)
+        shown = {"url": server.url, "practice_world": str(session.world.path)}
+        click.echo(json.dumps(shown) if as_json else server.url)
+        say(
+            f"serving the practice world {session.world.path} at {server.url}; "
+            "SIGTERM or Ctrl-C stops"
+        )
+        server.serve_until_signalled()
+    say("stopped")
