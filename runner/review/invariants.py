@@ -6,8 +6,9 @@
 * every stored receipt equal to what the practice database holds;
 * attempts within budget;
 * no run lost or stuck (it ends done, or with a person holding an operator item);
-* in a saga that compensated (it entered a ``compensate`` state), every forward effect applied in
-  the practice world is undone exactly once, or kept on purpose (its compensation is
+* in a run that compensated (it entered a ``compensate`` state) or ended ``compensated`` or
+  ``cancelled`` (through a compensate state or not), every forward effect applied in the practice
+  world is undone exactly once, or kept on purpose (its compensation is
   ``none: …``, recorded in the history as kept); one that cannot be undone (``impossible: …``,
   recorded too), declares no compensation, or whose registered undo never ran, is a violation
   unless the run ends with a person whose operator item names it: a run never ends compensated,
@@ -69,7 +70,7 @@ def verify(spec: Spec, runner: Runner, world: PracticeWorld, run: RunRecord) -> 
         *_overdone(spec, run, operations, changes),
         *_unfinished(spec, run, operations, changes),
     ]
-    if _compensated(spec, runner.store.history(run.id)):
+    if _compensated(spec, runner.store.history(run.id)) or _ends_undone(spec, run):
         found += _saga(spec, runner, operations, changes, run)
     return found
 
@@ -150,6 +151,14 @@ def _compensated(spec: Spec, history: list[EventRecord]) -> bool:
         and spec.states[str(e.data.get("to"))].kind == "compensate"
         for e in history
     )
+
+
+def _ends_undone(spec: Spec, run: RunRecord) -> bool:
+    """Whether the run ended in a state that says its changes were undone (``compensated``) or
+    that it made none to keep (``cancelled``): reached through a compensate state or not, every
+    change must then be undone, kept on purpose, or left to a person."""
+    state = spec.states.get(run.state)
+    return state is not None and state.kind in ("compensated", "cancelled")
 
 
 def _saga(

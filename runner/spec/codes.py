@@ -71,6 +71,7 @@ CODES: dict[str, str] = {
     "E515": "an effect that needs approval is reached without one",
     "E516": "an idempotency key does not name the effect",
     "W517": "an idempotency key does not name the business key",
+    "E518": "a row ends a saga compensated or cancelled with a change still in place",
 }
 
 

@@ -100,6 +100,36 @@ def test_dropping_a_compensation_is_caught_and_its_reproduce_command_reproduces_
     assert lines[first] in again.splitlines()
 
 
+@pytest.mark.parametrize("end", ["released", "no_flight"])
+def test_a_saga_that_ends_undone_without_its_undo_path_is_caught_by_validate_and_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], end: str
+) -> None:
+    """A refused hotel sent straight to the compensated end (or a cancelled one), skipping the
+    release: the flight stays held while the run says otherwise. validate names the row (E518);
+    check, which runs it anyway, finds the change left in place, with a reproduce command."""
+    path, text = _variant(
+        tmp_path,
+        f"booking_skips_undo_to_{end}",
+        "{state: holding_hotel,  event: refused,   next_state: releasing,",
+        f"{{state: holding_hotel,  event: refused,   next_state: {end},",
+    )
+    [found] = validate_text(text).errors
+    assert found.code == "E518"
+    assert f"holding_hotel --refused--> {end}" in found.message
+    assert "hold_flight (made)" in found.message
+    case = "hotel_refused:hold_hotel:none:none"
+    code, _, err = run(capsys, "check", str(path), "--case", case)
+    assert code == 1
+    lines = err.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("VIOLATION"))
+    assert "hold_flight" in lines[first]
+    assert "was made and never undone, yet the run ended" in lines[first]
+    reproduce = lines[first + 1].split("reproduce: ", 1)[1]
+    code, _, again = run(capsys, *shlex.split(reproduce)[1:])
+    assert code == 1
+    assert lines[first] in again.splitlines()
+
+
 def test_undoing_the_wrong_change_is_caught(tmp_path: Path) -> None:
     _, text = _variant(
         tmp_path,

@@ -26,22 +26,20 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from ...spec.model import Effect, Row, Spec, State
+from ...spec.paths import (
+    Made,
+    after_row,
+    effect_row,
+    made_before,
+)
 from .model import Builder, Graph, Line, wrap
 
 #: The kinds of state a forward path runs through.
 FORWARD_KINDS = frozenset({"step", "pause", "wait", "success"})
 WIDTH = 44
 Step = tuple[int, Row, Effect]
-#: Whether a forward effect was made on a way (its ``ok`` row taken), or may have been (its
-#: outcome is not known on that way).
-Made = Literal["made", "maybe"]
-#: The effect state → what is known of its effect, at some point of some path.
-Known = dict[str, Made]
-#: Events of an effect's own row after which its change is not made.
-NOT_MADE = frozenset({"refused"})
 
 
 @dataclass(frozen=True)
@@ -68,66 +66,7 @@ def _forward_states(spec: Spec) -> list[str]:
     return seen
 
 
-def _effect_row(spec: Spec, state: str) -> tuple[Row, Effect] | None:
-    for row in spec.rows_from(state):
-        if row.external_effect is not None and row.external_effect in spec.effects:
-            return row, spec.effects[row.external_effect]
-    return None
-
-
 # -- what each way into the undo path can have made -----------------------------------------------
-
-
-def _join(a: Mapping[str, Made], b: Mapping[str, Made]) -> Known:
-    """Both paths' effects: made on either is made (the undo path must handle it)."""
-    joined: Known = dict(a)
-    for state, made in b.items():
-        if joined.get(state) != "made":
-            joined[state] = made
-    return joined
-
-
-def _undone_by_effect(spec: Spec, state: str) -> bool:
-    found = _effect_row(spec, state)
-    comp = found[0].compensation if found is not None else None
-    return comp is not None and comp.kind == "effect"
-
-
-def after_row(spec: Spec, row: Row, before: Mapping[str, Made]) -> Known:
-    """What is known of the forward effects once ``row`` is taken, given ``before``.
-
-    The effect of the row's own state is made by ``ok``, not made by ``refused``, and may have
-    been made by any other outcome (``exhausted``, ``unknown``, an approval ``expired`` before a
-    call sent again). Leaving a compensate state by ``ok``, the effects it undid are gone; the
-    ones kept (``none``, ``impossible``) stay."""
-    state = spec.states.get(row.state)
-    if state is not None and state.kind == "compensate":
-        if row.event != "ok":
-            return dict(before)
-        return {s: m for s, m in before.items() if not _undone_by_effect(spec, s)}
-    if _effect_row(spec, row.state) is None or row.event in NOT_MADE:
-        return dict(before)
-    return _join(before, {row.state: "made" if row.event == "ok" else "maybe"})
-
-
-def made_before(spec: Spec) -> dict[str, Known]:
-    """For each state reachable from ``start``: the forward effects some path into it can have
-    made (a fixed point over the transition graph; loops included)."""
-    if spec.start not in spec.states:
-        return {}
-    known: dict[str, Known] = {spec.start: {}}
-    queue = deque([spec.start])
-    while queue:
-        state = queue.popleft()
-        for row in spec.rows_from(state):
-            if row.next_state not in spec.states:
-                continue
-            before = known.get(row.next_state)
-            after = _join(before or {}, after_row(spec, row, known[state]))
-            if after != before:
-                known[row.next_state] = after
-                queue.append(row.next_state)
-    return known
 
 
 def _newest_first(spec: Spec, known: Mapping[str, Made]) -> tuple[str, ...]:
@@ -154,7 +93,7 @@ def ways_in(spec: Spec) -> list[WayIn]:
 
 
 def _effect_name(spec: Spec, state: str) -> str:
-    found = _effect_row(spec, state)
+    found = effect_row(spec, state)
     return found[1].name if found is not None else state
 
 
@@ -221,7 +160,7 @@ def _forward(b: Builder, spec: Spec) -> tuple[dict[str, str], dict[str, Step]]:
     steps: dict[str, Step] = {}
     for name in _forward_states(spec):
         state = spec.states[name]
-        found = _effect_row(spec, name)
+        found = effect_row(spec, name)
         if found is None:
             ids[name] = _state_node(b, state)
             continue
@@ -268,7 +207,7 @@ def _undo_path(
             ends.append(node)
             return node
         (effect_state, made), older = rest[0], rest[1:]
-        found = _effect_row(spec, effect_state)
+        found = effect_row(spec, effect_state)
         assert found is not None  # only effect states are ever known as made
         number = steps[effect_state][0] if effect_state in steps else 0
         node = _undo_node(b, spec, (number, *found), made)

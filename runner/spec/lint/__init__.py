@@ -28,6 +28,7 @@ from .effects import (
     check_retry_and_hope,
     check_retry_owners,
 )
+from .endings import check_saga_endings
 from .graph import check_event_names, check_events, check_graph
 from .inputs import check_example_worlds, check_input_reads
 from .references import (
@@ -55,6 +56,7 @@ CHECKS: tuple[Check, ...] = (
     check_retry_and_hope,
     check_retry_owners,
     check_compensation,
+    check_saga_endings,
     check_approvals,
     check_operator_actions,
 )
