@@ -298,6 +298,9 @@ def run(
         chosen = spec.example(example) if example is not None else None
     with hinted("--fault"):
         parsed = [parse_fault(spec.effects, f) for f in faults]
+    world = world_fixture(world_path, spec.effects) if world_path else None
+    if world is None and chosen is not None:
+        world = chosen.world
     if naive:
         say(views.NAIVE_WARNING)
     from ratchet_runner.engine import commands
@@ -313,7 +316,6 @@ def run(
         data: dict[str, Any] = (
             chosen.input if chosen is not None else load_file(str(input_path)).data
         )
-        world = world_fixture(world_path) if world_path else chosen.world if chosen else None
         prepare = session.practice_setup(world, parsed, say)
         result, created = commands.start(
             runner,

@@ -294,13 +294,29 @@ def drive(how: How, key: str, command: Callable[..., CommandResult], *args: Any,
 # -- check and run ----------------------------------------------------------------------------
 
 
-def world_fixture(path: str) -> dict[str, Any]:
-    """The practice world fixture in the file at ``path`` (a mapping, or a usage error)."""
+def world_fixture(path: str, effects: Iterable[str]) -> dict[str, Any]:
+    """The practice world fixture in the file at ``path``: a mapping whose faults name the
+    spec's ``effects`` (a usage error otherwise, before any run is created: a fault meant for
+    an effect that does not exist would wait for calls that never come)."""
+    import difflib
+
     from .spec.loader import load_file
 
     fixture = load_file(path).data
     if not isinstance(fixture, dict):
         raise click.BadParameter("a practice world fixture is a mapping", param_hint="--world")
+    known = list(effects)
+    faults = fixture.get("faults")
+    for fault in faults if isinstance(faults, list) else []:
+        effect = fault.get("effect") if isinstance(fault, dict) else None
+        if isinstance(effect, str) and effect not in known:
+            close = difflib.get_close_matches(effect, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise click.BadParameter(
+                f"{path}: a fault names effect {effect!r}, which the spec does not declare "
+                f"(effects: {', '.join(known) or 'none'}){hint}",
+                param_hint="--world",
+            )
     return fixture
 
 

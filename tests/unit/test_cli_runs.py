@@ -136,6 +136,22 @@ def test_a_world_that_is_not_a_mapping_is_a_usage_error(
     assert json.loads(out) == []
 
 
+def test_a_world_whose_fault_names_no_effect_of_the_spec_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The fault would wait for calls that never come, and the refund would go through as if
+    no fault had been asked for: refused, with the effect it may have meant."""
+    misspelt = tmp_path / "world.json"
+    misspelt.write_text('{"faults": [{"effect": "request_refnd", "kind": "refuse"}]}')
+    code, _, err = run(capsys, "run", REFUND, "--example", "T-90104", "--world", str(misspelt))
+    assert code == 2
+    assert "R206" in err
+    assert "a fault names effect 'request_refnd'" in err
+    assert "did you mean 'request_refund'?" in err
+    code, out, _ = run(capsys, "runs", "--json")
+    assert json.loads(out) == []
+
+
 def test_an_approval_no_guard_accepts_names_the_guard_and_the_roles_it_would_accept(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
