@@ -209,11 +209,17 @@ def _syntax_error(file: str, text: str, exc: yaml.YAMLError) -> SpecError:
             ends = position >= end or "end of stream" in problem
             found = "the file ends first" if ends else f"{problem} at line {position[0]}"
             found = " ".join(found.split())
+            hint = ""
+            if "flow" in context and "expected ','" in problem:
+                hint = (
+                    "; inside {...} or [...], a value holding a comma, a bracket or a brace "
+                    "must be quoted, whole: guard: \"... in ['a', 'b']\""
+                )
             return _fail(
                 file,
                 (opened.line + 1, opened.column + 1),
                 "E104",
-                f"the {_OPENERS[context]} that starts here is never closed ({found})",
+                f"the {_OPENERS[context]} that starts here is never closed ({found}){hint}",
             )
         if context == "while scanning a simple key":
             # A line that is not `key: value`: the parser gives up only on a later line.

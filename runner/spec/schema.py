@@ -104,12 +104,30 @@ def _misspelling(error: ValidationError, missing: str) -> str | None:
 #: The schema's pattern of a duration (``30s``, ``24h``).
 DURATION = "^[0-9]+(ms|s|m|h|d)$"
 _DURATION_WORDS = "a duration is a whole number and a unit, ms, s, m, h or d (e.g. 30s, 24h)"
-#: An unknown field with a space in its name and no value: what YAML makes of the rest of a value
-#: that an unquoted comma cut short inside ``{...}``.
+#: An unknown field with a space or a quote in its name and no value: what YAML makes of the
+#: rest of a value that an unquoted comma cut short inside ``{...}``.
 _SPLIT_BY_COMMA = (
     "; a comma inside {...} ends a value: if this is the rest of the value before it, quote that "
     "whole value"
 )
+
+
+def _looks_cut(key: object) -> bool:
+    """Whether a key is what a comma cut off the end of a value: a space or a quote in it."""
+    return isinstance(key, str) and any(c.isspace() or c in "'\"()[]" for c in key)
+
+
+def _cut_name(doc: Document, error: ValidationError) -> bool:
+    """Whether the name a ``pattern`` error is about is a key with no value that a comma cut off
+    the end of a value in ``{...}`` (its mapping is at the error's path)."""
+    parent: Any = doc.data
+    for step in error.absolute_path:
+        try:
+            parent = parent[step]
+        except (KeyError, IndexError, TypeError):
+            return False
+    key = error.instance
+    return isinstance(parent, dict) and key in parent and parent[key] is None and _looks_cut(key)
 
 
 def _duration_hint(error: ValidationError, where: str) -> str:
@@ -144,7 +162,7 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         for key in sorted(set(error.instance) - set(known)):
             hint = difflib.get_close_matches(key, known, n=1)
             tail = f"; did you mean {hint[0]!r}?" if hint else f"; allowed: {', '.join(known)}"
-            if error.instance[key] is None and any(c.isspace() for c in str(key)):
+            if error.instance[key] is None and _looks_cut(key):
                 tail += _SPLIT_BY_COMMA
             yield doc.diagnostic(
                 pointer_join(pointer, key),
@@ -196,6 +214,8 @@ def _diagnostics(doc: Document, error: ValidationError) -> Iterator[Diagnostic]:
         message = f"{where} is {_describe(error.instance)}; allowed: {', '.join(options)}{guess}"
     elif kind == "pattern" and error.validator_value == DURATION:
         message = f"{where} is {_describe(error.instance)}; {_DURATION_WORDS}"
+    elif kind == "pattern" and _cut_name(doc, error):
+        message = f"{where} has a name {_describe(error.instance)} with no value{_SPLIT_BY_COMMA}"
     elif kind == "pattern":
         message = f"{where} is {_describe(error.instance)}; it must match {error.validator_value}"
     else:

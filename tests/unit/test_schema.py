@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft7Validator
 
+from ratchet_runner.errors import SpecError
 from ratchet_runner.spec import schema
 from ratchet_runner.spec.loader import Document, load_file, load_text
 from ratchet_runner.spec.model import COLUMNS
@@ -113,6 +114,44 @@ def test_an_unquoted_comma_that_splits_a_flow_mapping_says_to_quote_the_value() 
     typo = _messages("next_state: refunded,", "next_stat: refunded,")
     assert any("unknown field 'next_stat'" in found and "did you mean" in found for found in typo)
     assert not any("quote" in found for found in typo)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        (  # an argument's expression cut short: its rest becomes a name with no value
+            "reason: input.reason}",
+            "reason: input.reason + ', very late'}",
+            'E204 /effects/request_refund/args has a name "very late\'" with no value',
+        ),
+        (  # a comma inside a quoted string of an unquoted guard: no space in the rest
+            "guard: \"input.amount <= 100.0 || approval.role == 'team_lead'\"}",
+            "guard: input.amount <= 100.0 || input.reason == 'a,b'}",
+            'E201 unknown field "b\'"',
+        ),
+    ],
+)
+def test_more_values_split_by_an_unquoted_comma_say_to_quote_them(
+    old: str, new: str, what: str
+) -> None:
+    found = _messages(old, new)
+    hinted = [f for f in found if what in f]
+    assert hinted, found
+    assert hinted[0].endswith("if this is the rest of the value before it, quote that whole value")
+
+
+def test_a_bracket_in_an_unquoted_value_of_a_flow_row_says_to_quote_it() -> None:
+    old = "guard: \"input.amount <= 100.0 || approval.role == 'team_lead'\"}"
+    new = "guard: input.amount <= 100.0 || approval.role in ['team_lead', 'agent']}"
+    with pytest.raises(SpecError) as raised:  # not YAML: the loader refuses it
+        _messages(old, new)
+    [problem] = raised.value.diagnostics
+    found = f"{problem.code} {problem.message}"
+    assert "E104 the flow mapping '{' that starts here is never closed" in found
+    assert found.endswith(
+        "inside {...} or [...], a value holding a comma, a bracket or a brace must be quoted, "
+        "whole: guard: \"... in ['a', 'b']\""
+    )
 
 
 def _with_nodes(doc: Document, count: int) -> Document:
