@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
     from ratchet_runner.adapters.base import Refused as Refused
     from ratchet_runner.adapters.base import Transient as Transient
     from ratchet_runner.adapters.base import receipt_of as receipt_of
+    from ratchet_runner.adapters.http import HttpAdapter as HttpAdapter
     from ratchet_runner.adapters.practice import PracticeWorld
 
     from .clock import Clock, FakeClock, SystemClock
@@ -101,6 +102,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "FakeClock",
     "Found",
     "GraphvizNotFound",
+    "HttpAdapter",
     "LeaseLost",
     "LeaseTooShort",
     "LookupFailed",
@@ -156,6 +158,7 @@ _HOMES: dict[str, str] = {
     "ratchet_runner.store.records": "RunRecord",
     "ratchet_runner.worker.passes": "worker_pass",
     "ratchet_runner.adapters.practice": "PracticeWorld",
+    "ratchet_runner.adapters.http": "HttpAdapter",
     "ratchet_runner.adapters.base": (
         "Adapter Ambiguous Call Done Escalate Found LookupFailed LookupResult NotFound Outcome"
         " Refused Transient receipt_of"

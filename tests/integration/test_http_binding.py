@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,43 @@ def test_a_refund_whose_reply_is_lost_over_http_is_reconciled_and_made_once(
     assert "reconcile found" in out
     changes = _changes(capsys)
     assert [(c["operation"], c["args"]["amount"]) for c in changes] == [("refund", amount)]
+
+
+def test_a_request_still_in_progress_over_http_is_an_unknown_outcome_and_one_refund_is_made(
+    binding: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The provider commits late (2 s): the first request's connection ends before it commits,
+    the lookup finds nothing yet, and a retry with the same key meets the first request still in
+    progress (409). That is an unknown outcome, never a refusal: looked up again and retried with
+    the same key. However the retries fall against the late commit (done within the budget, or
+    the budget spent first and the run left to a person, whose retry looks it up first), one
+    refund is made."""
+    code, _, err = run(
+        capsys,
+        *("run", REFUND, "--example", "T-90104", "--bindings", binding),
+        *("--fault", "request_refund:commits_late"),
+    )
+    assert code == 0, err
+    code, out, err = run(
+        capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent", "--bindings", binding
+    )
+    assert code == 0, err
+    code, trace, _ = run(capsys, "trace", "T-90104")
+    assert "HTTP 409" in trace  # the key's first request was still being processed
+    seen = [line for line in trace.splitlines() if "HTTP 409" in line]
+    assert all("unclear reply" in line for line in seen)  # unknown, never the row's refused
+    if "refunded (done)" not in out:
+        assert "needs_person" in out, trace
+        time.sleep(2.5)  # the late commit is made by now
+        code, out, err = run(
+            capsys,
+            *("ops", "retry", "T-90104", "--as", "olu", "--role", "payments_ops"),
+            *("--bindings", binding),
+        )
+        assert code == 0, err
+        assert "refunded (done)" in out
+    changes = _changes(capsys)
+    assert [(c["operation"], c["args"]["amount"]) for c in changes] == [("refund", 9.95)]
 
 
 @dataclass(frozen=True)

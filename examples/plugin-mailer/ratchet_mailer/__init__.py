@@ -26,8 +26,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner import Call, Done, Found, LookupFailed, LookupResult, NotFound, Outcome, Refused
-from ratchet_runner.adapters.base import Escalate
+from ratchet_runner import (
+    Call,
+    Done,
+    Escalate,
+    Found,
+    LookupFailed,
+    LookupResult,
+    NotFound,
+    Outcome,
+    Refused,
+)
 from ratchet_runner.errors import BindingError
 
 __all__ = ["OutboxMailer"]
