@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -106,21 +106,32 @@ def _rate(seconds: list[float]) -> float:
     return 1.0 / statistics.median(seconds)
 
 
-def measure_reads(session: Session, http: httpx.Client, runs: list[str], rounds: int) -> Row:
-    runner = session.runner()
+def _alternating(rounds: int, one: Callable[[str, int], float]) -> tuple[list[float], list[float]]:
+    """Seconds per operation over HTTP and through the library, ``one(way, round)`` timing a
+    round of either; which goes first alternates, and round -1 warms both up (not counted)."""
     over_http: list[float] = []
     direct: list[float] = []
-    for round_ in range(-1, rounds):  # round -1 warms both up: not counted
+    for round_ in range(-1, rounds):
         for way in ("http", "lib") if round_ % 2 == 0 else ("lib", "http"):
-            began = time.perf_counter()
-            for run_id in runs:
-                if way == "http":
-                    assert http.get(f"/api/runs/{run_id}").status_code == 200
-                else:
-                    run_summary(runner, runner.store.resolve(run_id))
-            each = (time.perf_counter() - began) / len(runs)
+            each = one(way, round_)
             if round_ >= 0:
                 (over_http if way == "http" else direct).append(each)
+    return over_http, direct
+
+
+def measure_reads(session: Session, http: httpx.Client, runs: list[str], rounds: int) -> Row:
+    runner = session.runner()
+
+    def one(way: str, _round: int) -> float:
+        began = time.perf_counter()
+        for run_id in runs:
+            if way == "http":
+                assert http.get(f"/api/runs/{run_id}").status_code == 200
+            else:
+                run_summary(runner, runner.store.resolve(run_id))
+        return (time.perf_counter() - began) / len(runs)
+
+    over_http, direct = _alternating(rounds, one)
     return Row(
         "reading a run: GET /api/runs/RUN vs views.run_summary in-process (requests/s)",
         _rate(over_http),
@@ -133,29 +144,25 @@ def measure_reads(session: Session, http: httpx.Client, runs: list[str], rounds:
 def measure_signals(session: Session, http: httpx.Client, batch: int, rounds: int) -> Row:
     runner = session.runner()
     key = secret_key(SECRET)
-    over_http: list[float] = []
-    direct: list[float] = []
-    for round_ in range(-1, rounds):  # round -1 warms both up: not counted
-        for way in ("http", "lib") if round_ % 2 == 0 else ("lib", "http"):
-            runs = _parcels(session, batch, f"P-{way}-{round_}")
-            began = time.perf_counter()
-            for i, run_id in enumerate(runs):
-                data = {"weight_kg": 1.0}
-                if way == "http":
-                    body = json.dumps(
-                        {"run": run_id, "event": "parcel_received", "data": data}
-                    ).encode()
-                    sent = headers([key], f"m-{round_}-{i}", int(time.time()), body)
-                    answer = http.post("/hooks/bench", content=body, headers=sent)
-                    assert answer.json().get("delivered") is True, answer.text
-                else:
-                    result = commands.signal(
-                        runner, run_id, "parcel_received", f"lib-{round_}-{i}", data, drive=False
-                    )
-                    assert result.changed
-            each = (time.perf_counter() - began) / batch
-            if round_ >= 0:
-                (over_http if way == "http" else direct).append(each)
+
+    def one(way: str, round_: int) -> float:
+        runs = _parcels(session, batch, f"P-{way}-{round_}")
+        began = time.perf_counter()
+        for i, run_id in enumerate(runs):
+            data = {"weight_kg": 1.0}
+            if way == "http":
+                body = json.dumps({"run": run_id, "event": "parcel_received", "data": data})
+                sent = headers([key], f"m-{round_}-{i}", int(time.time()), body.encode())
+                answer = http.post("/hooks/bench", content=body.encode(), headers=sent)
+                assert answer.json().get("delivered") is True, answer.text
+            else:
+                result = commands.signal(
+                    runner, run_id, "parcel_received", f"lib-{round_}-{i}", data, drive=False
+                )
+                assert result.changed
+        return (time.perf_counter() - began) / batch
+
+    over_http, direct = _alternating(rounds, one)
     return Row(
         "signalling: a signed webhook vs commands.signal in-process (signals/s)",
         _rate(over_http),
