@@ -106,9 +106,10 @@ def _rate(seconds: list[float]) -> float:
     return 1.0 / statistics.median(seconds)
 
 
-def _alternating(rounds: int, one: Callable[[str, int], float]) -> tuple[list[float], list[float]]:
-    """Seconds per operation over HTTP and through the library, ``one(way, round)`` timing a
-    round of either; which goes first alternates, and round -1 warms both up (not counted)."""
+def _compared(label: str, unit: str, rounds: int, one: Callable[[str, int], float]) -> Row:
+    """Operations per second over HTTP against the library's, ``one(way, round)`` timing a
+    round of either (seconds per operation); which goes first alternates, and round -1 warms
+    both up (not counted)."""
     over_http: list[float] = []
     direct: list[float] = []
     for round_ in range(-1, rounds):
@@ -116,7 +117,7 @@ def _alternating(rounds: int, one: Callable[[str, int], float]) -> tuple[list[fl
             each = one(way, round_)
             if round_ >= 0:
                 (over_http if way == "http" else direct).append(each)
-    return over_http, direct
+    return Row(label, _rate(over_http), unit, baseline=_rate(direct), digits=0)
 
 
 def measure_reads(session: Session, http: httpx.Client, runs: list[str], rounds: int) -> Row:
@@ -131,14 +132,8 @@ def measure_reads(session: Session, http: httpx.Client, runs: list[str], rounds:
                 run_summary(runner, runner.store.resolve(run_id))
         return (time.perf_counter() - began) / len(runs)
 
-    over_http, direct = _alternating(rounds, one)
-    return Row(
-        "reading a run: GET /api/runs/RUN vs views.run_summary in-process (requests/s)",
-        _rate(over_http),
-        "req/s",
-        baseline=_rate(direct),
-        digits=0,
-    )
+    what = "reading a run: GET /api/runs/RUN vs views.run_summary in-process (requests/s)"
+    return _compared(what, "req/s", rounds, one)
 
 
 def measure_signals(session: Session, http: httpx.Client, batch: int, rounds: int) -> Row:
@@ -162,14 +157,8 @@ def measure_signals(session: Session, http: httpx.Client, batch: int, rounds: in
                 assert result.changed
         return (time.perf_counter() - began) / batch
 
-    over_http, direct = _alternating(rounds, one)
-    return Row(
-        "signalling: a signed webhook vs commands.signal in-process (signals/s)",
-        _rate(over_http),
-        "signals/s",
-        baseline=_rate(direct),
-        digits=0,
-    )
+    what = "signalling: a signed webhook vs commands.signal in-process (signals/s)"
+    return _compared(what, "signals/s", rounds, one)
 
 
 def _percentiles(took: list[float], what: str) -> list[Row]:
