@@ -142,8 +142,10 @@ def login_page(request: Request) -> Response:
     import secrets
 
     service: Service = request.app.state.service
-    nonce = secrets.token_urlsafe(24)
     target = _safe_next(request.query_params.get("next"))
+    if service.sessions.get(request.cookies.get(COOKIE)) is not None:
+        return RedirectResponse(target, status_code=303)  # signed in already
+    nonce = secrets.token_urlsafe(24)
     response = render(request, "login.html", {"nonce": nonce, "next": target})
     response.set_cookie(
         LOGIN_COOKIE,

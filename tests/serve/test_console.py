@@ -106,6 +106,8 @@ def test_pages_need_a_sign_in_and_come_back_after_it(
     assert "ratchet_session=" in cookie
     signed_in = browser.post("/login", data={})  # no nonce: not this service's form
     assert signed_in.status_code == 403
+    again = browser.get("/login", params={"next": "/runs"})  # signed in already: on you go
+    assert (again.status_code, again.headers["location"]) == (303, "/runs")
 
 
 def test_the_session_cookie_is_http_only_and_strict(
@@ -119,7 +121,8 @@ def test_the_session_cookie_is_http_only_and_strict(
     assert "HttpOnly" in cookie
     assert "SameSite=strict" in cookie
     assert "Secure" not in cookie  # plain HTTP here; behind a TLS proxy it is Secure
-    nonce = _field(browser.get("/login").text, "nonce")  # a form is used once
+    browser = sign_in.anonymous(base)  # another browser, through a TLS proxy
+    nonce = _field(browser.get("/login").text, "nonce")
     behind_tls = browser.post(
         "/login",
         data={"nonce": nonce, "token": people.tokens["ana"]},
