@@ -289,6 +289,31 @@ def test_nothing_uncertain_is_flagged(source: str) -> None:
     assert mismatches(source, SCHEMA) == []
 
 
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("input.amount % 2 == 0", "input.amount is a number in input: (9.95 has a fraction)"),
+        ("input.count % 2.5 == 0", "2.5 is a double; write an int"),
+        ("double(input.count) % 2 == 0", "double(...) is a double; use int(...)"),
+        ("input.count % input.amount", "declare it an integer in input:, or write int("),
+    ],
+)
+def test_a_remainder_of_what_may_have_a_fraction_is_flagged(source: str, why: str) -> None:
+    """``%`` takes two ints: 9.95 % 2, and even 10.0 % 2, cannot be evaluated at run time."""
+    [problem] = mismatches(source, SCHEMA)
+    assert problem.startswith(f"{source!r} cannot be evaluated for every input: '%' takes two ")
+    assert why in problem
+    with pytest.raises(ExpressionError, match="% takes two ints"):
+        compile_expression("input.amount % 2 == 0").evaluate({"input": {"amount": 10.0}})
+
+
+@pytest.mark.parametrize(
+    "source", ["input.count % 2 == 0", "int(input.amount) % 2 == 0", "input.free % 2 == 0"]
+)
+def test_a_remainder_of_ints_is_not_flagged(source: str) -> None:
+    assert mismatches(source, SCHEMA) == []
+
+
 def test_e313_is_located_at_the_argument_that_computes_with_a_string() -> None:
     fixed = (EXAMPLES / "E313.fixed.yaml").read_text(encoding="utf-8")
     old = "args: {order: input.order, amount: input.amount}"

@@ -159,6 +159,13 @@ def _kind(
         result = _result(symbol, left, right)
         if result is None:
             return None, _explain(source, symbol, (left_node, left), (trees[1], right), schema)
+        if symbol == "%":
+            fraction = _fraction(left_node, schema) or _fraction(trees[1], schema)
+            if fraction is not None:
+                return None, (
+                    f"{source!r} cannot be evaluated for every input: '%' takes two ints, and "
+                    f"{fraction}"
+                )
         return result, None
     if len(trees) == 1 and len(children) == 1:  # expr, member, primary, paren_expr, ...
         return kinds.get(id(trees[0])), None
@@ -237,6 +244,30 @@ def _side(node: Any, kind: str, schema: Mapping[str, Any] | None) -> tuple[str, 
 
 def _a(kind: str) -> str:
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _fraction(node: Any, schema: Mapping[str, Any] | None) -> str | None:
+    """How one side of ``%`` may hold a fraction (a double literal, ``double(...)``, or an input
+    field declared ``number`` rather than ``integer``), and what to write instead; None when it
+    cannot."""
+    path = _name_path(node) if isinstance(node, Tree) else None
+    if path and path[0] == "input" and schema is not None:
+        if _declared(schema, path[1:]) != "number":
+            return None
+        name = ".".join(path)
+        return (
+            f"{name} is a number in input: (9.95 has a fraction); declare it an integer in "
+            f"input:, or write int({name})"
+        )
+    inner = node
+    while isinstance(inner, Tree) and len(inner.children) == 1:
+        inner = inner.children[0]
+    if isinstance(inner, Token) and inner.type == "FLOAT_LIT":
+        return f"{inner} is a double; write an int"
+    called = inner.children[0] if isinstance(inner, Tree) and inner.children else None
+    if isinstance(inner, Tree) and inner.data == "ident_arg" and str(called) == "double":
+        return "double(...) is a double; use int(...)"
+    return None
 
 
 def _single_literal(node: Any) -> str | None:
