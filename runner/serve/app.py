@@ -17,6 +17,8 @@ runner of its own over the service's one store.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -322,9 +324,12 @@ class Guard:
             return
 
         began = time.perf_counter()
+        started = False
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
                 for name, value in SECURITY_HEADERS.items():
@@ -365,7 +370,19 @@ class Guard:
                 return {"type": "http.request", "body": raw, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send_with_headers)
+        try:
+            await self.app(scope, replay, send_with_headers)
+        except Exception as exc:  # a bug: one line in the log, one JSON error, no traceback
+            if os.environ.get("RATCHET_DEBUG"):
+                raise
+            print(
+                f"ratchet serve: internal error: {type(exc).__name__}: {exc} "
+                "(set RATCHET_DEBUG=1 to see the traceback, and please report it)",
+                file=sys.stderr,
+            )
+            if not started:
+                said = "internal error (the service logged it); please report it"
+                await error(500, "R000", said)(scope, receive, send_with_headers)
 
 
 def create_app(service: Service) -> Starlette:
@@ -392,9 +409,8 @@ def create_app(service: Service) -> Starlette:
                 service.metrics.close()
 
     async def internal_error(_request: Request, exc: Exception) -> Response:
-        """A bug: one JSON line to the client, one line to the log, never a traceback."""
-        import sys
-
+        """A bug in the middleware itself (the routes' are the Guard's): one JSON line to the
+        client, one line to the log."""
         print(f"ratchet serve: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return error(500, "R000", "internal error (the service logged it); please report it")
 

@@ -425,13 +425,25 @@ def test_the_services_connections_send_small_replies_without_waiting(
 
 
 def test_a_bug_answers_one_json_line_and_no_traceback(
-    client: httpx.Client, people: People, waiting: str, monkeypatch: pytest.MonkeyPatch
+    client: httpx.Client,
+    people: People,
+    waiting: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Nor in the service's log: one line there, as the command line prints one."""
+
     def broken(*_: object) -> None:
         raise ZeroDivisionError("a bug")
 
+    monkeypatch.delenv("RATCHET_DEBUG", raising=False)
     monkeypatch.setattr("ratchet_runner.review.views.run_summary", broken)
+    capsys.readouterr()
     response = client.get("/api/runs/T-90104", headers=people.auth("vic"))
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "R000"
     assert "Traceback" not in response.text
+    assert client.get("/healthz").status_code == 200  # and it serves on
+    logged = capsys.readouterr().err
+    assert "Traceback" not in logged
+    assert logged.count("ratchet serve: internal error: ZeroDivisionError: a bug") == 1
