@@ -326,13 +326,15 @@ def operate(
     lease_seconds: float = COMMAND_LEASE,
     patience: float = PATIENCE,
     owner: str | None = None,
+    drive: bool = True,
 ) -> CommandResult:
     """``ratchet ops ACTION``: the operator control, under the run's lease (see
-    :func:`ratchet_runner.engine.controls.operate`)."""
+    :func:`ratchet_runner.engine.controls.operate`); then the run driven on, or (``drive``
+    False) left to the workers, whom the commit wakes."""
     from .controls import operate as carry_out
 
     def act(run: RunRecord) -> CommandResult:
-        outcome = carry_out(runner, run.id, action, actor, role, note)
+        outcome = carry_out(runner, run.id, action, actor, role, note, drive=drive)
         return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
 
     hold = _Hold(lease_seconds, patience, owner)

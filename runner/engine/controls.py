@@ -56,9 +56,17 @@ def _state_performing(spec: Spec, effect: str) -> str:
 
 
 def operate(
-    runner: Runner, run_ref: str, action: str, actor: str, role: str, note: str | None = None
+    runner: Runner,
+    run_ref: str,
+    action: str,
+    actor: str,
+    role: str,
+    note: str | None = None,
+    *,
+    drive: bool = True,
 ) -> Outcome:
-    """Carry out operator control ``action`` on a run, audited, or refuse with no change."""
+    """Carry out operator control ``action`` on a run, audited, or refuse with no change; then
+    drive the run on (``drive``), or leave it to the workers, whom the commit wakes."""
     if action not in OPERATOR_ACTIONS:
         raise OperatorRefused(f"no operator action {action!r} ({', '.join(OPERATOR_ACTIONS)})")
     run = runner.store.resolve(run_ref)
@@ -72,10 +80,15 @@ def operate(
         "reconcile": _reconcile,
         "compensate": _compensate,
     }[action]
-    return handler(runner, run, spec, _audit(runner, run, action, actor, role, note))
+    return handler(runner, run, spec, _audit(runner, run, action, actor, role, note), drive)
 
 
-def _pause(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+def _go_on(runner: Runner, run: RunRecord, drive: bool) -> tuple[RunRecord, str | None]:
+    """After the control's commit: the run driven on, or left as committed to the workers."""
+    return carry_on(runner, run) if drive else (run, None)
+
+
+def _pause(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     if run.status in ("done", "cancelled", "paused"):
         raise OperatorRefused(f"run {run.id} is {run.status}; nothing changed")
     change.status = "paused"
@@ -83,15 +96,15 @@ def _pause(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcom
     return Outcome(runner.store.commit(change), True, f"run {run.id} paused")
 
 
-def _resume(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+def _resume(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     if run.status != "paused":
         raise OperatorRefused(f"run {run.id} is {run.status}, not paused; nothing changed")
     change.status = str(run.context.get("paused_from") or status_of(spec.states[run.state]))
-    driven, then = carry_on(runner, runner.store.commit(change))
+    driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(driven, True, f"run {run.id} resumed", then)
 
 
-def _cancel(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+def _cancel(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     if run.status in ("done", "cancelled"):
         raise OperatorRefused(f"run {run.id} is {run.status}; nothing changed")
     undone = set(run.context.get("undone", []))
@@ -111,7 +124,7 @@ def _grant(run: RunRecord, op: OperationRecord, extra: int) -> dict[str, Any]:
     return grants
 
 
-def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     failed_step = run.context.get("failed_step")
     if failed_step is not None and run.status == "needs_person":
         # A step that failed before it could finish (see ``park``): take it again.
@@ -119,7 +132,7 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcom
         change.context = {
             k: v for k, v in run.context.items() if k not in ("failed_step", "wake_at")
         }
-        driven, then = carry_on(runner, runner.store.commit(change))
+        driven, then = _go_on(runner, runner.store.commit(change), drive)
         return Outcome(driven, True, f"the step in {failed_step['state']!r} is taken again", then)
     op = _failed_operation(runner, run, ("forward",))
     if op.status == "refused":
@@ -136,7 +149,7 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcom
         "wake_at": None,
     }
     change.operation_updates.append((op.operation_id, {"status": "pending"}))
-    driven, then = carry_on(runner, runner.store.commit(change))
+    driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(
         driven,
         True,
@@ -145,7 +158,7 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcom
     )
 
 
-def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     op = _failed_operation(runner, run, ("forward", "compensation"))
     effect = spec.effects[op.effect]
     if effect.reconcile is None:
@@ -167,7 +180,7 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Ou
         change.state = _compensate_state(spec, run)
     change.status = "running"
     change.event("reconcile_found", operation_id=op.operation_id)
-    driven, then = carry_on(runner, runner.store.commit(change))
+    driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(driven, True, f"{op.effect} is on the provider's record; the run goes on", then)
 
 
@@ -178,7 +191,7 @@ def _compensate_state(spec: Spec, run: RunRecord) -> str:
     raise OperatorRefused(f"{spec.name} has no compensate state; nothing changed")
 
 
-def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> Outcome:
+def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     target = _compensate_state(spec, run)
     if run.status in ("done", "cancelled") and spec.states[run.state].kind != "operator_queue":
         raise OperatorRefused(f"run {run.id} is {run.status}; nothing to compensate")
@@ -192,5 +205,5 @@ def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change) -> O
             change.operation_updates.append((op.operation_id, {"status": "pending"}))
     change.state, change.status = target, "running"
     change.context = {**run.context, "grants": grants, "wake_at": None}
-    driven, then = carry_on(runner, runner.store.commit(change))
+    driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(driven, True, f"compensating run {run.id} from {target}", then)

@@ -100,7 +100,8 @@ def operate(
     note: str | None = None,
 ) -> CommandResult:
     """Carry out the operator ``action`` on the run named by ``reference``, as ``operator``,
-    under the run's lease (as ``ratchet ops`` does)."""
+    under the run's lease (as ``ratchet ops`` does), and leave the run to the workers, whom the
+    commit wakes: a request never waits on the calls the run makes next."""
     from ..engine import commands
     from ..settings import OPERATOR_ACTIONS
 
@@ -110,4 +111,4 @@ def operate(
     run = runner.store.resolve(reference)
     spec = runner.spec_of(run)
     chosen = choose_role(operator, spec.operator_roles, role, f"{action} runs")
-    return commands.operate(runner, run.id, action, operator.name, chosen, note)
+    return commands.operate(runner, run.id, action, operator.name, chosen, note, drive=False)

@@ -1,14 +1,16 @@
-"""``ratchet serve``: the HTTP API over the library, one ASGI application (Starlette).
+"""``ratchet serve``: the HTTP API over the library, one ASGI application (Starlette), and the
+operator console's routes (:mod:`~ratchet_runner.serve.console`).
 
-Every route but ``/healthz``, ``/readyz`` and the webhooks (``/hooks/SENDER``, signed instead:
-:mod:`~ratchet_runner.serve.hooks`) needs an operator's bearer token
-(:mod:`~ratchet_runner.serve.operators`). Reads go to the store; decisions and operator actions go
-through the same commands the CLI uses (:mod:`ratchet_runner.engine.commands`), as the
-authenticated operator, in a role they hold and the spec allows, and record where the request came
-from (:mod:`ratchet_runner.engine.audit`). A decision is recorded and the run left to the workers
-(the service's own, ``--workers N``, or any other), whom the commit wakes; an operator action is
-carried out under the run's lease, as ``ratchet ops`` does. Errors are JSON with the CLI's codes:
-``{"error": {"code": "R302", "message": "..."}}``.
+Every API route but ``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json`` and the webhooks
+(``/hooks/SENDER``, signed instead: :mod:`~ratchet_runner.serve.hooks`) needs an operator's
+bearer token (:mod:`~ratchet_runner.serve.operators`). Reads go to the store; decisions and
+operator actions go through the same commands the CLI uses (:mod:`ratchet_runner.engine.commands`),
+as the authenticated operator, in a role they hold and the spec allows
+(:mod:`~ratchet_runner.serve.acting`), and record where the request came from
+(:mod:`ratchet_runner.engine.audit`). A decision is recorded and the run left to the workers (the
+service's own, ``--workers N``, or any other), whom the commit wakes; an operator action is
+carried out under the run's lease, as ``ratchet ops`` does, and the run then left to them too.
+Errors are JSON with the CLI's codes: ``{"error": {"code": "R302", "message": "..."}}``.
 
 Handlers are plain functions: Starlette runs them in its thread pool, and each thread gets one
 runner of its own over the service's one store.

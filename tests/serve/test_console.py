@@ -413,6 +413,10 @@ def test_a_run_waiting_for_a_person_is_reconciled_from_the_console_by_its_operat
     assert answer.status_code == 303
     assert answer.headers["location"] == "/queue"
     assert "olu" in ops.get("/queue").text
+    # The lookup found the refund; the run is left to the workers, the request waited for none.
+    assert _status(base, people, run_id) == "running"
+    code, _, err = run(capsys, "worker", "--once")
+    assert code == 0, err
     assert _status(base, people, run_id) == "done"
     done = ops.get(f"/runs/{run_id}").text
     code, out, err = run(capsys, "effects", "--json")
