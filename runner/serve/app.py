@@ -327,6 +327,9 @@ class Guard:
 
         began = time.perf_counter()
         started = False
+        service = getattr(getattr(scope.get("app"), "state", None), "service", None)
+        if service is not None:
+            service.check_config()  # an operator added or removed counts from this request
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started
@@ -352,7 +355,6 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                service = getattr(getattr(scope.get("app"), "state", None), "service", None)
                 if service is not None and str(scope.get("path", "")).startswith("/hooks/"):
                     service.count("refused:too_large")
                 await error(413, "R200", f"the request body is larger than {self.max_body} bytes")(

@@ -3,11 +3,13 @@ error becomes an HTTP answer (its status, and the JSON body with the CLI's code)
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse
@@ -50,8 +52,50 @@ class Service:
     counts: Counter[str] = field(default_factory=Counter)
     #: The console's signed-in operators.
     sessions: Sessions = field(default_factory=Sessions)
+    #: How often, at most, the configuration file is looked at for a change (seconds).
+    config_interval: float = 1.0
     _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _looked: float = 0.0
+    _stamp: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        self._stamp = _stamp(self.config.path)
+
+    def check_config(self) -> None:
+        """Read the configuration file again if it changed since it was read (looked at once
+        every :attr:`config_interval` seconds at most): an operator added, removed or given
+        other roles counts from the next request, and the console's sessions of an operator
+        removed or changed end. A file that no longer reads is not taken: the configuration
+        before it stays, and the log says why."""
+        from .operators import load_config
+
+        path = self.config.path
+        now = time.monotonic()
+        if path is None or now - self._looked < self.config_interval:
+            return
+        with self._lock:
+            self._looked = now
+            stamp = _stamp(path)
+            if stamp is None or stamp == self._stamp:
+                return
+            self._stamp = stamp
+            try:
+                fresh = load_config(path)
+            except UsageError as exc:
+                print(
+                    f"ratchet serve: {path} changed but was not taken ({exc.message}); "
+                    "the configuration before it stays",
+                    file=sys.stderr,
+                )
+                return
+            self.config = fresh
+            self.sessions.keep_only(set(fresh.operators.values()))
+        print(
+            f"ratchet serve: {path} read again: {len(fresh.operators)} operator(s), "
+            f"{len(fresh.senders)} sender(s)",
+            file=sys.stderr,
+        )
 
     def count(self, what: str) -> None:
         with self._lock:
@@ -63,6 +107,15 @@ class Service:
         if made is None:
             made = self._local.runner = self.session.runner()
         return made
+
+
+def _stamp(path: Path | None) -> tuple[int, int] | None:
+    """When the file at ``path`` last changed, and its size (None: no file)."""
+    try:
+        found = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (found.st_mtime_ns, found.st_size) if found is not None else None
 
 
 def status_of(exc: RatchetError) -> int:

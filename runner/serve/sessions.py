@@ -84,6 +84,13 @@ class Sessions:
                 return None
         return session
 
+    def keep_only(self, operators: set[Operator]) -> None:
+        """End every session of an operator not in ``operators`` (removed, or given other
+        roles: they sign in again)."""
+        with self._lock:
+            for key in [k for k, v in self._open.items() if v.operator not in operators]:
+                del self._open[key]
+
     def close(self, cookie: str | None) -> None:
         if cookie:
             with self._lock:

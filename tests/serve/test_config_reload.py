@@ -1,0 +1,93 @@
+"""The service reads its configuration file again when it changes: a token revoked or an
+operator added counts without a restart, a console session of an operator removed or given other
+roles ends, and a file that no longer reads leaves the configuration before it in place."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ratchet_runner.serve.app import load_specs
+from ratchet_runner.serve.operators import config_entry, load_config, new_token
+from ratchet_runner.serve.service import Service
+from ratchet_runner.session import Session
+from tests.conftest import SPECS
+from tests.serve.serving import People, serving
+
+
+@pytest.fixture
+def served(home: Path, people: People) -> Iterator[tuple[str, Service]]:
+    with Session() as session:
+        service = Service(
+            session,
+            load_config(people.path),
+            load_specs([str(SPECS / "refund.yaml")]),
+            config_interval=0.0,
+        )
+        with serving(service) as base:
+            yield base, service
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` and make sure its change time moves on."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text, encoding="utf-8")
+    if path.stat().st_mtime_ns == before:
+        os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
+
+
+def _whoami(base: str, people: People, name: str) -> int:
+    return httpx.get(f"{base}/api/whoami", headers=people.auth(name)).status_code
+
+
+def test_a_token_removed_from_the_file_is_refused_and_one_added_is_taken(
+    served: tuple[str, Service], people: People, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _ = served
+    assert _whoami(base, people, "vic") == 200
+    text = people.path.read_text(encoding="utf-8")
+    blocks = text.split("[[operators]]")
+    without_vic = "[[operators]]".join(b for b in blocks if not b.startswith('\nname = "vic"'))
+    assert "vic" not in without_vic
+    token, digest = new_token()
+    _rewrite(people.path, without_vic + "\n" + config_entry("zoe", ["agent"], digest))
+    assert _whoami(base, people, "vic") == 401  # revoked, no restart
+    assert _whoami(base, people, "ana") == 200
+    zoe = httpx.get(f"{base}/api/whoami", headers={"authorization": f"Bearer {token}"})
+    assert zoe.json() == {"name": "zoe", "roles": ["agent"]}
+    assert "read again: 3 operator(s)" in capsys.readouterr().err
+
+
+def test_a_console_session_of_an_operator_given_other_roles_ends(
+    served: tuple[str, Service], people: People
+) -> None:
+    base, service = served
+    with httpx.Client(base_url=base) as browser:
+        nonce = re.search(r'name="nonce" value="([^"]+)"', browser.get("/login").text)
+        assert nonce is not None
+        data = {"nonce": nonce.group(1), "token": people.tokens["ana"]}
+        assert browser.post("/login", data=data).status_code == 303
+        assert browser.get("/queue").status_code == 200
+        text = people.path.read_text(encoding="utf-8")
+        _rewrite(people.path, text.replace('roles = ["agent"]', 'roles = ["agent", "team_lead"]'))
+        assert browser.get("/queue").status_code == 303  # to sign in again, in the new roles
+    assert service.config.authenticate(f"Bearer {people.tokens['ana']}") is not None
+
+
+def test_a_file_that_no_longer_reads_leaves_the_configuration_before_it(
+    served: tuple[str, Service], people: People, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _ = served
+    text = people.path.read_text(encoding="utf-8")
+    _rewrite(people.path, text + "\n[[operators]]\nname = 'broken'\n")
+    assert _whoami(base, people, "vic") == 200  # the previous configuration stays
+    logged = capsys.readouterr().err
+    assert "changed but was not taken" in logged
+    assert "the configuration before it stays" in logged
+    _rewrite(people.path, text)  # fixed: taken again
+    assert _whoami(base, people, "vic") == 200
