@@ -4,7 +4,7 @@ store as the API reads it, rendered by the templates beside this module."""
 from __future__ import annotations
 
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,6 +13,9 @@ from .acting import Refusal
 from .console import ACTIONS_BY_STATUS, AGE_UNITS, PAGE_SIZE, diagram, render
 from .service import Service
 from .sessions import Session
+
+if TYPE_CHECKING:
+    from ..spec.model import Spec
 
 
 def stylesheet(_request: Request) -> Response:
@@ -59,10 +62,11 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
                 }
             )
     people = queue(runner, offset=offset, limit=PAGE_SIZE)
-    ops_roles = {}
+    ops_roles, actions = {}, {}
     for item in people:
         spec = runner.spec_of(runner.store.resolve(item["run"]))
         ops_roles[item["run"]] = [r for r in session.operator.roles if r in spec.operator_roles]
+        actions[item["run"]] = actions_for(spec, "needs_person")
     more = len(waiting) == PAGE_SIZE or len(people) == PAGE_SIZE
     return render(
         request,
@@ -71,12 +75,21 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
             "decisions": decisions,
             "people": people,
             "ops_roles": ops_roles,
-            "actions": ACTIONS_BY_STATUS["needs_person"],
+            "actions": actions,
             "offset": offset,
             "next_offset": offset + PAGE_SIZE if more else None,
             "page_size": PAGE_SIZE,
         },
     )
+
+
+def actions_for(spec: Spec, status: str) -> tuple[str, ...]:
+    """The operator actions a run's status allows, but compensate when its spec has no
+    compensate state (the button would only be refused)."""
+    allowed = ACTIONS_BY_STATUS.get(status, ())
+    if not any(state.kind == "compensate" for state in spec.states.values()):
+        allowed = tuple(a for a in allowed if a != "compensate")
+    return allowed
 
 
 def _age(text: str) -> float | None:
@@ -174,7 +187,7 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
             "may_decide": _deciders(pending.roles, session) if pending is not None else [],
             "operator_action": summary.get("operator_action") or queued.get("reason"),
             "evidence": evidence(runner, run) if run.status == "needs_person" else None,
-            "actions": ACTIONS_BY_STATUS.get(run.status, ()),
+            "actions": actions_for(spec, run.status),
             "ops_roles": [r for r in session.operator.roles if r in spec.operator_roles],
             "operations": runner.store.operations(run.id),
             "lookups": _lookups(history),

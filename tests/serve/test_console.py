@@ -402,9 +402,10 @@ def test_a_run_waiting_for_a_person_is_reconciled_from_the_console_by_its_operat
     page = ops.get(f"/runs/{run_id}").text
     assert "Waiting for a person" in page
     assert "<dt>Failed</dt>" in page  # the evidence, on the run's page too
-    for action in ("retry", "reconcile", "compensate", "cancel"):
+    for action in ("retry", "reconcile", "cancel"):
         assert f'formaction="/runs/{run_id}/ops/{action}"' in page
     assert "/ops/pause" not in page
+    assert "/ops/compensate" not in page  # the refund has no compensate state
     csrf = _field(page, "csrf")
     answer = ops.post(
         f"/runs/{run_id}/ops/reconcile",
@@ -458,3 +459,14 @@ def test_the_console_works_on_postgresql(
             assert f'href="/runs/{run_id}"' in listed
             specs = agent.get("/specs").text
             assert specs.count('href="/specs/') == 1
+
+
+def test_compensate_is_offered_only_where_the_spec_has_a_compensate_state() -> None:
+    from ratchet_runner.serve.console_pages import actions_for
+    from ratchet_runner.spec.validate import load_spec
+
+    booking, refund = load_spec(SPECS / "booking.yaml"), load_spec(REFUND)
+    assert actions_for(booking, "needs_person") == ("retry", "reconcile", "compensate", "cancel")
+    assert actions_for(refund, "needs_person") == ("retry", "reconcile", "cancel")
+    assert actions_for(refund, "paused") == ("resume", "cancel")
+    assert actions_for(refund, "done") == ()
