@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +17,38 @@ from ratchet_runner.serve.app import create_app
 from ratchet_runner.serve.operators import config_entry, new_token
 from ratchet_runner.serve.run import listening_socket
 from ratchet_runner.serve.service import Service
+
+
+@contextmanager
+def serve_command(home: Path, config: Path, cwd: Path, *args: str) -> Iterator[str]:
+    """The real ``ratchet serve`` on a free port over ``home``'s store, with ``config`` and the
+    further ``args``, until the block ends; yields its base URL. It must stop on SIGTERM with no
+    traceback in its log."""
+    from tests.conftest import RATCHET
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_SERVE_CONFIG": str(config)}
+    for name in ("RATCHET_DB", "RATCHET_BINDINGS", "RATCHET_NOW"):
+        env.pop(name, None)
+    server = subprocess.Popen(
+        [RATCHET, "serve", "--port", str(port), *args],
+        env=env,
+        cwd=cwd,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()
+        assert f"serving on http://127.0.0.1:{port}" in line, line
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert server.returncode in (0, -15), err
+    assert "Traceback" not in err
 
 
 @contextmanager

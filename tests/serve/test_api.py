@@ -8,9 +8,7 @@ and drives the approval through it with a worker thread of its own.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,9 +25,9 @@ from ratchet_runner.serve.operators import (
 )
 from ratchet_runner.serve.service import Service
 from ratchet_runner.session import Session
-from tests.conftest import RATCHET, ROOT, SPECS
+from tests.conftest import ROOT, SPECS
 from tests.conftest import run_cli as run
-from tests.serve.serving import People, serving
+from tests.serve.serving import People, serve_command, serving
 
 REFUND = SPECS / "refund.yaml"
 
@@ -272,50 +270,27 @@ def test_the_configuration_keeps_digests_and_refuses_what_is_wrong(tmp_path: Pat
         find_config(None, environ={})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_ratchet_serve_with_a_worker_approves_and_the_run_ends_done(
     capsys: pytest.CaptureFixture[str], home: Path, people: People, waiting: str, tmp_path: Path
 ) -> None:
     """The real command: bearer token in, approval recorded, the service's own worker carries
     the run on (the refund's reply is lost, so it reconciles once), and the run ends done with
     one refund made."""
-    port = _free_port()
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_SERVE_CONFIG": str(people.path)}
-    for name in ("RATCHET_DB", "RATCHET_BINDINGS", "RATCHET_NOW"):
-        env.pop(name, None)
-    server = subprocess.Popen(
-        [RATCHET, "serve", "--port", str(port), "--workers", "1", "--spec", str(REFUND)],
-        env=env,
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stderr is not None
-        line = server.stderr.readline()
-        assert f"serving on http://127.0.0.1:{port}" in line, line
-        base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, headers=people.auth("ana"), timeout=10) as http:
-            assert http.get("/readyz").json()["workers"] == 1
-            approved = http.post(f"/api/runs/{waiting}/approve", json={})
-            assert approved.status_code == 200, approved.text
-            deadline = time.monotonic() + 30
-            while http.get(f"/api/runs/{waiting}").json()["status"] != "done":
-                assert time.monotonic() < deadline, http.get(f"/api/runs/{waiting}/trace").text
-                time.sleep(0.1)
-            effects = http.get(f"/api/runs/{waiting}/effects").json()
-        assert [e["effect"] for e in effects] == ["request_refund"]
-        assert effects[0]["status"] == "done"
-    finally:
-        server.terminate()
-        _, err = server.communicate(timeout=30)
-    assert server.returncode in (0, -15), err
-    assert "Traceback" not in err
+    args = ("--workers", "1", "--spec", str(REFUND))
+    with (
+        serve_command(home, people.path, tmp_path, *args) as base,
+        httpx.Client(base_url=base, headers=people.auth("ana"), timeout=10) as http,
+    ):
+        assert http.get("/readyz").json()["workers"] == 1
+        approved = http.post(f"/api/runs/{waiting}/approve", json={})
+        assert approved.status_code == 200, approved.text
+        deadline = time.monotonic() + 30
+        while http.get(f"/api/runs/{waiting}").json()["status"] != "done":
+            assert time.monotonic() < deadline, http.get(f"/api/runs/{waiting}/trace").text
+            time.sleep(0.1)
+        effects = http.get(f"/api/runs/{waiting}/effects").json()
+    assert [e["effect"] for e in effects] == ["request_refund"]
+    assert effects[0]["status"] == "done"
     code, out, err = run(capsys, "effects", "--json")
     assert code == 0, err
     assert len(json.loads(out)["changes"]) == 1  # one refund, whatever was lost on the way

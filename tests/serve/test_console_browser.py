@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -29,9 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import RATCHET, ROOT, SPECS
+from tests.conftest import ROOT, SPECS
 from tests.conftest import run_cli as run
-from tests.serve.serving import People
+from tests.serve.serving import People, serve_command
 
 REFUND = SPECS / "refund.yaml"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -43,12 +41,6 @@ pytestmark = pytest.mark.filterwarnings(
     # Selenium's own connection pool to the driver is closed with the driver.
     "ignore::ResourceWarning"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -84,26 +76,10 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def console(home: Path, people: People, waiting: str, tmp_path: Path) -> Iterator[str]:
     """The real ``ratchet serve`` with one worker, T-90104 waiting; yields its base URL."""
-    port = _free_port()
-    env = {**os.environ, "RATCHET_HOME": str(home), "RATCHET_SERVE_CONFIG": str(people.path)}
-    for name in ("RATCHET_DB", "RATCHET_BINDINGS", "RATCHET_NOW"):
-        env.pop(name, None)
-    server = subprocess.Popen(
-        [RATCHET, "serve", "--port", str(port), "--workers", "1", "--spec", str(REFUND)],
-        env=env,
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stderr is not None
-        line = server.stderr.readline()
-        assert f"serving on http://127.0.0.1:{port}" in line, line
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        _, err = server.communicate(timeout=30)
-    assert "Traceback" not in err
+    with serve_command(
+        home, people.path, tmp_path, "--workers", "1", "--spec", str(REFUND)
+    ) as base:
+        yield base
 
 
 def screenshot(driver: Any, name: str, whole: bool = True) -> Path:
