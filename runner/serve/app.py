@@ -19,8 +19,6 @@ runner of its own over the service's one store.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,7 +36,7 @@ from ..errors import RatchetError, UsageError
 from .acting import Refusal, text
 from .hooks import webhook
 from .operators import Operator
-from .service import Service, error, status_of
+from .service import INTERNAL, Service, error, log_bug, status_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -377,16 +375,9 @@ class Guard:
         try:
             await self.app(scope, replay, send_with_headers)
         except Exception as exc:  # a bug: one line in the log, one JSON error, no traceback
-            if os.environ.get("RATCHET_DEBUG"):
-                raise
-            print(
-                f"ratchet serve: internal error: {type(exc).__name__}: {exc} "
-                "(set RATCHET_DEBUG=1 to see the traceback, and please report it)",
-                file=sys.stderr,
-            )
+            log_bug(exc)
             if not started:
-                said = "internal error (the service logged it); please report it"
-                await error(500, "R000", said)(scope, receive, send_with_headers)
+                await error(500, "R000", INTERNAL)(scope, receive, send_with_headers)
 
 
 def create_app(service: Service) -> Starlette:
@@ -415,8 +406,8 @@ def create_app(service: Service) -> Starlette:
     async def internal_error(_request: Request, exc: Exception) -> Response:
         """A bug in the middleware itself (the routes' are the Guard's): one JSON line to the
         client, one line to the log."""
-        print(f"ratchet serve: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return error(500, "R000", "internal error (the service logged it); please report it")
+        log_bug(exc)
+        return error(500, "R000", INTERNAL)
 
     app = Starlette(
         routes=routes(), lifespan=lifespan, exception_handlers={Exception: internal_error}

@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from ..errors import RatchetError
 from .acting import Refusal, decide, operate
-from .service import Service, status_of
+from .service import INTERNAL, Service, log_bug, status_of
 from .sessions import COOKIE, LOGIN_COOKIE, Session, same_token
 
 if TYPE_CHECKING:
@@ -215,6 +215,9 @@ def page(handler: PageHandler) -> Callable[[Request], Response]:
             return problem(request, refused.status, refused.code, refused.message)
         except RatchetError as exc:
             return problem(request, status_of(exc), exc.code, exc.message)
+        except Exception as exc:  # a bug: an error page here, one line in the log
+            log_bug(exc)
+            return problem(request, 500, "R000", INTERNAL)
 
     return route
 
@@ -252,6 +255,9 @@ def action(handler: Callable[[Request, Service, Session, dict[str, str]], str]) 
             return problem(request, refused.status, refused.code, refused.message, back)
         except RatchetError as exc:
             return problem(request, status_of(exc), exc.code, exc.message, back)
+        except Exception as exc:  # a bug: an error page here, one line in the log
+            log_bug(exc)
+            return problem(request, 500, "R000", INTERNAL, back)
         session.flash("ok", said)
         return RedirectResponse(back, status_code=303)
 

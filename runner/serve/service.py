@@ -3,6 +3,7 @@ error becomes an HTTP answer (its status, and the JSON body with the CLI's code)
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -116,6 +117,22 @@ def _stamp(path: Path | None) -> tuple[int, int] | None:
     except OSError:
         return None
     return (found.st_mtime_ns, found.st_size) if found is not None else None
+
+
+#: What a client is told of a bug (the log has its one line).
+INTERNAL = "internal error (the service logged it); please report it"
+
+
+def log_bug(exc: Exception) -> None:
+    """A bug in a route: one line in the service's log (the traceback with RATCHET_DEBUG=1,
+    re-raised)."""
+    if os.environ.get("RATCHET_DEBUG"):
+        raise exc
+    print(
+        f"ratchet serve: internal error: {type(exc).__name__}: {exc} "
+        "(set RATCHET_DEBUG=1 to see the traceback, and please report it)",
+        file=sys.stderr,
+    )
 
 
 def status_of(exc: RatchetError) -> int:

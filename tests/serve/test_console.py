@@ -470,3 +470,30 @@ def test_compensate_is_offered_only_where_the_spec_has_a_compensate_state() -> N
     assert actions_for(refund, "needs_person") == ("retry", "reconcile", "cancel")
     assert actions_for(refund, "paused") == ("resume", "cancel")
     assert actions_for(refund, "done") == ()
+
+
+def test_a_bug_in_a_page_is_an_error_page_and_one_line_in_the_log(
+    served: tuple[str, Service],
+    people: People,
+    sign_in: Browsers,
+    waiting: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base, _ = served
+    browser = sign_in(base, people, "vic")
+
+    def broken(*_: object, **__: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.delenv("RATCHET_DEBUG", raising=False)
+    monkeypatch.setattr("ratchet_runner.engine.operator_queue.queue", broken)
+    capsys.readouterr()
+    page = browser.get("/queue")
+    assert page.status_code == 500
+    assert page.headers["content-type"].startswith("text/html")
+    assert "R000" in page.text
+    assert "Traceback" not in page.text
+    logged = capsys.readouterr().err
+    assert "Traceback" not in logged
+    assert logged.count("ratchet serve: internal error: ZeroDivisionError: a bug") == 1
