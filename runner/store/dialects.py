@@ -37,6 +37,10 @@ from ..settings import ENV_DB, home_folder
 #: A pooled PostgreSQL connection idle for longer than this is pinged before it is used again
 #: (one that is in steady use is not: a ping per checkout would double a commit's round trips).
 IDLE_PING_SECONDS = 10.0
+#: How long a PostgreSQL connection may take to open, in seconds, unless the URL says
+#: (``?connect_timeout=N``): a server that accepts the connection and never answers is a
+#: store that does not answer, not a command that hangs.
+CONNECT_TIMEOUT = 10
 
 
 #: How long, in seconds, PostgreSQL lets a session sit idle inside the schema's creation (whose
@@ -133,6 +137,8 @@ class PostgreSQL(Dialect):
                     f"prepare_threshold must be a number or 'none', not {given!r}"
                 ) from None
             parsed = parsed.difference_update_query(["prepare_threshold"])
+        if "connect_timeout" not in parsed.query:  # a server that never answers: not forever
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT
         engine = create_engine(parsed, connect_args=connect_args)
 
         @event.listens_for(engine, "checkin")

@@ -879,3 +879,33 @@ def test_stores_opened_at_once_on_a_new_sqlite_file_all_open(tmp_path: Path) -> 
         for thread in threads:
             thread.join()
     assert failed == []
+
+
+def test_a_postgresql_server_that_never_answers_is_a_store_error_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that accepts the connection and never speaks (a stuck proxy, a frozen host):
+    opening the store gives up after the connect timeout (CONNECT_TIMEOUT, unless the URL says
+    ?connect_timeout=N) with a StoreError, instead of waiting for ever."""
+    import socket
+
+    monkeypatch.setattr(dialects, "CONNECT_TIMEOUT", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever answers
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{silent.getsockname()[1]}/test"
+        outcome: list[BaseException | Store] = []
+
+        def open_it() -> None:
+            try:
+                outcome.append(Store(url))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        opener = threading.Thread(target=open_it, daemon=True)
+        opener.start()
+        opener.join(30)
+        assert not opener.is_alive(), "opening the store still waits on a silent server"
+    [found] = outcome
+    assert isinstance(found, StoreError)
+    assert "cannot open the store" in str(found)
