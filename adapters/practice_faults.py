@@ -98,8 +98,8 @@ def next_fault(db: sqlite3.Connection, effect: str, lookup: bool) -> str | None:
     ).fetchall():
         if (kind == "lookup_fails") != lookup:
             continue
-        if calls is not None and number in json.loads(calls) and not lookup:
-            return str(kind)
+        if calls is not None and number in json.loads(calls):
+            return str(kind)  # lookup_fails: the lookups after call N (before call N + 1)
         if times is not None and used < times:
             db.execute("UPDATE faults SET used = used + 1 WHERE id = ?", (fid,))
             return str(kind)

@@ -268,3 +268,20 @@ def test_a_generic_service_adapter_must_declare_its_operations() -> None:
     assert [f.split(":")[0] for f in found] == [
         "E203 /adapters/mailer/config/operations/send_email/dedupe"
     ]
+
+
+def test_lookup_fails_by_call_number_fails_the_lookups_after_that_call(
+    world: PracticeWorld,
+) -> None:
+    """``calls: [1]`` on ``lookup_fails``: the lookups made after call 1 (and before call 2)
+    fail; once call 2 is made, lookups answer again."""
+    from ratchet_runner.adapters.base import LookupFailed
+
+    world.add_fault("charge", "timeout_after_write", calls=[1])
+    world.add_fault("charge", "lookup_fails", calls=[1])
+    adapter = world.adapter("payments")
+    assert isinstance(adapter.call(Call("charge", "op-1", charge(), effect="charge")), Ambiguous)
+    for _ in range(2):
+        assert isinstance(adapter.lookup("lookup", "op-1", "charge"), LookupFailed)
+    assert isinstance(adapter.call(Call("charge", "op-1", charge(), effect="charge")), Done)
+    assert isinstance(adapter.lookup("lookup", "op-1", "charge"), Found)
