@@ -283,7 +283,7 @@ def openapi(_request: Request) -> Response:
 
 def routes() -> list[Route]:
     """Every route: the console's pages (:mod:`~ratchet_runner.serve.console`) and the API."""
-    from .console import routes as console_routes
+    from .console_pages import routes as console_routes
 
     return [*console_routes(), *api_routes()]
 

@@ -4,7 +4,9 @@ Pages: the queue (decisions waiting, with the exact arguments and the digest bei
 runs waiting for a person, with what to do and the evidence), the runs list with filters, a run's
 page (its trace as a timeline, its effects, its state diagram with the current state
 emphasised, and the buttons its status and the operator's roles allow), and each spec's table and
-diagrams. No JavaScript: links, forms and buttons, usable by keyboard.
+diagrams (:mod:`~ratchet_runner.serve.console_pages`, which also lists the routes). No
+JavaScript: links, forms and buttons, usable by keyboard. This module is the machinery they share:
+signing in and out, the wrappers of pages and forms, the forms' actions, rendering, diagrams.
 
 An operator signs in with their token (:mod:`~ratchet_runner.serve.sessions`); every form carries
 the session's CSRF token, and a POST without it, or from another origin, changes nothing. The
@@ -25,7 +27,6 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
 
 from ..errors import RatchetError
 from .acting import Refusal, decide, operate
@@ -348,23 +349,3 @@ def diagram(spec: Spec, view: str, current: str | None = None) -> str:
             _drawn.clear()
         _drawn[key] = svg
     return svg
-
-
-def routes() -> list[Route]:
-    from . import console_pages as pages
-
-    return [
-        Route("/", lambda _request: RedirectResponse("/queue", status_code=303)),
-        Route("/login", login_page),
-        Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route("/static/console.css", pages.stylesheet),
-        Route("/queue", page(pages.queue_page)),
-        Route("/runs", page(pages.runs_page)),
-        Route("/runs/{run}", page(pages.run_page)),
-        Route("/runs/{run}/approve", action(approve), methods=["POST"]),
-        Route("/runs/{run}/reject", action(reject), methods=["POST"]),
-        Route("/runs/{run}/ops/{action}", action(act), methods=["POST"]),
-        Route("/specs", page(pages.specs_page)),
-        Route("/specs/{digest}", page(pages.spec_page)),
-    ]

@@ -1,5 +1,6 @@
-"""The console's pages (:mod:`~ratchet_runner.serve.console`): what each shows, read from the
-store as the API reads it, rendered by the templates beside this module."""
+"""The console's pages and routes (its machinery: :mod:`~ratchet_runner.serve.console`): what
+each page shows, read from the store as the API reads it, rendered by the templates beside this
+module."""
 
 from __future__ import annotations
 
@@ -7,10 +8,25 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
 
 from .acting import Refusal
-from .console import ACTIONS_BY_STATUS, AGE_UNITS, PAGE_SIZE, diagram, render
+from .console import (
+    ACTIONS_BY_STATUS,
+    AGE_UNITS,
+    PAGE_SIZE,
+    act,
+    action,
+    approve,
+    diagram,
+    login,
+    login_page,
+    logout,
+    page,
+    reject,
+    render,
+)
 from .service import Service
 from .sessions import Session
 
@@ -231,3 +247,22 @@ def spec_page(request: Request, service: Service, _session: Session) -> Response
             raise Refusal(404, "R200", f"no spec version {digest[:12]} here") from None
     views = {view: diagram(spec, view) for view in ("states", "saga", "crash-windows")}
     return render(request, "spec.html", {"spec": spec, "table": to_html(spec), "views": views})
+
+
+def routes() -> list[Route]:
+    """The console's routes: its pages, signing in and out, and its forms."""
+    return [
+        Route("/", lambda _request: RedirectResponse("/queue", status_code=303)),
+        Route("/login", login_page),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/static/console.css", stylesheet),
+        Route("/queue", page(queue_page)),
+        Route("/runs", page(runs_page)),
+        Route("/runs/{run}", page(run_page)),
+        Route("/runs/{run}/approve", action(approve), methods=["POST"]),
+        Route("/runs/{run}/reject", action(reject), methods=["POST"]),
+        Route("/runs/{run}/ops/{action}", action(act), methods=["POST"]),
+        Route("/specs", page(specs_page)),
+        Route("/specs/{digest}", page(spec_page)),
+    ]
