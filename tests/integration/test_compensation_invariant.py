@@ -39,6 +39,20 @@ def _kinds(text: str, case: str, strategy: str = "ratchet") -> list[ViolationKin
     return [v.kind for v in result.violations]
 
 
+def _first_violation_reproduces(capsys: pytest.CaptureFixture[str], *check: str) -> str:
+    """``ratchet check CHECK...`` exits 1; its first violation's reproduce command, run, exits 1
+    and reports that violation again, which is returned."""
+    code, _, err = run(capsys, "check", *check)
+    assert code == 1
+    lines = err.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("VIOLATION"))
+    reproduce = lines[first + 1].split("reproduce: ", 1)[1]
+    code, _, again = run(capsys, *shlex.split(reproduce)[1:])
+    assert code == 1
+    assert lines[first] in again.splitlines()
+    return lines[first]
+
+
 def test_a_change_that_cannot_be_undone_leaves_the_saga_with_a_person_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,16 +102,9 @@ def test_dropping_a_compensation_is_caught_and_its_reproduce_command_reproduces_
         "retry_owner: runner}",
     )
     assert [d.code for d in validate_text(text).errors] == ["E509"]  # check runs it anyway
-    code, _, err = run(capsys, "check", str(path), "--example", "hotel_refused")
-    assert code == 1
-    lines = err.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("VIOLATION"))
-    assert "hold_flight" in lines[first]
-    assert "was made and never undone, yet the run ended released (done)" in lines[first]
-    reproduce = lines[first + 1].split("reproduce: ", 1)[1]
-    code, _, again = run(capsys, *shlex.split(reproduce)[1:])
-    assert code == 1
-    assert lines[first] in again.splitlines()
+    violation = _first_violation_reproduces(capsys, str(path), "--example", "hotel_refused")
+    assert "hold_flight" in violation
+    assert "was made and never undone, yet the run ended released (done)" in violation
 
 
 @pytest.mark.parametrize("end", ["released", "no_flight"])
@@ -118,16 +125,9 @@ def test_a_saga_that_ends_undone_without_its_undo_path_is_caught_by_validate_and
     assert f"holding_hotel --refused--> {end}" in found.message
     assert "hold_flight (made)" in found.message
     case = "hotel_refused:hold_hotel:none:none"
-    code, _, err = run(capsys, "check", str(path), "--case", case)
-    assert code == 1
-    lines = err.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("VIOLATION"))
-    assert "hold_flight" in lines[first]
-    assert "was made and never undone, yet the run ended" in lines[first]
-    reproduce = lines[first + 1].split("reproduce: ", 1)[1]
-    code, _, again = run(capsys, *shlex.split(reproduce)[1:])
-    assert code == 1
-    assert lines[first] in again.splitlines()
+    violation = _first_violation_reproduces(capsys, str(path), "--case", case)
+    assert "hold_flight" in violation
+    assert "was made and never undone, yet the run ended" in violation
 
 
 def test_undoing_the_wrong_change_is_caught(tmp_path: Path) -> None:
