@@ -71,12 +71,7 @@ class StoreCollector(Collector):
 
 
 def _run_series(stats: Stats) -> Iterator[Metric]:
-    runs = GaugeMetricFamily(
-        "ratchet_runs", "Runs by workflow and status.", labels=["workflow", "status"]
-    )
-    for (workflow, status), count in sorted(stats.runs.items()):
-        runs.add_metric([workflow, status], count)
-    yield runs
+    yield _gauge("ratchet_runs", "Runs by workflow and status.", ["workflow", "status"], stats.runs)
     age = HistogramMetricFamily(
         "ratchet_run_age_seconds",
         "Age of the runs not ended (since they were created), by workflow.",
@@ -86,21 +81,15 @@ def _run_series(stats: Stats) -> Iterator[Metric]:
         buckets = [(_le(bound), n) for bound, n in zip(AGE_BUCKETS, under, strict=True)]
         age.add_metric([workflow], [*buckets, ("+Inf", count)], total)
     yield age
-    in_state = GaugeMetricFamily(
-        "ratchet_runs_in_state",
-        "Runs not ended, by their current state.",
-        labels=["workflow", "state"],
+    yield from _count_and_longest(
+        ("ratchet_runs_in_state", "Runs not ended, by their current state."),
+        (
+            "ratchet_state_age_max_seconds",
+            "The longest time a run not ended has been in its current state.",
+        ),
+        ["workflow", "state"],
+        stats.states,
     )
-    oldest = GaugeMetricFamily(
-        "ratchet_state_age_max_seconds",
-        "The longest time a run not ended has been in its current state.",
-        labels=["workflow", "state"],
-    )
-    for (workflow, state), (count, longest) in sorted(stats.states.items()):
-        in_state.add_metric([workflow, state], count)
-        oldest.add_metric([workflow, state], longest)
-    yield in_state
-    yield oldest
     attempts = CounterMetricFamily(
         "ratchet_effect_attempts",
         "Calls made for effects (attempts recorded), by workflow, effect and role.",
@@ -116,37 +105,27 @@ def _run_series(stats: Stats) -> Iterator[Metric]:
         retries.add_metric([workflow, effect, role], max(0, made - operations))
     yield attempts
     yield retries
-    yield _by_effect(
+    yield _gauge(
         "ratchet_reconcile_backlog",
         "Operations whose outcome is unknown: a reconcile (lookup) is owed.",
+        ["workflow", "effect"],
         stats.unknown,
     )
-    yield _by_effect(
+    yield _gauge(
         "ratchet_compensation_failures",
         "Compensations that failed for good (refused, or out of attempts): a person is needed.",
+        ["workflow", "effect"],
         stats.failed_undos,
     )
-    stuck = GaugeMetricFamily(
+    yield _gauge(
         "ratchet_stuck_runs",
         "Runs nobody is moving: a lease expired, or runnable and unmoved for 300 s.",
-        labels=["workflow", "reason"],
+        ["workflow", "reason"],
+        stats.stuck,
     )
-    for (workflow, reason), count in sorted(stats.stuck.items()):
-        stuck.add_metric([workflow, reason], count)
-    yield stuck
 
 
 def _decision_series(stats: Stats, runner: Runner) -> Iterator[Metric]:
-    waiting = GaugeMetricFamily(
-        "ratchet_decisions_waiting",
-        "Runs waiting for a person's decision, by workflow and approval.",
-        labels=["workflow", "approval"],
-    )
-    age = GaugeMetricFamily(
-        "ratchet_decision_wait_max_seconds",
-        "The longest a run has waited for a decision, by workflow and approval.",
-        labels=["workflow", "approval"],
-    )
     found: dict[tuple[str, str], tuple[int, float]] = {}
     for (workflow, digest, state), (count, longest) in stats.waiting.items():
         try:
@@ -159,18 +138,45 @@ def _decision_series(stats: Stats, runner: Runner) -> Iterator[Metric]:
         key = (workflow, kind.approval)
         before = found.get(key, (0, 0.0))
         found[key] = (before[0] + count, max(before[1], longest))
-    for (workflow, approval), (count, longest) in sorted(found.items()):
-        waiting.add_metric([workflow, approval], count)
-        age.add_metric([workflow, approval], longest)
-    yield waiting
-    yield age
+    yield from _count_and_longest(
+        (
+            "ratchet_decisions_waiting",
+            "Runs waiting for a person's decision, by workflow and approval.",
+        ),
+        (
+            "ratchet_decision_wait_max_seconds",
+            "The longest a run has waited for a decision, by workflow and approval.",
+        ),
+        ["workflow", "approval"],
+        found,
+    )
 
 
-def _by_effect(name: str, documentation: str, counts: Mapping[tuple[str, str], int]) -> Metric:
-    family = GaugeMetricFamily(name, documentation, labels=["workflow", "effect"])
-    for (workflow, effect), count in sorted(counts.items()):
-        family.add_metric([workflow, effect], count)
+def _gauge(
+    name: str, documentation: str, labels: list[str], counts: Mapping[tuple[str, str], int]
+) -> Metric:
+    """A gauge with one sample per key of ``counts`` (the key's parts are the labels)."""
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for key, count in sorted(counts.items()):
+        family.add_metric(list(key), count)
     return family
+
+
+def _count_and_longest(
+    count: tuple[str, str],
+    longest: tuple[str, str],
+    labels: list[str],
+    found: Mapping[tuple[str, str], tuple[int, float]],
+) -> Iterator[Metric]:
+    """Two gauges per key of ``found``: how many, and the longest any has waited (``count``
+    and ``longest`` are each a name and its documentation)."""
+    how_many = GaugeMetricFamily(*count, labels=labels)
+    oldest = GaugeMetricFamily(*longest, labels=labels)
+    for key, (number, seconds) in sorted(found.items()):
+        how_many.add_metric(list(key), number)
+        oldest.add_metric(list(key), seconds)
+    yield how_many
+    yield oldest
 
 
 def _le(bound: float) -> str:

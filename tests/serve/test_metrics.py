@@ -26,15 +26,6 @@ REFUND, BOOKING = SPECS / "refund.yaml", SPECS / "booking.yaml"
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
-    for name in ("RATCHET_DB", "RATCHET_BINDINGS", "RATCHET_NOW"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
-@pytest.fixture
 def scrape(home: Path) -> Iterator[Any]:
     """Scrape the served application's /metrics: {(name, labels...): value} of every sample."""
     with Session() as session:
