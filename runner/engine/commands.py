@@ -338,7 +338,9 @@ def operate(
         return CommandResult(outcome.run, outcome.changed, outcome.message, outcome.then)
 
     hold = _Hold(lease_seconds, patience, owner)
-    calls_out = action not in ("pause", "cancel")
+    # Calls to providers are made here by a reconcile's lookup, and by the drive after any
+    # other action but pause and cancel; left to the workers, those make no call here.
+    calls_out = action == "reconcile" or (drive and action not in ("pause", "cancel"))
     return _act(runner, run_ref, f"ops {action}", act, hold, calls_out=calls_out)
 
 

@@ -338,10 +338,10 @@ class EffectStep:
             outcome: Outcome = self.adapter.call(request)
         except Exception as exc:  # an adapter bug or a raw network error: outcome unknown
             outcome = Ambiguous(f"adapter raised {type(exc).__name__}: {exc}")
-        called(self.run.workflow, self.effect.name, _kind(outcome), time.monotonic() - began)
-        self.host.interrupt("after-write", self.effect.name)
         if isinstance(outcome, Done) and not self._proves(outcome.receipt):
             outcome = Ambiguous(f"malformed reply: no {self.receipt_field!r} in it")
+        called(self.run.workflow, self.effect.name, _kind(outcome), time.monotonic() - began)
+        self.host.interrupt("after-write", self.effect.name)
         if isinstance(outcome, Done):
             return self._finish(op, outcome.receipt, via="reply")
         if isinstance(outcome, Refused):

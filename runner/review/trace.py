@@ -36,7 +36,7 @@ _TITLES = {
 }
 
 
-def _when(epoch: Any) -> str:
+def when(epoch: Any) -> str:
     if not isinstance(epoch, int | float):
         return "?"
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
@@ -114,10 +114,10 @@ def describe(event: EventRecord) -> str:
         "paused": lambda: (
             f"{d.get('reason')}"
             + (f" · proposes {d.get('proposal')}" if d.get("proposal") else "")
-            + (f" · until {_when(d.get('expires_at'))}" if d.get("expires_at") else "")
+            + (f" · until {when(d.get('expires_at'))}" if d.get("expires_at") else "")
         ),
-        "timer": lambda: f"{d.get('event')} fired (due {_when(d.get('due_at'))})",
-        "retry_scheduled": lambda: f"next attempt at {_when(d.get('wake_at'))} · {_op(d)}",
+        "timer": lambda: f"{d.get('event')} fired (due {when(d.get('due_at'))})",
+        "retry_scheduled": lambda: f"next attempt at {when(d.get('wake_at'))} · {_op(d)}",
         "signal": lambda: f"{d.get('event')} (signal {d.get('signal_id')})",
         "decision_needed": lambda: f"{d.get('reason')}: back to {d.get('to')} for a new decision",
         "approval_expired": lambda: f"{d.get('reason')}" + (f" · {_op(d)}" if _op(d) else ""),
@@ -136,7 +136,7 @@ def describe(event: EventRecord) -> str:
     if kind in ("approved", "rejected", "operator", "signal") and d.get("via"):  # from where
         text += f" · via {d.get('via')} from {printable(str(d.get('from')))}"
     if "real_at" in d:  # recorded under RATCHET_NOW: show the clock it claimed and the real time
-        text += f" · [clock set to {_when(event.at)}; really {_when(d.get('real_at'))}]"
+        text += f" · [clock set to {when(event.at)}; really {when(d.get('real_at'))}]"
     return text
 
 

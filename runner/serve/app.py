@@ -66,6 +66,7 @@ def authenticated(handler: Handler) -> Callable[[Request], Response]:
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
+        service.check_config()  # in the thread pool: an operator added or removed counts now
         config = service.config
         operator = config.authenticate(request.headers.get("authorization"))
         if operator is None:
@@ -326,8 +327,6 @@ class Guard:
         began = time.perf_counter()
         started = False
         service = getattr(getattr(scope.get("app"), "state", None), "service", None)
-        if service is not None:
-            service.check_config()  # an operator added or removed counts from this request
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started

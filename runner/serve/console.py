@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -53,13 +52,14 @@ ACTIONS_BY_STATUS: Mapping[str, tuple[str, ...]] = {
 }
 #: Runs per page in the lists.
 PAGE_SIZE = 50
-#: The units of the runs list's age filter.
-AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @cache
 def templates() -> jinja2.Environment:
     import jinja2
+
+    from ..review.trace import when
+    from ..review.views import age
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("ratchet_runner.serve", "templates"),
@@ -68,27 +68,13 @@ def templates() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["ago"] = ago
+    env.filters["ago"] = age
     env.filters["when"] = when
-    env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
+    env.filters["pretty"] = lambda value: json.dumps(
+        value, indent=2, sort_keys=True, ensure_ascii=False
+    )
     env.filters["short"] = lambda text, n=12: str(text)[:n]
     return env
-
-
-def when(epoch: Any) -> str:
-    if not isinstance(epoch, int | float):
-        return ""
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(epoch))
-
-
-def ago(seconds: Any) -> str:
-    """A duration for a person: 45 s, 12 min, 3 h, 2 d."""
-    if not isinstance(seconds, int | float):
-        return ""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)} {unit}"
-    return f"{max(int(seconds), 0)} s"
 
 
 def render(
@@ -143,6 +129,7 @@ def login_page(request: Request) -> Response:
     import secrets
 
     service: Service = request.app.state.service
+    service.check_config()
     target = _safe_next(request.query_params.get("next"))
     if service.sessions.get(request.cookies.get(COOKIE)) is not None:
         return RedirectResponse(target, status_code=303)  # signed in already
@@ -161,6 +148,7 @@ def login_page(request: Request) -> Response:
 
 def login(request: Request) -> Response:
     service: Service = request.app.state.service
+    service.check_config()
     form = _form(request)
     if not same_token(form.get("nonce"), request.cookies.get(LOGIN_COOKIE)):
         return problem(
@@ -205,6 +193,7 @@ def page(handler: PageHandler) -> Callable[[Request], Response]:
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
+        service.check_config()  # handlers run in the thread pool, off the event loop
         session = service.sessions.get(request.cookies.get(COOKIE))
         if session is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -230,6 +219,7 @@ def action(handler: Callable[[Request, Service, Session, dict[str, str]], str]) 
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
+        service.check_config()  # handlers run in the thread pool, off the event loop
         session = service.sessions.get(request.cookies.get(COOKIE))
         form = _form(request)
         back = _safe_next(form.get("back")) if form.get("back") else "/queue"
@@ -276,8 +266,16 @@ def _same_origin(request: Request) -> bool:
 def logout(request: Request) -> Response:
     service: Service = request.app.state.service
     session = service.sessions.get(request.cookies.get(COOKIE))
-    if session is not None and same_token(_form(request).get("csrf"), session.csrf):
-        service.sessions.close(request.cookies.get(COOKIE))
+    if session is not None and not same_token(_form(request).get("csrf"), session.csrf):
+        service.count("denied:csrf")  # another site cannot sign an operator out either
+        return problem(
+            request,
+            403,
+            "R200",
+            "this form was not sent from this console; you are still signed in",
+            "/queue",
+        )
+    service.sessions.close(request.cookies.get(COOKIE))
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE)
     return response
@@ -286,17 +284,18 @@ def logout(request: Request) -> Response:
 # -- the actions -------------------------------------------------------------------------------
 
 
-def _role(form: Mapping[str, str]) -> str | None:
-    return form.get("role") or None
-
-
 def approve(request: Request, service: Service, session: Session, form: dict[str, str]) -> str:
     reference = request.path_params["run"]
     digest = form.get("digest") or None
     if digest is None:
         raise Refusal(400, "R200", "approve the arguments shown: the form has no digest")
     result = decide(
-        service, session.operator, reference, "approve", role=_role(form), digest=digest
+        service,
+        session.operator,
+        reference,
+        "approve",
+        role=form.get("role") or None,
+        digest=digest,
     )
     return f"{reference}: {result.message}"
 
@@ -309,7 +308,7 @@ def reject(request: Request, service: Service, session: Session, form: dict[str,
         session.operator,
         reference,
         "reject",
-        role=_role(form),
+        role=form.get("role") or None,
         digest=form.get("digest") or None,
         reason=reason,
     )
@@ -319,7 +318,9 @@ def reject(request: Request, service: Service, session: Session, form: dict[str,
 def act(request: Request, service: Service, session: Session, form: dict[str, str]) -> str:
     reference, what = request.path_params["run"], request.path_params["action"]
     note = form.get("note", "").strip() or None
-    result = operate(service, session.operator, reference, what, role=_role(form), note=note)
+    result = operate(
+        service, session.operator, reference, what, role=form.get("role") or None, note=note
+    )
     return f"{reference}: {result.message}"
 
 
@@ -329,20 +330,24 @@ _drawn: dict[tuple[str, str, str | None], str] = {}
 _drawing = threading.Lock()
 
 
-def diagram(spec: Spec, view: str, current: str | None = None) -> str:
+def diagram(spec: Spec, view: str, current: str | None = None) -> str | None:
     """The SVG ``ratchet diagram`` draws of ``spec`` (for the states view, with ``current``
-    emphasised), ready to put in a page; drawn once per spec version, view and state."""
+    emphasised), ready to put in a page; drawn once per spec version, view and state. None
+    when Graphviz's ``dot`` is not installed."""
     key = (spec.digest, view, current)
     with _drawing:
         found = _drawn.get(key)
     if found is not None:
         return found
-    from ..review.diagram.dot import render_bytes
-    from ..review.diagram.draw import build
+    from ..errors import GraphvizNotFound
+    from ..review.diagram.draw import build, image
     from ..review.diagram.states import states_graph
 
     graph = states_graph(spec, current) if view == "states" else build(spec, view)
-    svg = render_bytes(graph, "svg").decode("utf-8")
+    try:
+        svg = image(graph, "svg").decode("utf-8")
+    except GraphvizNotFound:
+        return None  # the page says so; nothing else on it needs Graphviz
     svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside a page
     with _drawing:
         if len(_drawn) > 512:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -14,7 +15,6 @@ from starlette.routing import Route
 from .acting import Refusal
 from .console import (
     ACTIONS_BY_STATUS,
-    AGE_UNITS,
     PAGE_SIZE,
     act,
     action,
@@ -63,9 +63,9 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
     offset = _offset(request)
     runner = service.runner()
     now = runner.clock.now()
-    waiting = runner.store.list_runs("waiting", PAGE_SIZE, offset=offset, oldest=True)
+    waiting = runner.store.list_runs("waiting", PAGE_SIZE + 1, offset=offset, oldest=True)
     decisions = []
-    for run in waiting:
+    for run in waiting[:PAGE_SIZE]:
         asked = pending_request(runner, run)
         if asked is not None:
             decisions.append(
@@ -77,13 +77,14 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
                     "may": _deciders(asked.roles, session),
                 }
             )
-    people = queue(runner, offset=offset, limit=PAGE_SIZE)
+    people = queue(runner, offset=offset, limit=PAGE_SIZE + 1)
+    more = len(waiting) > PAGE_SIZE or len(people) > PAGE_SIZE
+    people = people[:PAGE_SIZE]
     ops_roles, actions = {}, {}
     for item in people:
         spec = runner.spec_of(runner.store.resolve(item["run"]))
-        ops_roles[item["run"]] = [r for r in session.operator.roles if r in spec.operator_roles]
+        ops_roles[item["run"]] = _deciders(spec.operator_roles, session)
         actions[item["run"]] = actions_for(spec, "needs_person")
-    more = len(waiting) == PAGE_SIZE or len(people) == PAGE_SIZE
     return render(
         request,
         "queue.html",
@@ -109,19 +110,13 @@ def actions_for(spec: Spec, status: str) -> tuple[str, ...]:
 
 
 def _age(text: str) -> float | None:
-    """``30m``, ``2h``, ``1d``, ``45s`` (or a number of seconds) as seconds; None when empty."""
-    text = text.strip().lower()
-    if not text:
-        return None
-    unit = AGE_UNITS.get(text[-1])
-    number = text[:-1] if unit is not None else text
+    """``45s``, ``30m``, ``2h``, ``1d`` as seconds (a spec's durations); None when empty."""
+    from ..spec.model import parse_duration
+
     try:
-        value = float(number) * (unit or 1)
+        return parse_duration(text.strip().lower() or None)
     except ValueError:
         raise Refusal(400, "R200", f"age {text!r}: say how old, as 45s, 30m, 2h or 1d") from None
-    if value < 0:
-        raise Refusal(400, "R200", "age must be 0 or more")
-    return value
 
 
 def runs_page(request: Request, service: Service, _session: Session) -> Response:
@@ -145,7 +140,7 @@ def runs_page(request: Request, service: Service, _session: Session) -> Response
         created_before=now - older if older is not None else None,
     )
     workflows = sorted({v.name for v in runner.store.spec_versions()} | set(service.specs))
-    query = "&".join(f"{k}={v}" for k, v in chosen.items() if v)
+    query = urlencode({k: v for k, v in chosen.items() if v})
     return render(
         request,
         "runs.html",
@@ -157,6 +152,7 @@ def runs_page(request: Request, service: Service, _session: Session) -> Response
             "workflows": workflows,
             "offset": offset,
             "next_offset": offset + PAGE_SIZE if len(found) > PAGE_SIZE else None,
+            "page_size": PAGE_SIZE,
             "query": query,
         },
     )
@@ -178,7 +174,6 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
     from ..engine.approvals import pending_request
     from ..engine.operator_queue import evidence
     from ..review.trace import describe, title
-    from ..review.views import run_summary
     from ..store.records import latest_event
 
     runner = service.runner()
@@ -186,7 +181,6 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
     spec = runner.spec_of(run)
     history = runner.store.history(run.id)
     pending = pending_request(runner, run) if run.status == "waiting" else None
-    summary = run_summary(runner, run)
     queued = latest_event(history, ("queued", "stuck")) if run.status == "needs_person" else {}
     timeline = [
         {"version": e.version, "kind": e.kind, "title": title(e), "text": describe(e), "at": e.at}
@@ -201,14 +195,14 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
             "now": runner.clock.now(),
             "pending": pending.to_json() if pending is not None else None,
             "may_decide": _deciders(pending.roles, session) if pending is not None else [],
-            "operator_action": summary.get("operator_action") or queued.get("reason"),
+            "operator_action": queued.get("operator_action") or queued.get("reason"),
             "evidence": evidence(runner, run) if run.status == "needs_person" else None,
             "actions": actions_for(spec, run.status),
-            "ops_roles": [r for r in session.operator.roles if r in spec.operator_roles],
+            "ops_roles": _deciders(spec.operator_roles, session),
             "operations": runner.store.operations(run.id),
             "lookups": _lookups(history),
             "timeline": timeline,
-            "svg": diagram(spec, "states", run.state),
+            "svg": diagram(spec, "states", run.state),  # None: Graphviz is not installed
         },
     )
 
@@ -227,8 +221,7 @@ def specs_page(request: Request, service: Service, _session: Session) -> Respons
             "created_at": None,
         }
     for v in store.spec_versions():
-        entry = versions.setdefault(v.digest, {**vars(v), "served": False})
-        entry["created_at"] = v.created_at
+        versions.setdefault(v.digest, {**vars(v), "served": False})["created_at"] = v.created_at
     return render(request, "specs.html", {"versions": list(versions.values())})
 
 

@@ -35,6 +35,7 @@ def webhook(request: Request) -> Response:
     from .webhooks import verify
 
     service: Service = request.app.state.service
+    service.check_config()  # a sender added or its mapping changed counts from this message
     sender = service.config.senders.get(request.path_params["sender"])
     if sender is None:
         service.count("refused:unknown_sender")

@@ -32,6 +32,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -184,7 +185,7 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Config:
             raise UsageError(f"{where}: operator {name!r} is listed twice")
         if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
             raise UsageError(f"{where}: roles must be a non-empty list of strings")
-        if not isinstance(digest, str) or len(digest) != 64 or not _hex(digest):
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
             raise UsageError(
                 f"{where}: token_sha256 must be a token's SHA-256 in hex (64 characters; "
                 "'ratchet token' prints it), never the token itself"
@@ -248,11 +249,3 @@ def _list(path: Path, data: Mapping[str, Any], key: str) -> list[Any]:
     if not isinstance(value, list):
         raise UsageError(f"{path}: {key} must be a list")
     return value
-
-
-def _hex(text: str) -> bool:
-    try:
-        int(text, 16)
-    except ValueError:
-        return False
-    return True

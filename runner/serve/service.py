@@ -17,7 +17,6 @@ from starlette.responses import JSONResponse
 
 from ..errors import (
     RatchetError,
-    RunBusy,
     RunError,
     RunNotFound,
     SpecError,
@@ -139,7 +138,7 @@ def status_of(exc: RatchetError) -> int:
     """The HTTP status of a library error."""
     if isinstance(exc, RunNotFound):
         return 404
-    if isinstance(exc, RunBusy | VersionConflict):
+    if isinstance(exc, VersionConflict):  # RunBusy too
         return 409
     if isinstance(exc, StoreError):
         return 503

@@ -4,7 +4,7 @@ forward effects some path into it can have made, made for sure (its ``ok`` row t
 
 The saga view draws each way into an undo path from it (:mod:`ratchet_runner.review.diagram.saga`),
 and the lints flag a row that ends a run compensated or cancelled while a change it cannot have
-undone may still be in place (:mod:`ratchet_runner.spec.lint.effects`, E511).
+undone may still be in place (:mod:`ratchet_runner.spec.lint.endings`, E518).
 """
 
 from __future__ import annotations

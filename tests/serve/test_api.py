@@ -205,7 +205,9 @@ def test_starting_a_run_is_idempotent_by_business_key(client: httpx.Client, peop
     assert unknown.status_code == 404
     assert "refund" in unknown.json()["error"]["message"]
     bad = client.post("/api/runs", headers=auth, json={**data, "input": {"ticket": "T-2"}})
-    assert bad.status_code in (400, 409, 422), bad.text
+    assert bad.status_code == 409, bad.text
+    assert bad.json()["error"]["code"] == "R400"
+    assert "does not fit the spec" in bad.json()["error"]["message"]
     assert len(client.get("/api/runs", headers=auth).json()) == 1
 
 
@@ -261,6 +263,10 @@ def test_the_configuration_keeps_digests_and_refuses_what_is_wrong(tmp_path: Pat
         ("[[operators\n", "cannot read"),
         ('trusted_proxies = ["not an address"]\n', "not an address"),
         (config_entry("a", ["r"], digest) + config_entry("b", ["r"], digest), "share one token"),
+        # int(x, 16) would take these, and no token's digest could ever match them
+        (config_entry("a", ["r"], "0x" + digest[2:]), "never the token itself"),
+        (config_entry("a", ["r"], digest[:10] + "_" + digest[11:]), "never the token itself"),
+        (config_entry("a", ["r"], "-" + digest[1:]), "never the token itself"),
     ):
         bad = tmp_path / "bad.toml"
         bad.write_text(text)

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -497,3 +498,85 @@ def test_a_bug_in_a_page_is_an_error_page_and_one_line_in_the_log(
     logged = capsys.readouterr().err
     assert "Traceback" not in logged
     assert logged.count("ratchet serve: internal error: ZeroDivisionError: a bug") == 1
+
+
+def test_the_runs_list_pages_keep_their_filters_and_the_queue_offers_no_empty_page(
+    served: tuple[str, Service],
+    people: People,
+    sign_in: Browsers,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three decisions waiting, two to a page: "Older" leads to the third, keeping the filters
+    (a business key with '&', '#' and '+' included), and the last page offers no further one."""
+    import html as markup
+
+    from ratchet_runner.serve import console_pages
+    from ratchet_runner.store.store import Store
+
+    base, _ = served
+    monkeypatch.setattr(console_pages, "PAGE_SIZE", 2)
+    listed = Store.list_runs
+
+    def any_key(self: Store, *args: Any, business_key: str | None = None, **rest: Any) -> Any:
+        return listed(self, *args, **rest)  # the key filter kept in links, not applied
+
+    monkeypatch.setattr(Store, "list_runs", any_key)
+    for number in (1, 2, 3):
+        given = {"ticket": f"T-{number}", "order": "LK-1", "amount": 5.0, "currency": "CAD"}
+        made = httpx.post(
+            f"{base}/api/runs",
+            headers=people.auth("ana"),
+            json={"workflow": "refund", "input": {**given, "reason": "RFD-LATE"}},
+        )
+        assert made.status_code == 201, made.text
+    browser = sign_in(base, people, "vic")
+    key = "A&B #1+x"
+    first = browser.get("/runs", params={"workflow": "refund", "key": key}).text
+    older = re.search(r'<a href="(/runs\?[^"]+)">Older', first)
+    assert older is not None
+    second = browser.get(markup.unescape(older.group(1)))
+    assert second.url.params["key"] == key
+    assert second.url.params["workflow"] == "refund"
+    assert second.url.params["offset"] == "2"
+    assert second.text.count('<td><a href="/runs/run_') == 1
+    assert "Older →" not in second.text
+    queue = browser.get("/queue").text
+    onward = re.search(r'<a href="(/queue\?offset=\d+)">Older', queue)
+    assert onward is not None
+    last = browser.get(markup.unescape(onward.group(1))).text
+    assert last.count('class="card" id="decide-') == 1
+    assert "Older →" not in last
+
+
+def test_signing_out_needs_the_sessions_token(
+    served: tuple[str, Service], people: People, sign_in: Browsers
+) -> None:
+    """A form on another site cannot sign an operator out."""
+    base, _ = served
+    browser = sign_in(base, people, "ana")
+    refused = browser.post("/logout", data={})
+    assert refused.status_code == 403
+    assert "ratchet_session" not in refused.headers.get("set-cookie", "")
+    assert browser.get("/queue").status_code == 200  # still signed in
+
+
+def test_without_graphviz_the_run_page_still_serves_its_decision(
+    served: tuple[str, Service],
+    people: People,
+    sign_in: Browsers,
+    waiting: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import graphviz
+
+    from ratchet_runner.serve import console
+
+    def no_dot(*_: object, **__: object) -> bytes:
+        raise graphviz.ExecutableNotFound(["dot"])
+
+    monkeypatch.setattr(graphviz.Digraph, "pipe", no_dot)  # as where dot is not installed
+    monkeypatch.setattr(console, "_drawn", {})
+    page = sign_in(served[0], people, "ana").get(f"/runs/{waiting}")
+    assert page.status_code == 200, page.text
+    assert "needs Graphviz" in page.text
+    assert f"/runs/{waiting}/approve" in page.text

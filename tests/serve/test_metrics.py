@@ -197,3 +197,19 @@ def test_a_transient_failure_counts_a_retry(
     assert found[("ratchet_effect_retries_total", *label)] == 1
     calls = ("effect=create_label", "outcome=transient", "workflow=parcel")
     assert found[("ratchet_effect_call_seconds_count", *calls)] == 1
+
+
+def test_a_reply_without_its_receipt_is_timed_as_ambiguous_not_done(
+    capsys: pytest.CaptureFixture[str], scrape: Any
+) -> None:
+    """A malformed reply is an unknown outcome: the call latency says so, as the run does."""
+    parcel = SPECS.parent / "tests" / "fixtures" / "parcel.yaml"
+    code, _, err = run(
+        capsys, "run", str(parcel), "--example", "P-1", "--fault", "create_label:malformed"
+    )
+    assert code == 0, err
+    found = scrape()
+    ambiguous = ("effect=create_label", "outcome=ambiguous", "workflow=parcel")
+    done = ("effect=create_label", "outcome=done", "workflow=parcel")
+    assert found[("ratchet_effect_call_seconds_count", *ambiguous)] == 1
+    assert ("ratchet_effect_call_seconds_count", *done) not in found  # reconciled, not called
