@@ -293,3 +293,22 @@ def test_results_to_stdout_are_json_lines_only_and_the_tally_goes_to_stderr(
     assert code == 2
     assert out == ""
     assert "--json or --results -" in err
+
+
+def test_an_undo_path_that_ends_compensated_after_its_undo_failed_is_flagged(
+    tmp_path: Path,
+) -> None:
+    """E518 on a compensate state's own failure row: the release exhausted, yet the run would
+    end released with the holds still made; the fix is a person, not the undo path."""
+    _, text = _variant(
+        tmp_path,
+        "booking_released_after_a_failed_release",
+        "{state: releasing,      event: exhausted, next_state: needs_operator,",
+        "{state: releasing,      event: exhausted, next_state: released,",
+    )
+    [found] = validate_text(text).errors
+    assert found.code == "E518"
+    assert "releasing --exhausted--> released" in found.message
+    assert "hold_flight (made)" in found.message
+    assert "hold_hotel (made)" in found.message
+    assert "the undo exhausted: go to an operator queue" in found.message

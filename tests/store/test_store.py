@@ -881,19 +881,20 @@ def test_stores_opened_at_once_on_a_new_sqlite_file_all_open(tmp_path: Path) -> 
     assert failed == []
 
 
+@pytest.mark.parametrize("given", ["", "?connect_timeout=1"])
 def test_a_postgresql_server_that_never_answers_is_a_store_error_not_a_hang(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, given: str
 ) -> None:
     """A server that accepts the connection and never speaks (a stuck proxy, a frozen host):
     opening the store gives up after the connect timeout (CONNECT_TIMEOUT, unless the URL says
     ?connect_timeout=N) with a StoreError, instead of waiting for ever."""
     import socket
 
-    monkeypatch.setattr(dialects, "CONNECT_TIMEOUT", 1)
+    monkeypatch.setattr(dialects, "CONNECT_TIMEOUT", 1 if not given else 600)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)  # the kernel completes the handshake; nobody ever answers
-        url = f"postgresql+psycopg://postgres@127.0.0.1:{silent.getsockname()[1]}/test"
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{silent.getsockname()[1]}/test{given}"
         outcome: list[BaseException | Store] = []
 
         def open_it() -> None:
