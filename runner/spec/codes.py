@@ -72,6 +72,8 @@ CODES: dict[str, str] = {
     "E516": "an idempotency key does not name the effect",
     "W517": "an idempotency key does not name the business key",
     "E518": "a row ends a saga compensated or cancelled with a change still in place",
+    "E519": "an approval is on an effect that only runs as a compensation",
+    "W520": "an approved change that is never undone keeps old approvals under the default pin",
 }
 
 

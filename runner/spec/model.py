@@ -212,6 +212,9 @@ class Spec:
     operator_roles: tuple[str, ...] = ()
     examples: dict[str, Example] = field(default_factory=dict)
     on_version_change: str = "pin"
+    #: Whether the document writes ``on_version_change`` out (False: the default ``pin`` applies
+    #: unasked). It changes what the validator says (W520), never what the runner does.
+    on_version_change_written: bool = False
     budget: Budget = field(default_factory=Budget)
     title: str | None = None
     digest: str = ""
@@ -393,6 +396,7 @@ def build(doc: Document) -> Spec:
         operator_roles=tuple((data.get("operators") or {}).get("roles", ())),
         examples=examples,
         on_version_change=data.get("on_version_change", "pin"),
+        on_version_change_written="on_version_change" in data,
         budget=Budget(
             (data.get("budget") or {}).get("max_attempts"),
             (data.get("budget") or {}).get("max_cost"),

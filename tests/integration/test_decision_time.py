@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -245,6 +246,7 @@ def _newer(name: str, policy: str) -> tuple[str, Any]:
     """``name``'s spec as version 2 under policy 2, with ``policy`` as its on_version_change
     (``pin`` by leaving it out: the default)."""
     _, text = spec_and_text(name)
+    text = re.sub(r"^on_version_change:.*\n", "", text, flags=re.M)  # drop the shipped choice
     extra = "" if policy == "pin" else f"\non_version_change: {policy}"
     bumped = text.replace("spec_version: 1", "spec_version: 2").replace(
         "policy_version: 1", f"policy_version: 2{extra}"

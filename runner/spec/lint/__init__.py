@@ -22,9 +22,11 @@ from ..model import Spec
 from .effects import (
     check_approvals,
     check_compensation,
+    check_compensation_approvals,
     check_effect_states,
     check_idempotency_keys,
     check_operator_actions,
+    check_pinned_approvals,
     check_retry_and_hope,
     check_retry_owners,
 )
@@ -58,6 +60,8 @@ CHECKS: tuple[Check, ...] = (
     check_compensation,
     check_saga_endings,
     check_approvals,
+    check_compensation_approvals,
+    check_pinned_approvals,
     check_operator_actions,
 )
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from ...errors import Diagnostic
 from ..expressions import RUN_FIELDS
 from ..model import Adapter, Effect, Row, Spec
-from .support import at, at_field, at_name, col, effect_rows, line_of
+from .support import at, at_field, at_name, col, effect_rows, line_of, only_undoes
 
 #: More calls than this for one approved change, across all retry layers, is a warning (W508).
 MAX_CALLS_PER_EFFECT = 10
@@ -408,6 +408,64 @@ def check_approvals(spec: Spec) -> Iterator[Diagnostic]:
                     f"without recording approval {effect.approval!r}: add 'approval' to its "
                     "durable_write (the row that follows the decision)",
                 )
+
+
+def check_compensation_approvals(spec: Spec) -> Iterator[Diagnostic]:
+    """E519: a compensation runs while the run stands in a ``compensate`` state, and nothing
+    there asks for a decision, so an approval on an effect that runs only as one is never used.
+    An effect that is also some row's forward effect asks for its approval on that row."""
+    undoes: dict[str, dict[str, None]] = {name: {} for name in only_undoes(spec)}
+    for row in spec.transitions:
+        comp = row.compensation
+        if comp is not None and comp.effect in undoes and row.external_effect is not None:
+            undoes[comp.effect][row.external_effect] = None
+    for name, undone in undoes.items():
+        effect = spec.effects[name]
+        asking = {
+            a.name: f"{a.pointer}/effect" for a in spec.approvals.values() if a.effect == name
+        }
+        if effect.approval in spec.approvals and effect.approval not in asking:
+            asking[effect.approval] = f"{effect.pointer}/approval"
+        which = f"the undo of {', '.join(map(repr, undone))}" if undone else "an undo"
+        for approval, pointer in asking.items():
+            yield at(
+                spec,
+                pointer,
+                "E519",
+                f"approval {approval!r} is on {name!r}, which only runs as a compensation "
+                f"({which}), and a compensation never waits for a decision: the undo "
+                "would run without one; for a person to decide before undoing, send the row "
+                "that fails to a pause state whose approval is on a forward effect that does the "
+                "undo, or to an operator_queue state, and drop this approval",
+            )
+
+
+def check_pinned_approvals(spec: Spec) -> Iterator[Diagnostic]:
+    """W520: under the default ``pin``, a run approved under an older policy_version keeps its
+    approval after a version with another policy is deployed. For a change that is never undone
+    (``none``/``impossible``), that should be chosen, not inherited from a default."""
+    if spec.on_version_change_written:
+        return
+    warned: set[str] = set()
+    for row, effect in effect_rows(spec):
+        comp = row.compensation
+        if effect.approval is None or effect.name in warned:
+            continue
+        if comp is None or comp.kind not in ("none", "impossible"):
+            continue
+        warned.add(effect.name)
+        yield at_field(
+            spec,
+            effect.pointer,
+            "approval",
+            "W520",
+            f"{effect.name!r} needs approval {effect.approval!r} and is never undone "
+            f"(compensation: {comp.kind}), and on_version_change is left to its default, pin: "
+            "after a version with another policy_version is deployed, a run approved under the "
+            "older one still makes this change, without being asked again; set "
+            "on_version_change: revalidate to ask again, or write on_version_change: pin to "
+            "keep this on purpose",
+        )
 
 
 def check_operator_actions(spec: Spec) -> Iterator[Diagnostic]:

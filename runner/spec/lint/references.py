@@ -19,7 +19,7 @@ from ratchet_runner.adapters.practice_services import GENERIC, operation_names, 
 from ...errors import Diagnostic, ExpressionError
 from ..expressions import APPROVAL_FIELDS, RUN_FIELDS, Scope, check
 from ..model import Adapter, Contract, Effect, Spec
-from .support import at, at_field, at_name, col
+from .support import at, at_field, at_name, col, only_undoes
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:
@@ -88,12 +88,14 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
                 f"{_suggest(adapter.kind, KINDS) or _bind_instead(adapter.kind)}",
             )
     yield from _operation_refs(spec)
+    undoes = only_undoes(spec)
     for approval in approvals.values():
         bound = effects.get(approval.effect)
         if bound is None:
             yield from effect_ref(approval.effect, f"{approval.pointer}/effect")
             continue
-        if bound.approval != approval.name:
+        if bound.approval != approval.name and bound.name not in undoes:
+            # An effect that only undoes may not ask for any approval: E519 says so instead.
             yield at(
                 spec,
                 f"{approval.pointer}/effect",

@@ -54,3 +54,10 @@ def effect_rows(spec: Spec) -> Iterator[tuple[Row, Effect]]:
     for row in spec.transitions:
         if row.external_effect is not None and row.external_effect in spec.effects:
             yield row, spec.effects[row.external_effect]
+
+
+def only_undoes(spec: Spec) -> set[str]:
+    """The effects that run only as a compensation: named in some row's ``compensation`` column,
+    never as a row's ``external_effect`` (E519)."""
+    forward = {effect.name for _, effect in effect_rows(spec)}
+    return {name for name in spec.compensating_effects if name in spec.effects} - forward
