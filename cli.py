@@ -10,8 +10,9 @@ command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
-3 internal error · 4 the run moved on (another process changed it first). With ``--json`` only
-JSON is printed on stdout; messages go to stderr.
+3 internal error · 4 the run moved on (another process changed it first) · 5 another input for a
+business key that already names a run (nothing was written). With ``--json`` only JSON is
+printed on stdout; messages go to stderr.
 """
 
 from __future__ import annotations
@@ -271,8 +272,9 @@ def run(
     """Start a run of SPEC and drive it until it waits, ends or needs a person.
 
     The input comes from --input FILE or --example NAME; the practice world from the example,
-    or from --world FILE. Starting the same business key again finds the existing run and drives
-    it on; it never makes a second run (or a second change).
+    or from --world FILE. Starting the same business key again with the same input finds the
+    existing run and drives it on; it never makes a second run (or a second change). Another
+    input for that business key is refused, with nothing written (R409, exit status 5).
 
     A spec the binding file does not cover (an adapter unbound, an operation or lookup not
     implemented) is refused before the run is created.

@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
         DuplicateOperation,
         ExpressionError,
         GraphvizNotFound,
+        InputConflict,
         LeaseLost,
         LeaseTooShort,
         OperatorRefused,
@@ -103,6 +104,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "Found",
     "GraphvizNotFound",
     "HttpAdapter",
+    "InputConflict",
     "LeaseLost",
     "LeaseTooShort",
     "LookupFailed",
@@ -166,9 +168,9 @@ _HOMES: dict[str, str] = {
     "ratchet_runner.clock": "Clock FakeClock SystemClock",
     "ratchet_runner.errors": (
         "Diagnostic ApprovalError ApprovalExpired ApprovalStale BindingError BindingInvalid"
-        " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound LeaseLost"
-        " LeaseTooShort OperatorRefused RatchetError RunBusy RunError RunNotFound SignalRefused"
-        " SpecError StepFailed StoreError UsageError VersionConflict WorldError"
+        " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound InputConflict"
+        " LeaseLost LeaseTooShort OperatorRefused RatchetError RunBusy RunError RunNotFound"
+        " SignalRefused SpecError StepFailed StoreError UsageError VersionConflict WorldError"
     ),
 }
 _RENAMED = {

@@ -29,7 +29,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
         ├── OperatorRefused     R405  an operator control was refused; nothing changed
         ├── LeaseTooShort       R406  no lease this process takes covers the effect's timeout
         ├── StepFailed          R407  a step failed for good: the run waits for a person
-        └── UnstorableValue     R408  a value the store cannot keep, refused before any write
+        ├── UnstorableValue     R408  a value the store cannot keep, refused before any write
+        └── InputConflict       R409  the business key has a run already, with another input
 
 ``docs/reference/errors.md`` documents every code and the exit status the CLI gives it. This
 module imports nothing else of the package, so adapters and plugins may import it.
@@ -302,3 +303,22 @@ class UnstorableValue(RunError):
     database (PostgreSQL would refuse it, SQLite would keep what no reader can use)."""
 
     code = "R408"
+
+
+class InputConflict(RunError):
+    """The business key already names a run, started with another input: starting is idempotent
+    for the same input only (normalised JSON: ``10.0`` is ``10``), and other input for the same
+    key is a conflict, refused with nothing written, as a payment API refuses an idempotency key
+    reused with other parameters. Exit status 5: a script can tell it from other refusals.
+
+    ``run`` is the existing run (a ``RunRecord``; typed loosely because this module imports
+    nothing else of the package); ``field`` the path of the first field that differs
+    (``input/amount``)."""
+
+    code = "R409"
+    exit_status = 5
+
+    def __init__(self, message: str, run: Any, field: str) -> None:
+        super().__init__(message)
+        self.run = run
+        self.field = field

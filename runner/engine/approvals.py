@@ -6,7 +6,8 @@ runs only with an unconsumed, unexpired approval whose digest matches the argume
 send (:func:`valid_approval`, a plain function of the run's approval records and the time), and
 that approval is consumed in the same transaction that writes the operation's pending record.
 Recording a decision (:func:`decide`) works against a :class:`~ratchet_runner.engine.host.RunHost`
-(the runner), not the runner's class.
+(the runner), not the runner's class. The decision's event records the Ratchet version that
+recorded it, beside the digest that binds the spec and policy versions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from .. import __version__
 from ..clock import format_time
 from ..errors import (
     ApprovalError,
@@ -335,6 +337,7 @@ def decide(
         digest=request.digest,
         reason=reason,
         expires_at=expires_at,
+        ratchet_version=__version__,  # the approvals table has no place for it: the event keeps it
         **origin(),
     )
     moved = runner.move(run, spec, decision, change, ctx)

@@ -207,9 +207,10 @@ def start(
     before_drive: Callable[[RunRecord, bool], None] | None = None,
     drive: bool = True,
 ) -> tuple[CommandResult, bool]:
-    """``ratchet run``: start a run (or find the one with the same business key) and drive it
-    until it waits, ends or needs a person; without ``drive``, leave it to the workers, whom
-    its creation wakes. ``before_drive(run, created)`` runs after the run exists and before this
+    """``ratchet run``: start a run (or find the one with the same business key and input:
+    another input is :class:`~ratchet_runner.errors.InputConflict`) and drive it until it
+    waits, ends or needs a person; without ``drive``, leave it to the workers, whom its
+    creation wakes. ``before_drive(run, created)`` runs after the run exists and before this
     command calls anything (the CLI seeds the practice world there). Returns the result and
     whether the run was created."""
     started, created = runner.start(spec, text, data, wake=not drive)

@@ -39,6 +39,43 @@ def normalise(value: Any) -> Any:
     return str(value)
 
 
+def first_difference(there: Any, here: Any, where: str = "") -> tuple[str, str, str] | None:
+    """Where two JSON values first differ once normalised (:func:`normalise`: ``10.0`` is
+    ``10``; ``true`` is not ``1``), keys taken in sorted order: the path to it (``where/amount``)
+    and each side's value there as canonical JSON, ``absent`` where a side has none. None when
+    they are the same value."""
+    there, here = normalise(there), normalise(here)
+    if canonical_json(there) == canonical_json(here):
+        return None
+    path = where
+    while True:
+        if isinstance(there, dict) and isinstance(here, dict):
+            keys: list[Any] = sorted(set(there) | set(here))
+        elif isinstance(there, list) and isinstance(here, list):
+            keys = list(range(max(len(there), len(here))))
+        else:
+            return path, canonical_json(there), canonical_json(here)
+        key = next(k for k in keys if _text(_part(there, k)) != _text(_part(here, k)))
+        a, b = _part(there, key), _part(here, key)
+        path = f"{path}/{key}" if path else str(key)
+        if a is _ABSENT or b is _ABSENT:
+            return path, _text(a), _text(b)
+        there, here = a, b
+
+
+_ABSENT = object()
+
+
+def _part(value: dict[str, Any] | list[Any], key: Any) -> Any:
+    if isinstance(value, dict):
+        return value.get(key, _ABSENT)
+    return value[key] if key < len(value) else _ABSENT
+
+
+def _text(value: Any) -> str:
+    return "absent" if value is _ABSENT else canonical_json(value)
+
+
 def evaluate_args(effect: Effect, activation: Mapping[str, Any]) -> dict[str, Any]:
     """The effect's arguments, evaluated and normalised."""
     args: dict[str, Any] = {}

@@ -44,10 +44,11 @@ import jsonschema
 
 from ratchet_runner.adapters.base import Adapter
 
+from .. import __version__
 from ..clock import Clock, SystemClock
-from ..errors import RunError, UnstorableValue
+from ..errors import InputConflict, RunError, UnstorableValue
 from ..settings import INTERRUPT_POINTS as INTERRUPT_POINTS
-from ..settings import business_key_problem, unstorable
+from ..settings import business_key_problem, shown, unstorable
 from ..spec.expressions import compile_expression
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec, State, per_version
@@ -60,6 +61,7 @@ from . import timers
 from .activation import activation
 from .compensation import compensate
 from .host import Strategy as Strategy
+from .identity import first_difference
 from .lease import Leases
 from .machine import machine_for, status_of
 from .protocol import EffectStep
@@ -80,6 +82,26 @@ _INPUT_VALIDATORS: dict[str, jsonschema.Draft7Validator] = {}
 def _input_validator(spec: Spec) -> jsonschema.Draft7Validator:
     return per_version(
         _INPUT_VALIDATORS, spec, lambda s: jsonschema.Draft7Validator(s.input_schema)
+    )
+
+
+def _same_input(existing: RunRecord | None, given: dict[str, Any]) -> None:
+    """Refuse ``given`` for the business key of ``existing`` unless it is the input that run was
+    started with, as normalised JSON (the run's input is never replaced: its arguments, digests
+    and operation IDs were made from it)."""
+    if existing is None:
+        return
+    differs = first_difference(existing.input, given, "input")
+    if differs is None:
+        return
+    where, there, here = differs
+    raise InputConflict(
+        f"run {existing.id} (business key {shown(existing.business_key)!r}) was started with "
+        f"another input: {shown(where)} is {shown(there, 40)} there, {shown(here, 40)} here; a "
+        "business key names one piece of work, and its run keeps the input it started with: "
+        "nothing was written",
+        existing,
+        where,
     )
 
 
@@ -193,8 +215,11 @@ class Runner:
         adapters cannot run (its resolution's ``admit`` refuses it, or an adapter cannot be made)
         is refused first, with nothing stored, and so is an input that does not fit the spec's
         input schema or lacks a field the business key or an effect argument reads
-        (:func:`~ratchet_runner.spec.reads.missing_read`); the run records the binding it
-        starts under."""
+        (:func:`~ratchet_runner.spec.reads.missing_read`). A run that exists for the business
+        key with another input is no start of it: :class:`~ratchet_runner.errors.InputConflict`,
+        with nothing written (looked up before a spec version this runner has not stored yet is
+        saved, since a newer version moves older runs on). The run records the binding and the
+        Ratchet version it starts under."""
         if self.resolution.admit is not None:
             self.resolution.admit(spec)
         self.make_adapters(spec)
@@ -226,6 +251,7 @@ class Runner:
             )
         now = self.clock.now()
         if spec.digest not in self._specs:
+            _same_input(self.store.find_run(spec.name, str(key)), input)
             self.store.save_spec(
                 spec.digest, spec.name, spec.spec_version, str(spec.policy_version), text, now
             )
@@ -244,9 +270,12 @@ class Runner:
             input,
             now,
             binding=None if stamp is None else dict(stamp),
+            ratchet_version=__version__,
         )
         draft = new.record()  # the run as it will be: what its first state's timers are armed on
-        context: dict[str, Any] = {} if stamp is None else {"binding": dict(stamp)}
+        context: dict[str, Any] = {"ratchet_version": __version__}
+        if stamp is not None:
+            context["binding"] = dict(stamp)
         if self.strategy == "naive":  # the demonstration carries on whoever drives the run
             context["strategy"] = "naive"
         first_events: list[tuple[str, dict[str, Any]]] = []
@@ -258,7 +287,10 @@ class Runner:
             context["pause"] = pause
             first_events.append(("paused", pause))
         new = replace(new, context=context, timers=armed, events=first_events, wake=wake)
-        return self.store.create_run(new)
+        run, created = self.store.create_run(new)
+        if not created:  # found: the same piece of work only if it was asked with the same input
+            _same_input(run, input)
+        return run, created
 
     def advance(self, run: str | RunRecord, max_steps: int = 10_000) -> RunRecord:
         """Drive the run (by ID, or as just committed) until it waits, ends, or needs a

@@ -135,6 +135,8 @@ def describe(event: EventRecord) -> str:
     text = render() if render else ", ".join(f"{k}={v}" for k, v in d.items() if k != "real_at")
     if kind in ("approved", "rejected", "operator", "signal") and d.get("via"):  # from where
         text += f" · via {d.get('via')} from {printable(str(d.get('from')))}"
+    if kind in ("created", "approved", "rejected") and d.get("ratchet_version"):  # which Ratchet
+        text += f" · ratchet {printable(str(d['ratchet_version']))}"
     if "real_at" in d:  # recorded under RATCHET_NOW: show the clock it claimed and the real time
         text += f" · [clock set to {when(event.at)}; really {when(d.get('real_at'))}]"
     return text

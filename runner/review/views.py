@@ -99,6 +99,7 @@ def run_summary(runner: Runner, run: RunRecord) -> Json:
         **_where(run),
         "waiting_for": request.to_json() if request else None,
         "operator_action": queued.get("operator_action") if run.status == "needs_person" else None,
+        "ratchet_version": run.context.get("ratchet_version"),
     }
 
 
@@ -145,9 +146,16 @@ def summary_text(summary: Mapping[str, Any], headline: str = "") -> str:
 
 
 def trace_json(run: RunRecord, history: Sequence[EventRecord]) -> Json:
-    """A run and its history, event by event (``ratchet trace --json``)."""
+    """A run and its history, event by event (``ratchet trace --json``), with the binding and
+    the Ratchet version it was created under (None for a run created before either was
+    recorded)."""
     events = [{"version": e.version, "kind": e.kind, "at": e.at, **e.data} for e in history]
-    return {**run_json(run), "binding": run.context.get("binding"), "events": events}
+    return {
+        **run_json(run),
+        "binding": run.context.get("binding"),
+        "ratchet_version": run.context.get("ratchet_version"),
+        "events": events,
+    }
 
 
 # -- lists of runs, and the store's status -----------------------------------------------------

@@ -245,7 +245,8 @@ def operate(request: Request, service: Service, operator: Operator) -> Any:
 
 def start_run(request: Request, service: Service, _operator: Operator) -> Any:
     """Start a run of a served workflow (or find the one with the same business key), and
-    leave it to the workers: 201 when created, 200 when it already existed."""
+    leave it to the workers: 201 when created, 200 when it already existed with the same input
+    (409 R409 with another: :class:`~ratchet_runner.errors.InputConflict` is a run error)."""
     from ..engine import commands
     from ..review.views import command_summary
 

@@ -90,7 +90,8 @@ def describe() -> dict[str, Any]:
                     ],
                 ),
                 "post": _op(
-                    "Start a run (idempotent by business key): 201 created, 200 found.",
+                    "Start a run (idempotent by business key and input): 201 created, 200 found, "
+                    "409 R409 the key's run has another input.",
                     requestBody=_body(
                         {"workflow": {"type": "string"}, "input": {"type": "object"}},
                         ["workflow", "input"],

@@ -195,8 +195,9 @@ class NewSignal(TypedDict):
 class NewRun:
     """A run to create (:meth:`~ratchet_runner.store.store.Store.create_run`): at version 1,
     with a ``created`` event, then ``events``, and the ``timers`` its first state arms.
-    ``binding``: the binding it starts under (name and digest, never a secret), recorded in the
-    ``created`` event when given."""
+    ``binding``: the binding it starts under (name and digest, never a secret), and
+    ``ratchet_version``: the Ratchet that creates it, each recorded in the ``created`` event
+    when given."""
 
     id: str
     workflow: str
@@ -210,6 +211,7 @@ class NewRun:
     timers: Sequence[NewTimer] = ()
     events: Sequence[Event] = ()
     binding: dict[str, Any] | None = None
+    ratchet_version: str | None = None
     #: Whether its creation wakes the workers (:mod:`~ratchet_runner.store.bell`): not when the
     #: process creating it carries it on itself at once.
     wake: bool = True
@@ -235,6 +237,8 @@ class NewRun:
         data: dict[str, Any] = {"state": self.state, "business_key": self.business_key}
         if self.binding is not None:
             data["binding"] = dict(self.binding)
+        if self.ratchet_version is not None:
+            data["ratchet_version"] = self.ratchet_version
         return [("created", data), *self.events]
 
     def rows(self) -> Iterator[Row]:

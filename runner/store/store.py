@@ -204,10 +204,11 @@ class Store:
         """Create the run ``new``, or return the one that already exists for its business key.
 
         Returns ``(run, created)``. Starting the same piece of work twice is not an error: it is
-        the same run. A value the store cannot keep as it is (a business key too long, a number
-        that is not finite, text that is not valid Unicode) raises
-        :class:`~ratchet_runner.errors.UnstorableValue`, the same on every database, and nothing
-        is written.
+        the same run (whether it was asked with the same input is the runner's to judge:
+        :meth:`~ratchet_runner.engine.runner.Runner.start`). A value the store cannot keep as it
+        is (a business key too long, a number that is not finite, text that is not valid
+        Unicode) raises :class:`~ratchet_runner.errors.UnstorableValue`, the same on every
+        database, and nothing is written.
         """
         refuse_unfit(new.rows())
         wake = new.wake and (new.status == "running" or arms_soon(new.timers, new.at))

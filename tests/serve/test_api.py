@@ -211,6 +211,30 @@ def test_starting_a_run_is_idempotent_by_business_key(client: httpx.Client, peop
     assert len(client.get("/api/runs", headers=auth).json()) == 1
 
 
+def test_starting_a_run_with_another_input_for_its_business_key_is_a_conflict(
+    client: httpx.Client, people: People
+) -> None:
+    """The same business key with other input is refused (409, R409), as a reused idempotency
+    key with other parameters is; the run keeps its input, and the same input still finds it."""
+    auth = people.auth("ana")
+    given = {"ticket": "T-1", "order": "LK-1", "amount": 5, "currency": "CAD", "reason": "RFD-LATE"}
+    first = client.post("/api/runs", headers=auth, json={"workflow": "refund", "input": given})
+    assert first.status_code == 201, first.text
+    other = {**given, "amount": 50}
+    refused = client.post("/api/runs", headers=auth, json={"workflow": "refund", "input": other})
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "R409"
+    assert f"run {first.json()['run']} (business key 'T-1')" in error["message"]
+    assert "input/amount is 5 there, 50 here" in error["message"]
+    assert "nothing was written" in error["message"]
+    same = {**given, "amount": 5.0}
+    again = client.post("/api/runs", headers=auth, json={"workflow": "refund", "input": same})
+    assert (again.status_code, again.json()["run"]) == (200, first.json()["run"])
+    [listed] = client.get("/api/runs", headers=auth).json()
+    assert (listed["run"], listed["version"]) == (first.json()["run"], 1)
+
+
 def test_bad_bodies_are_refused_and_change_nothing(
     client: httpx.Client, people: People, waiting: str
 ) -> None:

@@ -220,3 +220,104 @@ def test_runs_lists_and_reset_all_empties(capsys: pytest.CaptureFixture[str]) ->
     assert (code, json.loads(out)) == (0, {"practice_world": "reset", "store": "emptied"})
     code, out, _ = run(capsys, "runs", "--json")
     assert (code, json.loads(out)) == (0, [])
+
+
+def _input_file(folder: Path, name: str, **changed: object) -> str:
+    """T-90104's input, as a JSON file, with ``changed`` fields replaced."""
+    given = {
+        "ticket": "T-90104",
+        "order": "LK-793996",
+        "amount": 9.95,
+        "currency": "CAD",
+        "reason": "RFD-LATE",
+        **changed,
+    }
+    path = folder / name
+    path.write_text(json.dumps(given), encoding="utf-8")
+    return str(path)
+
+
+def test_another_input_for_an_existing_business_key_is_refused_with_exit_five_and_nothing_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Starting is idempotent for the same input only: 19.90 for the T-90104 that asked for 9.95
+    is a conflict (as a reused idempotency key with other parameters is), never the 9.95 run."""
+    code, out, _ = run(capsys, "run", REFUND, "--example", "T-90104", "--json")
+    assert code == 0
+    first = json.loads(out)["run"]
+    code, out, err = run(
+        capsys, "run", REFUND, "--input", _input_file(tmp_path, "more.json", amount=19.90)
+    )
+    assert code == 5, err
+    assert out == ""
+    assert err.startswith("ratchet: R409 ")
+    assert f"run {first} (business key 'T-90104')" in err
+    assert "input/amount is 9.95 there, 19.9 here" in err
+    assert "nothing was written" in err
+    assert "Traceback" not in err
+    code, _, err = run(
+        capsys,
+        "run",
+        REFUND,
+        "--input",
+        _input_file(tmp_path, "long.json", order="LK-" + "7" * 200),
+    )
+    assert code == 5
+    assert (
+        'input/order is "LK-793996" there, "LK-7777777777777777...7777777777777777777" here' in err
+    )
+    code, out, _ = run(capsys, "trace", "T-90104", "--json")
+    traced = json.loads(out)
+    assert (traced["run"], traced["version"]) == (first, 1)
+    code, out, _ = run(capsys, "run", REFUND, "--input", _input_file(tmp_path, "same.json"))
+    assert (code, f"run {first} already existed for this business key") == (0, out.splitlines()[0])
+    code, out, _ = run(capsys, "run", REFUND, "--example", "T-90104")
+    assert (code, f"run {first} already existed for this business key") == (0, out.splitlines()[0])
+    code, out, _ = run(capsys, "runs", "--json")
+    assert [r["run"] for r in json.loads(out)] == [first]
+
+
+def test_an_integral_float_is_the_same_input_as_the_integer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Inputs are compared as normalised JSON, as arguments are: ``40.0`` is ``40``."""
+    code, out, _ = run(
+        capsys, "run", REFUND, "--input", _input_file(tmp_path, "a.json", amount=40.0), "--json"
+    )
+    assert code == 0
+    code, again, err = run(
+        capsys, "run", REFUND, "--input", _input_file(tmp_path, "b.json", amount=40), "--json"
+    )
+    assert code == 0, err
+    assert json.loads(again)["run"] == json.loads(out)["run"]
+    code, _, err = run(capsys, "run", REFUND, "--input", _input_file(tmp_path, "c.json", amount=41))
+    assert code == 5
+    assert "input/amount is 40 there, 41 here" in err
+
+
+def test_a_run_and_each_decision_record_the_ratchet_version_that_made_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Beside the spec and policy versions, which Ratchet started the run and which recorded
+    each decision: in the run's context, the ``created`` event and each decision's event."""
+    from ratchet_runner import __version__
+
+    run(capsys, "run", REFUND, "--example", "T-90104")
+    code, _, _ = run(capsys, "approve", "T-90104", "--as", "agent-7", "--role", "agent")
+    assert code == 0
+    run(capsys, "run", REFUND, "--input", _input_file(tmp_path, "t2.json", ticket="T-2"))
+    code, _, _ = run(capsys, "reject", "T-2", "--as", "agent-7", "--reason", "not late")
+    assert code == 0
+    for key, decision in (("T-90104", "approved"), ("T-2", "rejected")):
+        code, out, _ = run(capsys, "trace", key, "--json")
+        traced = json.loads(out)
+        assert traced["ratchet_version"] == __version__
+        recorded = {e["kind"]: e.get("ratchet_version") for e in traced["events"]}
+        assert (recorded["created"], recorded[decision]) == (__version__, __version__)
+        code, out, _ = run(capsys, "trace", key)
+        [created] = [line for line in out.splitlines() if line.split()[1] == "created"]
+        [decided] = [line for line in out.splitlines() if line.split()[1] == decision]
+        assert created.endswith(f" · ratchet {__version__}")
+        assert decided.endswith(f" · ratchet {__version__}")
+    code, out, _ = run(capsys, "run", REFUND, "--example", "T-90104", "--json")
+    assert json.loads(out)["ratchet_version"] == __version__

@@ -26,6 +26,7 @@ from ratchet_runner.errors import (
     Diagnostic,
     ExpressionError,
     GraphvizNotFound,
+    InputConflict,
     RatchetError,
     SpecError,
     StepFailed,
@@ -158,6 +159,8 @@ def _instance(cls: type[RatchetError]) -> RatchetError:
         return cls()
     if cls is StepFailed:
         return cls("run run_1: a step failed; it waits for a person", run=None)
+    if cls is InputConflict:
+        return cls("run run_1 was started with another input", run=None, field="input/amount")
     return cls(f"{cls.__name__} happened")
 
 

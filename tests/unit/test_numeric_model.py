@@ -10,6 +10,8 @@
 * Money written as a decimal string compares through ``double()`` and passes unchanged.
 * Effect arguments keep their values, so the operation IDs and approval digests of existing runs
   do not change (pinned below).
+* Two inputs are the same input when their normalised JSON is the same: ``10.0`` is ``10``,
+  ``true`` is not ``1``; the first field that differs is found in key order.
 * E313 flags, from the input schema's declared types and the literals, a comparison or a sum
   that can never be evaluated, and nothing that is not certain.
 """
@@ -25,6 +27,7 @@ import pytest
 from ratchet_runner.engine.identity import (
     approval_digest,
     evaluate_args,
+    first_difference,
     normalise,
     operation_id,
 )
@@ -197,6 +200,24 @@ PINNED = {
         "108640f5b4d83e0c25aa7e5331b3bb727c278b2fbc87a5e8006045fb616df8c0",
     ),
 }
+
+
+@pytest.mark.parametrize(
+    ("there", "here", "found"),
+    [
+        ({"amount": 10.0, "note": "x"}, {"note": "x", "amount": 10}, None),
+        ({"amount": 9.95}, {"amount": 19.9}, ("input/amount", "9.95", "19.9")),
+        ({"gift": True}, {"gift": 1}, ("input/gift", "true", "1")),
+        ({"amount": "10"}, {"amount": 10}, ("input/amount", '"10"', "10")),
+        ({"a": 1, "c": 1}, {"a": 1, "b": 2, "c": 2}, ("input/b", "absent", "2")),
+        ({"items": [1, 2]}, {"items": [1.0]}, ("input/items/1", "2", "absent")),
+        ({"to": {"zip": "1"}}, {"to": ["1"]}, ("input/to", '{"zip":"1"}', '["1"]')),
+    ],
+)
+def test_two_inputs_are_compared_as_normalised_json_and_the_first_difference_is_named(
+    there: dict[str, Any], here: dict[str, Any], found: tuple[str, str, str] | None
+) -> None:
+    assert first_difference(there, here, "input") == found
 
 
 @pytest.mark.parametrize("case", list(PINNED))
