@@ -14,9 +14,13 @@ Any other name is a **plugin kind**: one an installed distribution registers und
 entry-point group :data:`GROUP` (``ratchet.adapters``), whose entry point loads a factory called
 like a ``python`` one. A factory (or, if the factory says nothing, the adapter it makes) declares
 what it implements: ``operations``, the names of the operations it calls (required), and
-``lookups``, the names of the lookups it answers (optional; without it, any). :func:`offer` reads
-that, so that a binding can be checked against a spec before anything runs; :func:`make` makes
-the adapter. Both raise :class:`~ratchet_runner.errors.BindingError` naming what is wrong.
+``lookups``, the names of the lookups it answers (optional; without it, any); and, optionally,
+``receipts`` (operation name → the receipt field its ``Done`` holds) and ``lookup_receipts``
+(lookup name → the field its ``Found`` holds; a lookup with none returns the field of the
+operation it looks up). :func:`offer` reads that, so that a binding can be checked against a
+spec before anything runs (a receipt field the spec does not expect would make every reply
+"malformed" and cost a lookup per call: ``B205``, as for ``http``); :func:`make` makes the
+adapter. Both raise :class:`~ratchet_runner.errors.BindingError` naming what is wrong.
 """
 
 from __future__ import annotations
@@ -124,9 +128,13 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
             "adapter it makes an 'operations' attribute naming the operations it implements"
         )
     lookups = getattr(declarer, "lookups", None)
+    implemented = _names(operations, f"{where}: 'operations'", adapter)
+    answered = None if lookups is None else _names(lookups, f"{where}: 'lookups'", adapter)
     return Offer(
-        _names(operations, f"{where}: 'operations'", adapter),
-        None if lookups is None else _names(lookups, f"{where}: 'lookups'", adapter),
+        implemented,
+        answered,
+        _receipt_fields(declarer, "receipts", implemented, "operations", where, adapter),
+        _receipt_fields(declarer, "lookup_receipts", answered, "lookups", where, adapter),
     )
 
 
@@ -271,6 +279,43 @@ def _names(value: Any, where: str, adapter: AdapterSpec) -> frozenset[str]:
     if not all(isinstance(name, str) for name in names):
         raise BindingError(f"binding {adapter.name!r}: {where} must hold names (strings) only")
     return frozenset(names)
+
+
+def _receipt_fields(
+    declarer: Any,
+    attribute: str,
+    declared: frozenset[str] | None,
+    names: str,
+    where: str,
+    adapter: AdapterSpec,
+) -> dict[str, str]:
+    """The receipt fields ``declarer`` says its operations (or lookups) return, by name: its
+    ``attribute``, a mapping of names it declares in ``names`` (any, when ``declared`` is None)
+    to field names. Without it, none: a factory that says nothing is not checked (``B205``
+    needs a field to compare), as before receipts could be declared."""
+    value = getattr(declarer, attribute, None)
+    if value is None:
+        return {}
+    what = f"binding {adapter.name!r}: {where}: {attribute!r}"
+    if not isinstance(value, Mapping):
+        raise BindingError(
+            f"{what} must map each name in {names!r} to the receipt field it returns, not "
+            f"{type(value).__name__}"
+        )
+    fields: dict[str, str] = {}
+    for name, field_name in value.items():
+        if not isinstance(name, str) or not isinstance(field_name, str) or not field_name:
+            raise BindingError(
+                f"{what} must map names (strings) to receipt field names (non-empty strings), "
+                f"not {name!r} to {field_name!r}"
+            )
+        if declared is not None and name not in declared:
+            raise BindingError(
+                f"{what} names {name!r}, which {names!r} does not declare "
+                f"({', '.join(sorted(declared)) or 'none'})"
+            )
+        fields[name] = field_name
+    return fields
 
 
 def _close(made: Any) -> None:

@@ -2,9 +2,13 @@
 forward effects some path into it can have made, made for sure (its ``ok`` row taken) or maybe
 (its outcome not known on that path).
 
-The saga view draws each way into an undo path from it (:mod:`ratchet_runner.review.diagram.saga`),
-and the lints flag a row that ends a run compensated or cancelled while a change it cannot have
-undone may still be in place (:mod:`ratchet_runner.spec.lint.endings`, E518).
+:func:`made_before` joins the paths into one set per state: the lints flag a row that ends a run
+compensated or cancelled while a change it cannot have undone may still be in place
+(:mod:`ratchet_runner.spec.lint.endings`, E518), whichever path made it. :func:`histories_before`
+keeps the paths apart, each with its effects in the order it made them: the saga view draws
+each way into an undo path from it (:mod:`ratchet_runner.review.diagram.saga`), since the
+runtime undoes a run's effects newest first in the order *that run* made them
+(:mod:`ratchet_runner.engine.compensation`), and never an effect of a path it did not take.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from .model import Effect, Row, Spec
 Made = Literal["made", "maybe"]
 #: The effect state → what is known of its effect, at some point of some path.
 Known = dict[str, Made]
+#: One path's forward effects, oldest first: the order its effect states made them in.
+Order = tuple[str, ...]
+#: The paths into one state, told apart by their order, each with what it knows of its effects
+#: (paths in the same order join: made on either is made).
+Histories = dict[Order, Known]
+#: The most orders :func:`histories_before` follows into one state.
+MAX_HISTORIES = 64
 #: Events of an effect's own row after which its change is not made.
 NOT_MADE = frozenset({"refused"})
 
@@ -81,3 +92,46 @@ def made_before(spec: Spec) -> dict[str, Known]:
                 known[row.next_state] = after
                 queue.append(row.next_state)
     return known
+
+
+def history_after_row(spec: Spec, row: Row, order: Order, before: Mapping[str, Made]) -> Order:
+    """The order of one path's effects once ``row`` is taken (what is known of them is
+    :func:`after_row`'s): the row's own effect, once it may have been made, comes newest, where
+    the runtime writes its pending record; an effect made before stays where it was (its
+    operation keeps its place); leaving a compensate state by ``ok`` drops the effects it
+    undid."""
+    after = after_row(spec, row, before)
+    kept = tuple(s for s in order if s in after)
+    return kept + tuple(s for s in after if s not in kept)
+
+
+def histories_before(spec: Spec, limit: int = MAX_HISTORIES) -> dict[str, Histories] | None:
+    """For each state reachable from ``start``: the paths into it, each with the forward effects
+    it can have made, in the order it made them (a fixed point over the transition graph, as
+    :func:`made_before`; an order holds each effect state once, so there are finitely many).
+
+    None once some state is reached in more than ``limit`` orders: each choice between two ways
+    doubles the orders after it, so a spec can have too many to follow (or to draw) apart."""
+    if spec.start not in spec.states:
+        return {}
+    found: dict[str, Histories] = {spec.start: {(): {}}}
+    queue = deque([spec.start])
+    while queue:
+        state = queue.popleft()
+        for row in spec.rows_from(state):
+            if row.next_state not in spec.states:
+                continue
+            into = found.setdefault(row.next_state, {})
+            changed = False
+            for order, before in list(found[state].items()):
+                after = after_row(spec, row, before)
+                next_order = history_after_row(spec, row, order, before)
+                joined = join(into.get(next_order, {}), after)
+                if into.get(next_order) != joined:
+                    into[next_order] = joined
+                    changed = True
+            if len(into) > limit:
+                return None
+            if changed and row.next_state not in queue:
+                queue.append(row.next_state)
+    return found

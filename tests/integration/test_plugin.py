@@ -4,10 +4,11 @@ The example plugin (``examples/plugin-mailer``, the distribution ``ratchet-maile
 wheel and installed, with Ratchet's own wheel, into a fresh virtual environment: its entry point
 registers the kind ``outbox_mailer`` under ``ratchet.adapters``. From there, through the CLI, on a
 store that is not a practice store: ``validate --bindings`` checks the spec against what the
-plugin declares; ``run`` without a binding is refused with nothing created; ``run --bindings``
-dies by SIGKILL right after the plugin put the e-mail in its outbox (the reply lost with the
-process), and ``resume`` in a new process reconciles through the plugin's lookup, which reads the
-same outbox: one e-mail, and the run done, under the binding it recorded.
+plugin declares (its operations, its lookups and the receipt fields they return); ``run``
+without a binding is refused with nothing created; ``run --bindings`` dies by SIGKILL right after
+the plugin put the e-mail in its outbox (the reply lost with the process), and ``resume`` in a
+new process reconciles through the plugin's lookup, which reads the same outbox: one e-mail, and
+the run done, under the binding it recorded.
 """
 
 from __future__ import annotations
@@ -120,6 +121,16 @@ def test_the_installed_plugin_registers_its_kind_and_validate_checks_against_it(
         wrong.stdout
     )
     assert "it implements send_email" in wrong.stdout
+
+    renamed = tmp_path / "renamed.yaml"  # a row expecting a field the plugin does not return
+    renamed.write_text(WELCOME.read_text(encoding="utf-8").replace("receipt: id", "receipt: msg"))
+    field = _ratchet(installed, tmp_path, "validate", str(renamed), "--bindings", str(binding))
+    assert field.returncode == 1
+    assert sorted(line.split(" returns ")[0] for line in field.stdout.splitlines()) == [
+        f"{binding}:2:1: B205 adapter 'mailer': lookup 'find_email'",
+        f"{binding}:2:1: B205 adapter 'mailer': operation 'send_email'",
+    ]
+    assert "returns receipt field 'id', but effect 'send_welcome'" in field.stdout
 
     no_opt_in = _binding(tmp_path, tmp_path / "outbox.db", opt_in=False)
     refused = _ratchet(installed, tmp_path, "validate", str(WELCOME), "--bindings", str(no_opt_in))

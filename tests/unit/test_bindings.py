@@ -290,6 +290,104 @@ def test_a_python_factory_that_cannot_be_imported_or_declares_nothing_is_b103(
         assert says in found.message
 
 
+#: A warehouse adapter of your own (a ``python`` factory) that declares what it implements;
+#: ``DECLARED`` stands for what else its class declares (its receipt fields).
+OWN_WAREHOUSE = """\
+from ratchet_runner import Done, NotFound
+
+
+class Warehouse:
+    operations = ("create_label", "reship")
+    lookups = ("lookup",)
+    DECLARED
+
+    def __init__(self, settings):
+        pass
+
+    def call(self, request):
+        return Done({"label": "LBL-1"})
+
+    def lookup(self, operation, operation_id, effect=""):
+        return NotFound()
+"""
+
+
+def _own_warehouse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, declared: str
+) -> Path:
+    """A binding of returns.yaml's warehouse to ``OWN_WAREHOUSE`` declaring ``declared``, in
+    module ``module`` (a new name each time: an imported module stays imported) on
+    ``sys.path``."""
+    _write(tmp_path / f"{module}.py", OWN_WAREHOUSE.replace("DECLARED", declared or "pass"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return _write(
+        tmp_path / f"{module}.toml",
+        f'[adapters.warehouse]\nimplementation = "python"\nfactory = "{module}:Warehouse"\n',
+    )
+
+
+def test_a_python_factory_declaring_another_receipt_field_than_the_spec_is_b205(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    returns = SPECS / "returns.yaml"
+    wrong = _own_warehouse(
+        tmp_path,
+        monkeypatch,
+        "wrong_wh",
+        'receipts = {"create_label": "label", "reship": "reship_id"}',
+    )
+    code, out, err = run(capsys, "validate", str(returns), "--bindings", str(wrong))
+    assert code == 1, err
+    [line] = out.splitlines()
+    assert line.startswith(f"{wrong}:1:1: B205 adapter 'warehouse': operation 'create_label' ")
+    assert "returns receipt field 'label', but the spec's contract (" in line
+    assert line.endswith("expects label_id")
+    right = _own_warehouse(
+        tmp_path,
+        monkeypatch,
+        "right_wh",
+        'receipts = {"create_label": "label_id", "reship": "reship_id"}',
+    )
+    assert run(capsys, "validate", str(returns), "--bindings", str(right))[0] == 0
+
+
+def test_a_lookups_declared_receipt_field_is_checked_and_declaring_none_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    returns = SPECS / "returns.yaml"
+    for module, declared in (("silent_wh", ""), ("none_wh", "receipts = lookup_receipts = None")):
+        assert _findings(returns, _own_warehouse(tmp_path, monkeypatch, module, declared)) == []
+    binding = _own_warehouse(
+        tmp_path, monkeypatch, "lookup_wh", 'lookup_receipts = {"lookup": "id"}'
+    )
+    found = _findings(returns, binding)
+    assert [d.code for d in found] == ["B205", "B205"]  # create_label's lookup, and reship's
+    assert all("lookup 'lookup' returns receipt field 'id'" in d.message for d in found)
+
+
+@pytest.mark.parametrize(
+    ("number", "declared", "says"),
+    [
+        (1, 'receipts = ("label_id",)', "'receipts' must map each name in 'operations'"),
+        (2, 'receipts = {"create_label": 3}', "not 'create_label' to 3"),
+        (3, 'receipts = {"create_label": ""}', "not 'create_label' to ''"),
+        (4, 'receipts = {"relabel": "label_id"}', "names 'relabel', which 'operations' does not"),
+        (5, 'lookup_receipts = {"find": "id"}', "names 'find', which 'lookups' does not"),
+        (6, 'lookup_receipts = "id"', "'lookup_receipts' must map each name in 'lookups'"),
+    ],
+)
+def test_receipt_declarations_of_the_wrong_shape_are_b103_naming_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int, declared: str, says: str
+) -> None:
+    module = f"shape_wh_{number}"
+    [found] = _findings(
+        SPECS / "returns.yaml", _own_warehouse(tmp_path, monkeypatch, module, declared)
+    )
+    assert (found.code, found.line) == ("B103", 1)
+    assert f"binding 'warehouse': factory '{module}:Warehouse': " in found.message
+    assert says in found.message
+
+
 # -- on the command line ----------------------------------------------------------------------
 
 

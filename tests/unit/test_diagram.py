@@ -8,6 +8,7 @@ with ``RATCHET_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_diagram.py`` and
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from ratchet_runner.review.diagram import saga as saga_view
 from ratchet_runner.review.diagram.dot import RED
 from ratchet_runner.review.diagram.mermaid import mermaid_escape
 from ratchet_runner.spec.model import Compensation, Effect, Retry, Row, Spec, State
+from ratchet_runner.spec.paths import MAX_HISTORIES, histories_before
 from ratchet_runner.spec.validate import validate_path, validate_text
 from tests.conftest import run_cli as run
 
@@ -589,6 +591,214 @@ def test_leaving_an_undo_path_undoes_what_it_undid_but_keeps_the_rest() -> None:
     ok = next(r for r in spec.transitions if r.state == "releasing" and r.event == "ok")
     before = {"holding_flight": "made", "holding_hotel": "maybe", "confirming": "made"}
     assert by_hand(spec, ok, before) == {"confirming": "made"}  # confirm's undo is none: kept
+
+
+# -- the saga of a branching spec: the order the runtime undoes in --------------------------------
+
+#: Paid by card or by invoice (a guard decides; the invoice way checks credit first), then a
+#: courier and the shop's confirmation: each example enters the undo path by one row, having
+#: paid one way.
+CHECKOUT = FIXTURES / "checkout.yaml"
+CHECKOUT_UNDOS = ("card_refused", "invoice_refused", "card_no_courier", "invoice_no_courier")
+
+
+def checkout() -> Spec:
+    report = validate_path(CHECKOUT, "checkout.yaml")
+    assert report.spec is not None
+    assert report.ok(), [d.format() for d in report.diagnostics]
+    return report.spec
+
+
+def runtime_undo(
+    capsys: pytest.CaptureFixture[str], spec: Spec, example: str
+) -> tuple[tuple[str, str], tuple[str, ...]]:
+    """Run ``example`` on a practice store: the row its run took into the undo path (state,
+    event), and the forward effects the runtime then undid or kept, in the order it did."""
+    code, out, err = run(capsys, "run", str(CHECKOUT), "--example", example, "--json")
+    assert code == 0, err
+    code, out, err = run(capsys, "trace", json.loads(out)["run"], "--json")
+    assert code == 0, err
+    events = json.loads(out)["events"]
+    undoes = {
+        row.compensation.effect: row.external_effect
+        for row in spec.transitions
+        if row.compensation is not None and row.compensation.effect is not None
+    }
+    (way,) = [
+        (e["from"], e["event"]) for e in events if e["kind"] == "moved" and e["to"] == "undoing"
+    ]
+    order = tuple(
+        undoes[e["effect"]] if e["kind"] == "done" else e["effect"]
+        for e in events
+        if (e["kind"] == "done" and e["role"] == "compensation")
+        or e["kind"] == "compensation_skipped"
+    )
+    return way, order
+
+
+def handled(node: diagram.Node) -> str:
+    """The forward effect an undo-path node undoes, looks up or keeps."""
+    title = node.lines[0].text
+    found = re.fullmatch(r"undo (?:\d+ · )?\w+, if (\w+) was made", title) or re.fullmatch(
+        r"(?:\d+ · )?(\w+) (?:is kept|may have been made)", title
+    )
+    if found:
+        return found[1]
+    (undoes,) = [
+        line.text.removeprefix("undoes ") for line in node.lines if line.text.startswith("undoes ")
+    ]
+    return undoes
+
+
+def drawn_undo(graph: diagram.Graph, state: str, event: str) -> set[tuple[str, ...]]:
+    """Each order in which the diagram undoes (or keeps) the forward effects on a way into the
+    undo path by the row (``state``, ``event``): from where the way enters, along the undo
+    edges, to the end of the path."""
+    (undo_path,) = graph.clusters
+    (tail,) = [
+        n.id
+        for n in graph.nodes
+        if n.role == "forward" and any(line.text.startswith(f"in {state}:") for line in n.lines)
+    ]
+    orders = set()
+    for entry in graph.edges:
+        if (
+            entry.tail != tail
+            or entry.role != "fail"
+            or event not in entry.lines[0].text.split(" / ")
+        ):
+            continue
+        order, node = [], entry.head
+        while node in undo_path.nodes:
+            order.append(handled(graph.node(node)))
+            node = next(
+                (e.head for e in graph.edges if e.tail == node and e.head in undo_path.nodes), ""
+            )
+        orders.add(tuple(order))
+    return orders
+
+
+def test_the_saga_of_a_branching_spec_undoes_each_way_in_the_order_the_runtime_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    spec = checkout()
+    runtime: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    for example in CHECKOUT_UNDOS:
+        way, order = runtime_undo(capsys, spec, example)
+        runtime.setdefault(way, set()).add(order)
+    assert runtime == {  # newest first, only what that run's way made
+        ("confirming", "refused"): {
+            ("book_courier", "charge_card"),
+            ("book_courier", "issue_invoice", "check_credit"),
+        },
+        ("booking_courier", "refused"): {("charge_card",), ("issue_invoice", "check_credit")},
+    }
+    graph = diagram.build(spec, "saga")
+    for (state, event), orders in runtime.items():
+        assert drawn_undo(graph, state, event) == orders, (state, event)
+
+
+def test_the_saga_of_a_branching_spec_numbers_alternatives_alike_and_tells_the_ways_apart() -> None:
+    graph = diagram.build(checkout(), "saga")
+    forward = [node.lines[0].text for node in graph.nodes if node.role == "forward"]
+    assert forward == [
+        "1 · charge_card",
+        "1 · check_credit",
+        "3 · book_courier",
+        "2 · issue_invoice",
+        "4 · confirm_order",
+    ]
+    ways_out = {
+        tuple(line.text for line in edge.lines)
+        for edge in graph.edges
+        if edge.role == "fail" and edge.tail == titled(graph, "4 · confirm_order")
+    }
+    assert ways_out == {
+        ("refused", "the way that made charge_card"),
+        ("refused", "the way that made check_credit, issue_invoice"),
+    }
+    lost = [w.effects for w in saga_view.ways_in(checkout()) if w.row.event == "exhausted"]
+    assert lost == [  # the courier's outcome unknown: one way in per way it can have come
+        (("book_courier", "maybe"), ("charge_card", "made")),
+        (("book_courier", "maybe"), ("issue_invoice", "made"), ("check_credit", "made")),
+    ]
+    legend = [entry.text for entry in graph.legend]
+    assert (
+        "a forward effect, numbered by its place on its way (the same number: alternatives)"
+        in legend
+    )
+
+
+@pytest.mark.parametrize("fmt", ["dot", "mmd"])
+def test_the_saga_of_the_branching_checkout_fixture_matches_its_golden_file(fmt: str) -> None:
+    graph = diagram.build(checkout(), "saga")
+    check_golden(f"checkout-saga.{fmt}", diagram.text(graph, "dot" if fmt == "dot" else "mermaid"))
+
+
+def choices(count: int) -> Spec:
+    """A spec built by hand: ``count`` choices in a row, each between two effects that a
+    charge-back undoes, then a step that fails into the undo path: 2 ** count ways reach it."""
+
+    def effect(name: str) -> Effect:
+        return Effect(name, "payments", "charge", {}, None, None, Retry(), 10.0, None)
+
+    states = {
+        name: State(name, "step") for i in range(count) for name in (f"c{i}", f"a{i}", f"b{i}")
+    }
+    states |= {
+        "last": State("last", "step"),
+        "undoing": State("undoing", "compensate"),
+        "undone": State("undone", "compensated"),
+        "done": State("done", "success"),
+    }
+    effects, rows = {"back": effect("back"), "final": effect("final")}, []
+    for i in range(count):
+        after = f"c{i + 1}" if i + 1 < count else "last"
+        rows += [
+            Row(len(rows), f"c{i}", "next", f"a{i}", guard=f"input.c{i} == 1"),
+            Row(len(rows) + 1, f"c{i}", "next", f"b{i}", guard=f"input.c{i} == 2"),
+        ]
+        for way in ("a", "b"):
+            effects[f"{way}{i}"] = effect(f"{way}{i}")
+            rows.append(
+                Row(
+                    len(rows),
+                    f"{way}{i}",
+                    "ok",
+                    after,
+                    external_effect=f"{way}{i}",
+                    compensation=Compensation("effect", "back"),
+                )
+            )
+    rows += [
+        Row(len(rows), "last", "ok", "done", external_effect="final"),
+        Row(len(rows) + 1, "last", "refused", "undoing"),
+        Row(len(rows) + 2, "undoing", "ok", "undone"),
+    ]
+    return Spec(
+        name="choices",
+        spec_version=1,
+        policy_version=1,
+        business_key="input.k",
+        start="c0",
+        input_schema={},
+        states=states,
+        transitions=tuple(rows),
+        effects=effects,
+    )
+
+
+def test_a_saga_with_more_ways_than_can_be_drawn_apart_draws_them_joined_and_says_so() -> None:
+    assert len(saga_view.ways_in(choices(MAX_HISTORIES.bit_length() - 1))) == MAX_HISTORIES
+    many = choices(MAX_HISTORIES.bit_length())  # twice as many ways as are followed apart
+    assert histories_before(many) is None
+    (way,) = saga_view.ways_in(many)  # one way in: everything any way can have made
+    assert len(way.states) == 2 * MAX_HISTORIES.bit_length()
+    graph = diagram.build(many, "saga", diagnostics=[])
+    notes = [" ".join(line.text for line in n.lines) for n in graph.nodes if n.role == "note"]
+    assert any(f"more than {MAX_HISTORIES} ways reach one state" in note for note in notes)
 
 
 # -- unsafe rows -----------------------------------------------------------------------------------

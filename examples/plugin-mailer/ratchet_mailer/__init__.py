@@ -11,8 +11,9 @@ implements the adapter protocol of ``ratchet_runner``:
   file, so a process that starts after another one died in the middle of a send finds what that
   one sent, and Ratchet reconciles instead of sending again.
 
-It declares what it implements (``operations``, ``lookups``) on the class, so ``ratchet validate
---bindings`` checks a spec against it without making one. Installing the distribution registers
+It declares what it implements (``operations``, ``lookups``) and the receipt field each returns
+(``receipts``, ``lookup_receipts``) on the class, so ``ratchet validate --bindings`` checks a spec
+against it without making one. Installing the distribution registers
 it under the entry-point group ``ratchet.adapters`` as the kind ``outbox_mailer``.
 """
 
@@ -24,7 +25,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ratchet_runner import (
     Call,
@@ -65,9 +66,12 @@ class OutboxMailer:
     missing; a relative path is taken from the working directory); ``sender``, the From address
     (default ``noreply@example.com``). A wrong setting is a ``BindingError`` naming it."""
 
-    #: The operations this adapter implements, and the lookups it answers.
+    #: The operations this adapter implements, the lookups it answers, and the receipt field
+    #: each returns (what a spec's row must name: ``receipt: id``).
     operations = ("send_email",)
     lookups = ("find_email",)
+    receipts: ClassVar[Mapping[str, str]] = {"send_email": "id"}
+    lookup_receipts: ClassVar[Mapping[str, str]] = {"find_email": "id"}
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         unknown = sorted(set(settings) - {"outbox", "sender"})
