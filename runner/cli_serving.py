@@ -88,8 +88,9 @@ def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     *RUN_COMMAND,
     lease=lease_option(
         help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
-        "longer than the longest effect timeout plus 1 s (a call is started only when the "
-        "lease outlasts it).",
+        "at least (the longest effect timeout + 1 s) / 0.9 (a lease is counted on for 90 % of "
+        "its length, and a call is started only when that outlasts its timeout by 1 s). The "
+        "worker refuses to start if it is too short for a live run's spec.",
     ),
 )
 def worker(
@@ -118,14 +119,22 @@ def worker(
     that has it; a worker with no binding at all, on a store that is not a practice store,
     warns on stderr when it starts and parks each run it claims whose spec declares adapters,
     for a person (docs/reference/bindings.md).
+
+    A --lease too short for the spec of a live run (one not done or cancelled) is refused at
+    start (exit status 2), naming the spec, its effect and the --lease it needs; a run of a spec
+    met later that needs a longer lease is left, unchanged, to a worker that has one, with a
+    warning once per spec version (docs/explanation/leases.md).
     """
     from .review import views
     from .session import Session
-    from .worker.passes import unbound_warning, worker_pass
+    from .worker.passes import lease_refusal, unbound_warning, worker_pass
 
     with Session(how.db, bindings=how.bindings) as session:
         if once:
             runner = session.runner()
+            refused = lease_refusal(runner, how.lease_seconds)
+            if refused is not None:
+                raise refused
             warning = unbound_warning(runner)
             if warning is not None:
                 say(warning)
@@ -143,6 +152,7 @@ def worker(
             poll=poll,
             log=say,
             listen_url=listen_db,
+            refuse_short_lease=True,
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: pool.stop.set())

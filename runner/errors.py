@@ -277,9 +277,22 @@ class OperatorRefused(RunError):
 
 
 class LeaseTooShort(RunError):
-    """No lease this process takes covers the effect's timeout: run with a longer --lease."""
+    """No lease this process takes covers the effect's timeout: run with a longer --lease.
+
+    Not the run's fault, but the process's: a driver that meets it leaves the run unchanged to
+    a process whose lease is long enough, and never parks it. ``spec`` and ``digest`` name the
+    spec version that needs the longer lease (empty when not known), ``needed`` the smallest
+    whole ``--lease`` that is enough."""
 
     code = "R406"
+
+    def __init__(
+        self, message: str | None = None, *, spec: str = "", digest: str = "", needed: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.spec = spec
+        self.digest = digest
+        self.needed = needed
 
 
 class StepFailed(RunError):

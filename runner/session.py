@@ -255,12 +255,15 @@ class Session:
         poll: float = 0.5,
         log: Callable[[str], None] = _to_stderr,
         listen_url: str | None = None,
+        refuse_short_lease: bool = False,
     ) -> Pool:
         """A pool of ``concurrency`` worker threads on the session's store (``log``: the store's
         outages and unexpected errors, a line at a time; ``listen_url``: where a PostgreSQL pool
-        listens for wake-ups, if not over the store's own URL). ``RATCHET_NOW`` on a store that
-        is not a practice store is refused here, once; otherwise the pool opens the store
-        itself, so a worker started while the database is down waits for it."""
+        listens for wake-ups, if not over the store's own URL; ``refuse_short_lease``: stop
+        before any claim if the lease is too short for a live run's spec, as ``ratchet worker``
+        does). ``RATCHET_NOW`` on a store that is not a practice store is refused here, once;
+        otherwise the pool opens the store itself, so a worker started while the database is
+        down waits for it."""
         from .worker.pool import Pool
 
         if self._environ.get("RATCHET_NOW"):
@@ -272,6 +275,7 @@ class Session:
             poll=poll,
             log=log,
             listen_url=listen_url,
+            refuse_short_lease=refuse_short_lease,
         )
 
     def reset(self, everything: bool = False, practice: bool = False) -> None:

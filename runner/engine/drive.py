@@ -2,8 +2,11 @@
 
 :func:`drive` is :meth:`~ratchet_runner.engine.runner.Runner.advance`, except that a step failing
 with an error the run cannot recover from by itself moves the run to the operator queue, once
-(:func:`park`); :func:`carry_on` drives on a run a command has just changed and says what
-happened after the change instead of raising. :class:`Outcome` is what such a command did.
+(:func:`park`), and that a run whose spec needs a longer lease than the one its driver holds is
+not driven at all (:func:`short_lease`): that is the driver's fault, not the run's, and another
+process may have the lease it needs. :func:`carry_on` drives on a run a command has just changed
+and says what happened after the change instead of raising. :class:`Outcome` is what such a
+command did.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import RatchetError, StepFailed, StoreError, VersionConflict
+from ..errors import LeaseTooShort, RatchetError, StepFailed, StoreError, VersionConflict
 from ..store.records import RunRecord
+from .lease import lease_needed
 from .runner import Runner
 
 
@@ -57,16 +61,34 @@ def park(runner: Runner, run_id: str, error: BaseException) -> RunRecord:
     return runner.store.commit(change)
 
 
+def short_lease(runner: Runner, run: RunRecord) -> LeaseTooShort | None:
+    """Why ``runner`` may not drive ``run``, a running run, under the lease it holds on it: its
+    spec version needs a longer one (:func:`~ratchet_runner.engine.lease.lease_needed`); None
+    when the lease is long enough, or when no lease is held or counted (nothing is checked)."""
+    lease = runner.leases.get(run.id)
+    if lease is None or lease.counted_until is None or run.status != "running":
+        return None
+    need = lease_needed(runner.spec_of(run))
+    if need is None or need.covered_by(lease.seconds):
+        return None
+    return need.refusal(lease.seconds)
+
+
 def drive(runner: Runner, run: RunRecord) -> RunRecord:
     """:meth:`Runner.advance`, except that a step failing with an error the run cannot recover
     from by itself (a bad argument, an adapter kind with no implementation, an approval that no
     longer fits) moves the run to the operator queue once, with the error as evidence, and
     raises :class:`StepFailed`, instead of leaving it runnable to fail again and again. Races
     (:class:`VersionConflict`) and store failures are raised as they are: they are not the
-    run's fault."""
+    run's fault. Nor is a lease too short for the run's spec (:class:`LeaseTooShort`), raised
+    before any step when :func:`short_lease` says so, or by a step before anything is committed
+    or sent: the run is left as it is, to a process whose lease is long enough."""
+    short = short_lease(runner, run)
+    if short is not None:
+        raise short
     try:
         return runner.advance(run)
-    except (StoreError, SQLAlchemyError):  # a database error that escaped unwrapped: an outage
+    except (StoreError, SQLAlchemyError, LeaseTooShort):  # an outage, or this process's lease
         raise
     except Exception as exc:
         parked = park(runner, run.id, exc)
@@ -80,6 +102,15 @@ def carry_on(runner: Runner, run: RunRecord) -> tuple[RunRecord, str | None]:
         return drive(runner, run), None
     except StepFailed as failed:
         return failed.run, f"its next step failed and it waits for a person: {failed.__cause__}"
+    except LeaseTooShort as short:  # the holder gives the lease back: a worker may take it
+        try:
+            now = runner.store.get_run(run.id)
+        except StoreError:
+            now = run
+        return now, (
+            f"this command's --lease is too short for this run's spec: {short}; the run is "
+            "left to the workers (one whose --lease is long enough takes it)"
+        )
     except VersionConflict as raced:
         try:
             now = runner.store.get_run(run.id)

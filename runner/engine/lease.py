@@ -10,6 +10,10 @@ timeout plus :data:`LEASE_MARGIN`, renewing it first if need be (:meth:`Lease.se
 :class:`Lease` is that value, and :class:`Leases` the ones a runner holds, by run ID: the runner
 fences its commits with them, and the heartbeat of whoever took them (a worker pool, a command)
 renews them there while the runner works.
+
+:func:`lease_needed` says, by the same rule, the lease a spec version needs (its longest effect
+timeout, forward effects and compensations alike): what a worker checks its ``--lease`` against at
+start, and a driver before it drives a run (``docs/explanation/leases.md``).
 """
 
 from __future__ import annotations
@@ -21,8 +25,12 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..errors import LeaseLost, LeaseTooShort, UsageError
+
+if TYPE_CHECKING:
+    from ..spec.model import Spec
 
 #: The share of a lease a holder counts on by its own clock: the rest covers the time between
 #: checking and sending, and clocks that run at slightly different rates.
@@ -35,6 +43,94 @@ LEASE_MARGIN = 1.0
 #: ``renew(run_id, token, seconds)``: extend a lease still held; False when it was lost
 #: (:meth:`ratchet_runner.store.store.Store.renew`).
 Renew = Callable[[str, str, float], bool]
+
+
+def covers(lease_seconds: float, timeout: float | None) -> bool:
+    """Whether a lease of ``lease_seconds`` can cover a call of ``timeout`` seconds (None: no
+    timeout, counted as 0): the share of it its holder counts on, :data:`LEASE_SAFETY`, must
+    leave the timeout plus :data:`LEASE_MARGIN`. The one rule :meth:`Lease.secure` and
+    :func:`lease_needed` apply."""
+    return lease_seconds * LEASE_SAFETY >= (timeout or 0.0) + LEASE_MARGIN
+
+
+def lease_for(timeout: float | None) -> int:
+    """The smallest whole number of seconds of lease that covers a call of ``timeout`` seconds
+    (:func:`covers`): a figure a person can type after ``--lease``."""
+    whole = max(1, math.ceil(((timeout or 0.0) + LEASE_MARGIN) / LEASE_SAFETY))
+    while not covers(whole, timeout):  # the division may round down past the rule
+        whole += 1
+    while whole > 1 and covers(whole - 1, timeout):  # or up
+        whole -= 1
+    return whole
+
+
+def _rule() -> str:
+    return (
+        f"a lease is counted on for {LEASE_SAFETY * 100:g} % of its length, "
+        f"less {LEASE_MARGIN:g} s of margin"
+    )
+
+
+def too_short(call: str, timeout: float | None, lease_seconds: float) -> str:
+    """What a process whose lease is ``lease_seconds`` long is told of ``call`` (``a call of
+    refund's request_refund``), which may take ``timeout`` seconds: the ``--lease`` it needs."""
+    took = (
+        f"may take {timeout:g} s (its timeout)"
+        if timeout is not None
+        else "has no timeout (counted as 0 s)"
+    )
+    return (
+        f"{call} {took}: it needs --lease {lease_for(timeout)} or more ({_rule()}); this process "
+        f"leases runs for {lease_seconds:g} s"
+    )
+
+
+@dataclass(frozen=True)
+class LeaseNeed:
+    """The lease spec version ``digest`` (workflow ``workflow``, version ``spec_version``)
+    needs: that of its effect ``effect``, whose ``timeout`` is its longest."""
+
+    workflow: str
+    spec_version: int
+    digest: str
+    effect: str
+    timeout: float | None
+
+    @property
+    def spec(self) -> str:
+        """The spec version as a person names it: ``refund v1``."""
+        return f"{self.workflow} v{self.spec_version}"
+
+    @property
+    def seconds(self) -> int:
+        """The smallest whole ``--lease`` that is enough."""
+        return lease_for(self.timeout)
+
+    def covered_by(self, lease_seconds: float) -> bool:
+        return covers(lease_seconds, self.timeout)
+
+    def says(self, lease_seconds: float) -> str:
+        """Why a lease of ``lease_seconds`` is too short, and which ``--lease`` is enough."""
+        return too_short(f"a call of {self.workflow}'s {self.effect}", self.timeout, lease_seconds)
+
+    def refusal(self, lease_seconds: float) -> LeaseTooShort:
+        """The error of a process that would drive a run of this spec under a lease of
+        ``lease_seconds`` (not covered): raised before anything is committed or sent."""
+        return LeaseTooShort(
+            self.says(lease_seconds), spec=self.spec, digest=self.digest, needed=self.seconds
+        )
+
+
+def lease_needed(spec: Spec) -> LeaseNeed | None:
+    """The lease ``spec`` needs for every call it may make: that of its effect with the longest
+    timeout, forward effects and compensations alike (an effect with no timeout counts as 0 s,
+    as :meth:`Lease.secure` counts it); None for a spec with no effect, which calls nothing.
+    A driver whose lease this does not cover drives none of the spec's runs: one of its steps
+    would be refused before its call, with the run left half-way."""
+    longest = max(spec.effects.values(), key=lambda e: e.timeout or 0.0, default=None)
+    if longest is None:
+        return None
+    return LeaseNeed(spec.name, spec.spec_version, spec.digest, longest.name, longest.timeout)
 
 
 def validate_lease(seconds: float) -> float:
@@ -107,11 +203,10 @@ class Lease:
         needed = (timeout or 0.0) + LEASE_MARGIN
         if self.counted_until - monotonic() >= needed:
             return self
-        if self.seconds * LEASE_SAFETY < needed:
+        if not covers(self.seconds, timeout):
             raise LeaseTooShort(
-                f"a call that may take {timeout or 0:g} s (the effect's timeout) needs a lease of "
-                f"more than {needed / LEASE_SAFETY:.0f} s; this process leases runs for "
-                f"{self.seconds:g} s (--lease): no request sent"
+                f"{too_short('a call of the effect', timeout, self.seconds)}: no request sent",
+                needed=lease_for(timeout),
             )
         asked = monotonic()
         if not renew(self.run_id, self.token, self.seconds):

@@ -281,7 +281,7 @@ def pass_lines(report: PassReport) -> tuple[list[str], list[str]]:
         f"timer  {f.timer.event:<8} run {f.timer.run_id} ({f.outcome})" for f in report.fired
     ] + [f"run    {moved.id} -> {moved.state} ({moved.status})" for moved in report.advanced]
     err = [f"failed {run_id}: {error}" for run_id, error in report.failed]
-    err += [f"left   {run_id}: it started under another binding" for run_id in report.left]
+    err += [f"left   {run_id}: {reason}" for run_id, reason in report.left]
     err.append(f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced")
     return out, err
 
@@ -298,6 +298,7 @@ def pool_json(owner: str, report: PoolReport) -> Json:
         "store_unreachable_seconds": round(report.unreachable_seconds, 2),
         "store_unreachable": report.unreachable,
         "left_to_other_binding": report.left,
+        "left_for_a_longer_lease": report.left_for_lease,
     }
 
 
@@ -310,6 +311,8 @@ def pool_line(report: PoolReport) -> str:
             + (", and still was when the worker stopped" if report.unreachable else "")
         )
     left = f", {report.left} left to a worker with their binding" if report.left else ""
+    if report.left_for_lease:
+        left += f", {report.left_for_lease} left to a worker with a longer --lease"
     return (
         f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
         f"fired, {report.fenced} fenced{left}{outages}"

@@ -11,6 +11,10 @@ Every change to a run is one :class:`~ratchet_runner.store.records.Change` appli
 :meth:`Store.commit` atomically, after a compare-and-set of the run's version (and its lease):
 losing the race raises :class:`~ratchet_runner.errors.VersionConflict`; nothing is overwritten.
 Reads are single statements (in autocommit on PostgreSQL).
+
+Over 500 lines: one concern, the store's whole surface, every read and every write a caller may
+ask for, each a short method in front of one statement (the statements themselves are in
+:mod:`~ratchet_runner.store.tables` and the writers).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from .records import (
 from .sqlite import SQLiteWriter
 from .stats import Stats, gather
 from .tables import (
+    LIVE_SPEC_DIGESTS,
     NEXT_DUE,
     SPEC_VERSIONS,
     approvals,
@@ -294,6 +299,12 @@ class Store:
         """Every spec version runs were started under, newest first (without their text)."""
         with self._read() as conn:
             return [SpecVersion(*row) for row in conn.execute(SPEC_VERSIONS)]
+
+    def live_spec_digests(self) -> list[str]:
+        """The digest of every spec version a live run (not done or cancelled) is under, each
+        once: the specs a worker may yet drive, which ``ratchet worker`` checks its lease for."""
+        with self._read() as conn:
+            return [str(digest) for (digest,) in conn.execute(LIVE_SPEC_DIGESTS)]
 
     def history(self, run_id: str) -> list[EventRecord]:
         with self._read() as conn:

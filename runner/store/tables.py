@@ -242,6 +242,18 @@ SPEC_VERSIONS = select(
 ).order_by(spec_versions.c.created_at.desc(), spec_versions.c.digest)
 
 
+#: The statuses of a run that has ended: nothing more is driven in it.
+ENDED = ("done", "cancelled")
+
+#: The spec version of every live run (one not done or cancelled), each once, in digest order.
+LIVE_SPEC_DIGESTS = (
+    select(runs.c.spec_digest)
+    .where(runs.c.status.not_in(ENDED))
+    .distinct()
+    .order_by(runs.c.spec_digest)
+)
+
+
 #: The earliest time after ``:b_now`` at which a timer falls due, and at which a run's back-off
 #: ends (:meth:`~ratchet_runner.store.store.Store.next_due`).
 NEXT_DUE = select(

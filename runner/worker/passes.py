@@ -13,6 +13,13 @@ unchanged, to a worker that has it (its lease given back, :class:`BindingMismatc
 the run skipped by this worker's next claims); a worker that has no binding at all, on a store
 that is not a practice store, parks the run for a person with the reason, and says so when it
 starts (:func:`unbound_warning`).
+
+A worker drives only runs whose spec its lease is long enough for
+(:func:`~ratchet_runner.engine.lease.lease_needed`): ``ratchet worker`` refuses to start when
+its ``--lease`` is too short for the spec of a live run (:func:`lease_refusal`), and a run of a
+spec met later that needs a longer lease is left, unchanged, to a worker that has one, as a run
+of another binding is (:class:`LeaseTooShort` raised, the run skipped by the next claims): never
+parked, since nothing is wrong with the run.
 """
 
 from __future__ import annotations
@@ -22,14 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.drive import drive, park
-from ..engine.lease import Lease, owner_identity, validate_lease
+from ..engine.lease import Lease, lease_needed, owner_identity, validate_lease
 from ..engine.resolution import refusal
 from ..engine.runner import Runner
 from ..engine.versions import migrate
 from ..errors import (
     ApprovalError,
     BindingMismatch,
+    CommandLineError,
+    LeaseTooShort,
     RunError,
+    SpecError,
     StepFailed,
     VersionConflict,
 )
@@ -76,7 +86,8 @@ class PassReport:
     advanced: list[RunRecord] = field(default_factory=list)
     raced: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)  # runs left to a worker with their binding
+    #: Runs left, unchanged, to another worker, each with why: another binding, a longer lease.
+    left: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,7 +105,7 @@ class PassReport:
             ],
             "raced": self.raced,
             "failed": [{"run": run, "error": error} for run, error in self.failed],
-            "left": self.left,
+            "left": [{"run": run, "reason": reason} for run, reason in self.left],
         }
 
 
@@ -115,11 +126,43 @@ def unbound_warning(runner: Runner) -> str | None:
     )
 
 
+def lease_refusal(runner: Runner, lease_seconds: float) -> CommandLineError | None:
+    """Why a worker leasing runs for ``lease_seconds`` must not start: the spec version of a
+    live run in ``runner``'s store needs a longer lease (:func:`lease_needed`), each such spec
+    named with its effect and the ``--lease`` it needs; None when the lease covers them all.
+    Such a worker would claim those runs only to leave them. A stored spec that no longer
+    builds is passed over: no worker can drive its runs, whatever its lease, and claiming one
+    says why."""
+    needs = []
+    for digest in runner.store.live_spec_digests():
+        try:
+            needs.append(lease_needed(runner.spec_for_digest(digest)))
+        except SpecError:
+            continue
+    short = sorted(
+        (need for need in needs if need is not None and not need.covered_by(lease_seconds)),
+        key=lambda need: (need.workflow, need.spec_version),
+    )
+    if not short:
+        return None
+    if len(short) == 1:
+        which = f"spec {short[0].spec}, which live runs use: {short[0].says(lease_seconds)}"
+    else:
+        which = "specs that live runs use: " + "; ".join(
+            f"{need.spec}: {need.says(lease_seconds)}" for need in short
+        )
+    return CommandLineError(
+        f"--lease {lease_seconds:g} is too short for {which}. Start the worker with --lease "
+        f"{max(need.seconds for need in short)} or more; it claimed nothing"
+    )
+
+
 def advance_leased(runner: Runner, claimed: RunRecord, lease: Lease) -> RunRecord:
     """Take a run claimed under ``lease`` as far as it goes: every commit fenced by its token, no
     call once the lease can no longer be counted on; then give the lease back, unless the last
-    commit did (a run that left ``running``). Raises what :meth:`Runner.advance` raises, and
-    :class:`BindingMismatch` for a run started under another binding (left unchanged)."""
+    commit did (a run that left ``running``). Raises what :meth:`Runner.advance` raises,
+    :class:`BindingMismatch` for a run started under another binding and
+    :class:`LeaseTooShort` for one whose spec needs a longer lease (each left unchanged)."""
     runner.leases.hold(lease)
     moved: RunRecord | None = None
     try:
@@ -151,7 +194,8 @@ def worker_pass(
     report = PassReport(fired=fire_due(runner, limit))
     for _ in range(limit):
         asked = runner.options.monotonic()
-        claimed = runner.store.claim(owner, seconds, runner.clock.now(), skip=report.left)
+        skip = [run_id for run_id, _ in report.left]
+        claimed = runner.store.claim(owner, seconds, runner.clock.now(), skip=skip)
         if not claimed:
             break
         run = claimed[0]
@@ -161,7 +205,9 @@ def worker_pass(
         except VersionConflict:
             report.raced.append(run.id)
         except BindingMismatch:
-            report.left.append(run.id)
+            report.left.append((run.id, "it started under another binding"))
+        except LeaseTooShort as short:
+            report.left.append((run.id, f"{short}: left to a worker with a longer --lease"))
         except (RunError, ApprovalError) as exc:
             report.failed.append((run.id, str(exc)))
     return report

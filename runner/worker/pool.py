@@ -24,6 +24,16 @@ A run started under another binding than the pool's is left to a worker that has
 given back unchanged, and the pool's claims skip it for :data:`LEFT_FOR` seconds. A pool with no
 binding at all, on a store that is not a practice store, says so once, when its first runner is
 made (:func:`~ratchet_runner.worker.passes.unbound_warning`): it parks the runs it claims.
+
+A run whose spec needs a longer lease than the pool's is left the same way, to a worker whose
+lease is long enough, and the pool warns once per spec version. With ``refuse_short_lease`` (what
+``ratchet worker`` asks), the pool checks, once the store first answers and before any claim,
+that its lease covers the spec of every live run, and otherwise stops at once: :meth:`Pool.run`
+raises the refusal (:func:`~ratchet_runner.worker.passes.lease_refusal`).
+
+Over 500 lines: one concern, the pool's threads and what each of them may meet (an outage of the
+store, an unexpected error, a run left to another worker), which share the pool's lock, its
+report and its back-off; a step itself is :mod:`~ratchet_runner.worker.passes`'s.
 """
 
 from __future__ import annotations
@@ -41,11 +51,18 @@ from sqlalchemy import exc as sa_exc
 
 from ..engine.lease import Lease, Leases, owner_identity, validate_lease
 from ..engine.runner import Runner, RunnerOptions
-from ..errors import BindingMismatch, RatchetError, StoreError, UsageError, VersionConflict
+from ..errors import (
+    BindingMismatch,
+    LeaseTooShort,
+    RatchetError,
+    StoreError,
+    UsageError,
+    VersionConflict,
+)
 from ..store.bell import Bell, Halt
 from ..store.records import RunRecord
 from ..store.watch import Watch, watch_for
-from .passes import advance_leased, fire_due, unbound_warning
+from .passes import advance_leased, fire_due, lease_refusal, unbound_warning
 
 #: The longest wait, in seconds, between two attempts to reach a store that does not answer.
 MAX_BACKOFF = 5.0
@@ -56,7 +73,8 @@ MIN_BACKOFF = 0.05
 #: The shortest wait, in seconds, of an idle thread for the next due time.
 MIN_IDLE = 0.001
 
-#: How long, in seconds, the pool's claims skip a run it left to a worker with its binding.
+#: How long, in seconds, the pool's claims skip a run it left to another worker (one with the
+#: run's binding, or with a longer lease).
 LEFT_FOR = 60.0
 
 #: Errors that say the database could not be reached or dropped the connection (as opposed to
@@ -103,7 +121,8 @@ class PoolReport:
     runs that failed (run ID and error; an empty run ID for an error outside any run), and the
     outages of its store: how many began, how many seconds the store was unreachable in all
     (counting an outage still going on when the pool stopped), and whether it was unreachable
-    at the end; and the runs it left to a worker with their binding (``left``)."""
+    at the end; and the runs it left to a worker with their binding (``left``) or with a longer
+    lease (``left_for_lease``)."""
 
     advanced: int = 0
     fenced: int = 0
@@ -113,6 +132,7 @@ class PoolReport:
     unreachable_seconds: float = 0.0
     unreachable: bool = False
     left: int = 0
+    left_for_lease: int = 0
 
 
 class RunnerFactory(Protocol):
@@ -135,6 +155,7 @@ class _Link:
         self.failures = 0
         self.unexpected: str | None = None
         self.wake: threading.Event | None = None  # cuts its back-off short: the store is back
+        self.ready = False  # its runner has been checked, warned of and watched with
 
 
 class Pool:
@@ -143,7 +164,9 @@ class Pool:
     ``make_runner(options=...)`` makes each thread's runner with the options the pool sets: stop
     after the current step once the pool stops, and look for a newer spec version once per poll
     interval. ``log`` receives one line at a time about the store's outages and about unexpected
-    errors (default: standard error)."""
+    errors (default: standard error). ``refuse_short_lease``: check at start that the lease
+    covers the spec of every live run, and stop before claiming anything if not (:attr:`refused`,
+    raised by :meth:`run`)."""
 
     def __init__(
         self,
@@ -156,6 +179,7 @@ class Pool:
         log: Callable[[str], None] | None = None,
         listen_url: str | None = None,
         wakeups: bool = True,
+        refuse_short_lease: bool = False,
     ) -> None:
         if concurrency < 1:
             raise UsageError(f"a pool needs at least one worker thread, not {concurrency}")
@@ -180,6 +204,13 @@ class Pool:
         self._up_at = float("-inf")  # time.monotonic() when the last outage ended
         self._recovered = threading.Event()  # set when the current outage ends (one per outage)
         self._warned = False  # that it has no binding at all (said once)
+        self._short: set[str] = set()  # spec versions it warned its lease is too short for
+        self.refuse_short_lease = refuse_short_lease
+        #: Why the pool stopped before claiming anything: its lease is too short for the spec of
+        #: a live run (with ``refuse_short_lease``); :meth:`run` raises it.
+        self.refused: UsageError | None = None
+        self._checked = False  # whether the lease was checked against the live runs' specs
+        self._checking = threading.Lock()
         self.listen_url = listen_url
         self.wakeups = wakeups
         #: How the pool learns of wake-ups from other processes, once its first runner is open.
@@ -187,7 +218,8 @@ class Pool:
         self._bell: Bell | None = None
 
     def run(self, *, until_idle: bool = False) -> PoolReport:
-        """Work until :attr:`stop` is set (or, with ``until_idle``, until nothing is left)."""
+        """Work until :attr:`stop` is set (or, with ``until_idle``, until nothing is left).
+        Raises :attr:`refused` if the pool refused to start."""
         threads = [
             threading.Thread(target=self._work, args=(i, until_idle), name=f"ratchet-{i}")
             for i in range(self.concurrency)
@@ -208,6 +240,8 @@ class Pool:
             if self._down_since is not None:  # stopped during an outage: count it so far
                 self.report.unreachable_seconds += time.monotonic() - self._down_since
                 self._down_since = None
+        if self.refused is not None:
+            raise self.refused
         return self.report
 
     # -- the threads ----------------------------------------------------------------------------
@@ -218,6 +252,8 @@ class Pool:
         while not self.stop.is_set():
             try:
                 runner = self._open(link)
+                if runner is None:  # refused: its lease is too short for a live run's spec
+                    return
                 bell = self._bell
                 seen = bell.rings if bell is not None else 0  # before looking: none is missed
                 if self._unreleased:
@@ -272,6 +308,20 @@ class Pool:
                 self.report.left += 1
                 self._foreign[claimed.id] = time.monotonic() + LEFT_FOR
             return 0.0
+        except LeaseTooShort as short:  # likewise, for a worker with a longer lease
+            digest = short.digest or claimed.spec_digest
+            with self._lock:
+                self.report.left_for_lease += 1
+                self._foreign[claimed.id] = time.monotonic() + LEFT_FOR
+                first = digest not in self._short
+                self._short.add(digest)
+            if first:
+                spec = f"spec {short.spec}" if short.spec else "a spec"
+                self._say(
+                    f"warning: the runs of {spec} are left, unchanged, to a worker with a longer "
+                    f"--lease (the first: {claimed.id}): {short}"
+                )
+            return 0.0
         except Exception as exc:
             if connection_lost(exc):  # not the run's fault: it is claimed again
                 with self._lock:  # as soon as the lease is given back, once the store answers
@@ -298,8 +348,8 @@ class Pool:
         return max(MIN_IDLE, min(self.poll, due - now))
 
     def _skipped(self) -> list[str]:
-        """The runs the pool's claims skip now: the ones it left to a worker with their binding
-        less than :data:`LEFT_FOR` seconds ago."""
+        """The runs the pool's claims skip now: the ones it left to another worker (with their
+        binding, or a longer lease) less than :data:`LEFT_FOR` seconds ago."""
         now = time.monotonic()
         with self._lock:
             for run_id in [r for r, until in self._foreign.items() if until <= now]:
@@ -334,6 +384,8 @@ class Pool:
                 continue
             try:
                 runner = self._open(link)
+                if runner is None:
+                    return
                 for run_id, (lease, leases) in held.items():
                     asked = time.monotonic()
                     if runner.store.renew(run_id, lease.token, lease.seconds):
@@ -345,22 +397,43 @@ class Pool:
 
     # -- the store's outages ----------------------------------------------------------------
 
-    def _open(self, link: _Link) -> Runner:
+    def _open(self, link: _Link) -> Runner | None:
         """The thread's runner, opened on first use (which fails while the database is away);
         once an outage has begun since the thread last looked, its pooled connections are
-        dropped, so that its next statement opens a new one instead of finding a dead one."""
+        dropped, so that its next statement opens a new one instead of finding a dead one.
+        None when the pool refused to start (:meth:`_lease_fits`)."""
         link.began = time.monotonic()
         if link.runner is None:
             link.epoch = self._epoch
             link.runner = self.make_runner(options=self.options)
-            self._warn_unbound(link.runner)
-            self._watch(link.runner)
         elif link.epoch != self._epoch:
             link.epoch = self._epoch
             drop = getattr(link.runner.store, "drop_connections", None)
             if drop is not None:
                 drop()
+        if not link.ready:
+            if not self._lease_fits(link.runner):
+                return None
+            self._warn_unbound(link.runner)
+            self._watch(link.runner)
+            link.ready = True
         return link.runner
+
+    def _lease_fits(self, runner: Runner) -> bool:
+        """With ``refuse_short_lease``: whether the pool's lease covers the spec of every live
+        run, checked once, by the first thread whose runner opens (the others wait for its
+        answer); when it does not, the pool stops before any claim. A store that fails to
+        answer raises, as when a runner is opened: the thread tries again."""
+        if not self.refuse_short_lease:
+            return True
+        with self._checking:
+            if not self._checked:
+                refused = lease_refusal(runner, self.lease_seconds)
+                self._checked = True
+                if refused is not None:
+                    self.refused = refused
+                    self.stop.set()
+        return self.refused is None
 
     def _watch(self, runner: Runner) -> None:
         """Once, with the first runner open: ring on the store's bell, and start the watch that

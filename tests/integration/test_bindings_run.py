@@ -273,7 +273,7 @@ def test_a_worker_with_another_binding_leaves_the_run_unchanged_to_one_that_has_
     code, out, err = run(capsys, *worker, str(other_binding))
     assert code == 0, err
     report = _json(out)
-    assert report["left"] == [started.id]
+    assert report["left"] == [{"run": started.id, "reason": "it started under another binding"}]
     assert report["runs_advanced"] == []
     left = _get(store_url, started.id)
     assert (left.state, left.status, left.context) == (started.state, "running", started.context)

@@ -6,7 +6,6 @@ commands that say what they did."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +18,13 @@ from ratchet_runner.engine.controls import operate
 from ratchet_runner.engine.drive import carry_on
 from ratchet_runner.engine.lease import Lease
 from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import UsageError, VersionConflict
+from ratchet_runner.errors import LeaseTooShort, RunError, UsageError, VersionConflict
 from ratchet_runner.spec.model import Adapter as AdapterSpec
 from ratchet_runner.spec.validate import load_spec_text
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.worker.passes import fire_due, worker_pass
-from tests.conftest import SPECS, MakeRunner, run_cli, spec_and_text
+from tests.conftest import SPECS, MakeRunner, spec_and_text
 
 
 def variant(name: str, new_name: str, *replacements: tuple[str, str]) -> tuple[Any, str]:
@@ -154,17 +153,33 @@ def test_a_worker_past_its_lease_commits_no_attempt_it_will_not_send(
     assert store.get_run(run.id).context.get("budget_used") is None
 
 
-def test_an_effect_whose_timeout_outlasts_the_lease_is_not_called_and_says_why(
+def test_an_effect_whose_timeout_outlasts_the_lease_is_not_called_and_the_run_is_left(
     make_runner: MakeRunner, world: PracticeWorld, store: Store
 ) -> None:
     runner = make_runner()
     run = label_run(runner, world)  # create_label: timeout 10 s
     report = worker_pass(runner, lease_seconds=5.0)
-    assert [run_id for run_id, _ in report.failed] == [run.id]
-    assert "--lease" in report.failed[0][1]
+    assert report.failed == []
+    assert [run_id for run_id, _ in report.left] == [run.id]
+    assert "it needs --lease 13 or more" in report.left[0][1]
     assert world.calls() == []
     assert store.operations(run.id) == []
-    assert store.get_run(run.id).status == "needs_person"
+    assert (store.get_run(run.id).status, store.get_run(run.id).lease_owner) == ("running", None)
+
+
+def test_a_step_whose_call_the_lease_cannot_cover_commits_nothing_and_says_which_lease(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    """Below the check before driving (a runner advanced directly): the step itself refuses."""
+    runner = make_runner()
+    run = label_run(runner, world)
+    (claimed,) = store.claim("worker-a", 5.0, runner.clock.now())
+    runner.leases.hold(Lease.asked(run.id, str(claimed.lease_token), 5.0, time.monotonic()))
+    with pytest.raises(LeaseTooShort, match="it needs --lease 13 or more") as short:
+        runner.advance(claimed)
+    assert short.value.needed == 13
+    assert world.calls() == []
+    assert store.operations(run.id) == []  # no attempt on record: nothing promised
 
 
 # -- leases end with the run ----------------------------------------------------------------
@@ -201,23 +216,22 @@ def test_a_commit_under_no_lease_clears_an_expired_one(
 # -- commands say what they did -------------------------------------------------------------
 
 
-def test_an_approval_whose_next_step_fails_says_it_was_recorded(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_carrying_on_after_a_change_parks_a_run_whose_next_step_fails_and_says_so(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
-    for name in ("RATCHET_DB", "RATCHET_BINDINGS"):
-        monkeypatch.delenv(name, raising=False)
-    code, _, _ = run_cli(capsys, "run", str(SPECS / "refund.yaml"), "--example", "T-90104")
-    assert code == 0
-    # a lease too short for the refund's 10 s timeout: the step after the decision cannot run
-    approve = ("approve", "T-90104", "--as", "agent-7", "--role", "agent", "--lease", "5")
-    code, out, err = run_cli(capsys, *approve)
-    assert code == 0, err
-    assert "agent-7 approved" in out
-    assert "then: its next step failed and it waits for a person" in out
-    assert "needs a lease of more than 12 s" in out
-    code, out, _ = run_cli(capsys, "queue", "--json")
-    assert "T-90104" in out
+    runner = make_runner()
+    run = label_run(runner, world)
+
+    def failing(_run: Any, max_steps: int = 0) -> Any:
+        raise RunError("argument 'order' cannot be evaluated")
+
+    monkeypatch.setattr(runner, "advance", failing)
+    after, then = carry_on(runner, run)
+    assert after.status == "needs_person"
+    assert then == (
+        "its next step failed and it waits for a person: argument 'order' cannot be evaluated"
+    )
+    assert "step_failed" in [e.kind for e in store.history(run.id)]
 
 
 def test_carrying_on_after_a_change_reports_a_race_instead_of_raising(

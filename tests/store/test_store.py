@@ -485,6 +485,32 @@ def test_list_runs_filters_by_status(store: Store) -> None:
     assert len(store.list_runs(limit=2)) == 2
 
 
+def test_the_spec_digests_of_live_runs_are_those_of_runs_not_done_or_cancelled(
+    store: Store,
+) -> None:
+    """What a worker checks its lease against at start: each spec version once, whatever the
+    number of its runs; a version whose runs have all ended is not live."""
+    statuses = {
+        "a": ("running", "done"),
+        "b": ("done", "cancelled"),
+        "c": ("waiting", "waiting"),
+        "d": ("needs_person",),
+        "e": ("paused",),
+    }
+    number = 0
+    for letter, of_it in statuses.items():
+        digest = letter * 64
+        store.save_spec(digest, f"flow_{letter}", 1, "1", f"name: flow_{letter}\n", T0)
+        for status in of_it:
+            number += 1
+            new = NewRun(
+                f"run_{number}", f"flow_{letter}", digest, f"T-{number}", "s", status, {}, T0
+            )
+            store.create_run(new)
+
+    assert store.live_spec_digests() == ["a" * 64, "c" * 64, "d" * 64, "e" * 64]
+
+
 def test_list_runs_narrows_by_workflow_business_key_and_age(store: Store) -> None:
     """The console's runs list: the filters combine, and a page is taken after them."""
     store.save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)

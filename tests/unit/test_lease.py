@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from ratchet_runner.engine.lease import LEASE_MARGIN, LEASE_SAFETY, Lease, Leases
+from ratchet_runner.engine.lease import (
+    LEASE_MARGIN,
+    LEASE_SAFETY,
+    Lease,
+    Leases,
+    lease_for,
+    lease_needed,
+)
 from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.errors import LeaseLost, LeaseTooShort
+from ratchet_runner.spec.validate import load_spec_text
 from ratchet_runner.worker.pool import Pool
-from tests.conftest import MakeRunner
+from tests.conftest import MakeRunner, spec_and_text
 
 
 class Renewals:
@@ -53,6 +61,53 @@ def test_a_lease_too_short_for_the_call_is_refused_and_not_renewed() -> None:
     with pytest.raises(LeaseTooShort, match="this process leases runs for 10 s"):
         lease.secure(9.0, lambda: 0.0, renew)
     assert renew.asked == []
+
+
+@pytest.mark.parametrize("timeout", [None, 0.0, 0.1, 1.0, 8.0, 9.0, 10.0, 17.0, 26.0, 3600.0])
+def test_the_whole_lease_a_call_needs_is_the_smallest_one_secure_accepts(
+    timeout: float | None,
+) -> None:
+    whole = lease_for(timeout)
+    assert Lease.asked("run_1", "t", whole, 0.0).secure(timeout, lambda: 0.0, Renewals())
+    with pytest.raises(LeaseTooShort):
+        Lease.asked("run_1", "t", whole - 1, 0.0).secure(timeout, lambda: 0.0, Renewals())
+
+
+def test_the_lease_a_spec_needs_comes_from_its_longest_effect_timeout_and_says_so() -> None:
+    spec, _ = spec_and_text("refund")
+    need = lease_needed(spec)
+    assert need is not None
+    assert (need.spec, need.effect, need.timeout, need.seconds) == (
+        "refund v1",
+        "request_refund",
+        10.0,
+        13,  # (10 + 1) / 0.9 = 12.2
+    )
+    assert need.covered_by(12.3)
+    assert not need.covered_by(12.0)
+    assert need.says(12) == (
+        "a call of refund's request_refund may take 10 s (its timeout): it needs --lease 13 or "
+        "more (a lease is counted on for 90 % of its length, less 1 s of margin); this process "
+        "leases runs for 12 s"
+    )
+
+
+def test_a_compensation_counts_for_the_lease_a_spec_needs_as_a_forward_effect_does() -> None:
+    _, text = spec_and_text("booking")
+    marker = "    operation: release\n    args: {hold_id: receipts.hold_hotel.hold_id}\n"
+    head, tail = text.split(marker)
+    tail = tail.replace("    timeout: 15s", "    timeout: 40s", 1)
+    need = lease_needed(load_spec_text(head + marker + tail))
+    assert need is not None
+    assert (need.effect, need.seconds) == ("release_hotel", 46)  # (40 + 1) / 0.9 = 45.6
+
+
+def test_an_effect_with_no_timeout_needs_the_lease_secure_asks_of_it_the_margin() -> None:
+    _, text = spec_and_text("refund")
+    need = lease_needed(load_spec_text(text.replace("    timeout: 10s\n", "")))
+    assert need is not None
+    assert (need.effect, need.timeout, need.seconds) == ("request_refund", None, 2)
+    assert "a call of refund's request_refund has no timeout (counted as 0 s)" in need.says(1)
 
 
 def test_a_lease_that_ran_out_on_the_holders_clock_or_could_not_be_renewed_is_lost() -> None:
