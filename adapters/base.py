@@ -12,13 +12,22 @@ Outcomes are classified here, at the boundary, never later from prose::
                              whether the change may exist all the same
 
     Lookup
-    ├── Found(receipt)       the provider has a record of that operation ID
-    ├── NotFound()           it has none: a retry with the same ID is safe
+    ├── Found(receipt)       the provider has a record of that operation ID (``others``: the
+    │                        receipts of further changes it made under the same ID, which a
+    │                        provider that does not deduplicate may have: a duplicate)
+    ├── NotFound()           it has none: a retry with the same ID is safe (for a provider that
+    │                        does not deduplicate, only once its ``commits_within`` has passed)
     └── LookupFailed(reason) the lookup itself failed: the outcome stays unknown
+
+What a provider does with a second request under one operation ID is its :class:`Semantics`:
+whether it deduplicates by the idempotency key (``dedupe``), and, when it does not, how long after
+a request was sent it may still commit it (``commits_within``); and how long its lookup may lag
+behind a change (``settle``). A binding declares them; an adapter may declare its own.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,7 +81,12 @@ Outcome = Done | Transient | Ambiguous | Refused | Escalate
 
 @dataclass(frozen=True)
 class Found:
+    """The provider has a record of the operation ID: ``receipt`` proves the change. ``others``:
+    the receipts of any further changes found under the same ID (a provider that does not
+    deduplicate made the change more than once): the runner records a duplicate."""
+
     receipt: dict[str, Any]
+    others: tuple[dict[str, Any], ...] = ()
     kind: str = field(default="found", init=False)
 
 
@@ -92,7 +106,14 @@ LookupResult = Found | NotFound | LookupFailed
 
 @dataclass(frozen=True)
 class Call:
-    """One request: which operation, under which operation ID, with which arguments."""
+    """One request: which operation, under which operation ID, with which arguments.
+
+    ``deadline``: the instant, on ``time.monotonic()``'s clock, after which the request must not
+    be sent (None: no deadline but ``timeout``). The runner fixes it before it commits the
+    attempt and keeps its lease on the run past it, so that a request sent late (a process
+    paused between its last check and the send) can never reach a provider after the run's next
+    holder may have looked the operation up. An adapter checks it as its last step before the
+    request leaves, and returns :class:`Transient` (nothing was sent) once it has passed."""
 
     operation: str
     operation_id: str
@@ -100,6 +121,59 @@ class Call:
     effect: str = ""
     timeout: float | None = None
     attempt: int = 1
+    deadline: float | None = None
+
+    def expired(self, now: float | None = None) -> bool:
+        """Whether the deadline has passed (``now``: a monotonic reading; default: now)."""
+        if self.deadline is None:
+            return False
+        return (time.monotonic() if now is None else now) > self.deadline
+
+
+def not_sent(request: Call) -> Transient:
+    """What an adapter answers once ``request``'s deadline has passed before it was sent."""
+    return Transient(
+        f"the call's deadline passed before the request of {request.operation!r} was sent "
+        "(was the process paused?): nothing was sent"
+    )
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """What a provider does with a second request under one operation ID, and how far behind
+    its lookup may be. ``dedupe``: True when it honours the idempotency key (a second request
+    returns the first result), False when a second request makes a second change, None when
+    nobody said. ``commits_within``: for ``dedupe = False``, the longest, in seconds, a request
+    it was sent may take to commit (a request it could not commit by then it abandons).
+    ``settle``: the longest its lookup may lag behind a change it made (a listing of recent
+    changes, say). Declared by a binding (``docs/reference/bindings.md``), or by the adapter
+    itself (:meth:`Adapter.semantics`); the binding's word wins."""
+
+    dedupe: bool | None = None
+    commits_within: float | None = None
+    settle: float = 0.0
+
+    def over(self, theirs: Semantics | None) -> Semantics:
+        """These semantics, with what they leave unsaid taken from ``theirs``."""
+        if theirs is None:
+            return self
+        return Semantics(
+            theirs.dedupe if self.dedupe is None else self.dedupe,
+            theirs.commits_within if self.commits_within is None else self.commits_within,
+            max(self.settle, theirs.settle),
+        )
+
+    @property
+    def window(self) -> float:
+        """Seconds after the latest request could have been sent before a lookup that finds
+        nothing is conclusive: none for a provider that deduplicates (a second request returns
+        the first result, whatever the timing); the larger of ``commits_within`` and ``settle``
+        for one that does not; ``settle`` when nobody said."""
+        if self.dedupe is True:
+            return 0.0
+        if self.dedupe is None:
+            return self.settle
+        return max(self.commits_within or 0.0, self.settle)
 
 
 @runtime_checkable
@@ -112,7 +186,13 @@ class Adapter(Protocol):
         ...
 
     def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
-        """Ask the provider, through its ``operation`` lookup, what it did with that ID."""
+        """Ask the provider, through its ``operation`` lookup, what it did with that ID.
+
+        An adapter may also take ``args`` (keyword): the arguments the operation was called
+        with, for a provider whose lookup finds a change by them rather than by the ID (a
+        listing filtered by order, items that do not echo the ID); the runner passes them to an
+        adapter whose ``lookup`` accepts them. It may also offer ``semantics(operation,
+        lookup)``, returning the provider's :class:`Semantics` for that operation (or None)."""
         ...
 
 

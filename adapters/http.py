@@ -12,10 +12,12 @@ classified at the boundary by what the client observed
 (:mod:`~ratchet_runner.adapters.http_classify`). Secrets come from the environment or files and
 never appear in an outcome (:mod:`~ratchet_runner.adapters.http_secrets`).
 
-The adapter remembers, in memory, when it first and last sent each operation ID: the first
-bounds how late a retry may reuse a key the provider keeps for ``key_retention`` seconds; the
-last starts a listing lookup's settle time. An ID this adapter has not sent (a call made by
-another process, or before a restart) counts as sent when the adapter was made.
+The adapter remembers, in memory, when it first sent each operation ID, which bounds how late a
+retry may reuse a key the provider keeps for ``key_retention`` seconds. A listing lookup's
+``settle`` it does not apply itself: it says what the provider's listing may lag
+(:meth:`HttpAdapter.semantics`), and the runner waits that out from the time of the attempt,
+which it keeps with the run, before it believes "none listed". No request is sent once the
+call's deadline (``Call.deadline``) has passed.
 """
 
 from __future__ import annotations
@@ -36,17 +38,35 @@ import httpx
 
 from ratchet_runner.errors import BindingError
 
-from .base import Ambiguous, Call, Escalate, LookupFailed, LookupResult, Outcome
+from .base import (
+    Ambiguous,
+    Call,
+    Escalate,
+    LookupFailed,
+    LookupResult,
+    Outcome,
+    Semantics,
+    not_sent,
+)
 from .http_classify import (
     Reply,
     endpoint_result,
+    is_the_operation,
+    listing_items,
     listing_result,
     lookup_failed,
+    next_page,
     reply_outcome,
     transport_outcome,
 )
 from .http_secrets import Credentials
-from .http_settings import EndpointLookup, HttpSettings, OperationSettings, parse_settings
+from .http_settings import (
+    EndpointLookup,
+    HttpSettings,
+    ListingLookup,
+    OperationSettings,
+    parse_settings,
+)
 from .http_transport import DeadlineTransport, deadline
 
 #: The largest reply body read; a longer one is not taken as an answer.
@@ -56,31 +76,31 @@ REMEMBERED_IDS = 100_000
 
 
 class _SendTimes:
-    """When this adapter first and last sent each operation ID, on its monotonic clock."""
+    """When this adapter first sent each operation ID, on its monotonic clock."""
 
     def __init__(self, now: Callable[[], float]) -> None:
         self._now = now
-        self.made_at = now()
-        self._times: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._times: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
     def sent(self, operation_id: str) -> None:
         now = self._now()
         with self._lock:
-            first = self._times.pop(operation_id, (now, now))[0]
-            self._times[operation_id] = (first, now)
+            first = self._times.pop(operation_id, now)
+            self._times[operation_id] = first
             if len(self._times) > REMEMBERED_IDS:
                 self._times.popitem(last=False)
 
     def first(self, operation_id: str) -> float | None:
         with self._lock:
-            times = self._times.get(operation_id)
-        return None if times is None else times[0]
+            return self._times.get(operation_id)
 
-    def last(self, operation_id: str) -> float:
-        with self._lock:
-            times = self._times.get(operation_id)
-        return self.made_at if times is None else max(times[1], self.made_at)
+
+def settle_of(settings: HttpSettings, lookup: str | None) -> Semantics | None:
+    """What a binding's HTTP settings say of the provider's lookup ``lookup``: how long a
+    listing may lag behind a change (None: nothing, an endpoint lookup does not lag)."""
+    found = settings.lookups.get(lookup or "")
+    return Semantics(settle=found.settle) if isinstance(found, ListingLookup) else None
 
 
 def _text(value: Any) -> str:
@@ -208,6 +228,10 @@ class HttpAdapter:
         if operation is None:
             return self._unbound(f"operation {request.operation!r}")
         seconds = (request.timeout or self.settings.timeout) * self.settings.timeout_scale
+        if request.deadline is not None:  # never past the runner's deadline for the call
+            seconds = min(seconds, request.deadline - time.monotonic())
+        if seconds <= 0:
+            return not_sent(request)
         sent = self._key_expired(request.operation_id) or self._build(operation, request, seconds)
         if isinstance(sent, Escalate):
             return sent
@@ -220,29 +244,124 @@ class HttpAdapter:
             return Ambiguous(f"a reply larger than {MAX_REPLY_BYTES} bytes was not read")
         return reply_outcome(reply, operation, self.settings.remaps, self._credentials)
 
-    def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
-        """Ask the provider what it did with ``operation_id``, by the binding's lookup."""
+    def lookup(
+        self,
+        operation: str,
+        operation_id: str,
+        effect: str = "",
+        *,
+        args: Mapping[str, Any] | None = None,
+    ) -> LookupResult:
+        """Ask the provider what it did with ``operation_id``, by the binding's lookup
+        (``args``: the operation's arguments, which a listing filters and matches by)."""
         lookup = self.settings.lookups.get(operation)
         if lookup is None:
             return LookupFailed(f"the binding {self.name!r} has no lookup {operation!r}")
         path, _ = _fill(lookup.path, {"operation_id": operation_id})
         named = self.settings.effect_header  # the effect looked up, as on its calls
         headers = {named: effect} if named and effect else {}
+        fields = self.settings.lookup_fields(lookup)
+        if isinstance(lookup, ListingLookup):
+            return self._listing(lookup, path, headers, fields, operation_id, args)
         seconds = self.settings.lookup_timeout
         try:
             sent = self._request(lookup.method, path, b"", headers, None, seconds)
             reply = self._exchange(sent, seconds)
         except Exception as exc:
-            return lookup_failed(exc, self._credentials, self.settings.lookup_timeout)
+            return lookup_failed(exc, self._credentials, seconds)
         if reply is None:
             return LookupFailed(f"a reply larger than {MAX_REPLY_BYTES} bytes was not read")
-        fields = self.settings.lookup_fields(lookup)
-        if isinstance(lookup, EndpointLookup):
-            return endpoint_result(reply, lookup, fields, self._credentials)
-        settled = self._now() - self._sent.last(operation_id) >= lookup.settle
-        return listing_result(reply, lookup, fields, operation_id, settled, self._credentials)
+        assert isinstance(lookup, EndpointLookup)
+        return endpoint_result(reply, lookup, fields, self._credentials)
+
+    def semantics(self, operation: str, lookup: str | None = None) -> Semantics | None:
+        """What the binding's settings say of the provider: how long its listing ``lookup``
+        may lag behind a change. Whether it deduplicates, the binding's table says
+        (``dedupe``, ``commits_within``), beside the settings."""
+        return settle_of(self.settings, lookup)
 
     # -- how -------------------------------------------------------------------------------
+
+    def _listing(
+        self,
+        lookup: ListingLookup,
+        path: str,
+        headers: dict[str, str],
+        fields: tuple[str, ...],
+        operation_id: str,
+        args: Mapping[str, Any] | None,
+    ) -> LookupResult:
+        """Read the listing, page by page (at most ``max_pages``, all within the lookup's
+        deadline), filtered by the arguments its ``filter`` names, and keep the items that are
+        the operation's changes."""
+        if lookup.reference is None and args is None:
+            return LookupFailed(
+                f"lookup of {self.name!r} matches items by the operation's arguments, and was "
+                "not given them"
+            )
+        params: Query = []
+        for parameter, name in lookup.filter.items():
+            if args is None or name not in args:
+                return LookupFailed(f"the listing filters by argument {name!r}, which it lacks")
+            params.append((parameter, _text(args[name])))
+        seconds = self.settings.lookup_timeout
+        matched: list[Any] = []
+        target: str | None = path
+        try:
+            with deadline(seconds):
+                for _ in range(lookup.max_pages):
+                    assert target is not None
+                    sent = self._page_request(lookup, target, headers, params, seconds)
+                    reply = self._exchange(sent, seconds)
+                    if reply is None:
+                        return LookupFailed(
+                            f"a reply larger than {MAX_REPLY_BYTES} bytes was not read"
+                        )
+                    items = listing_items(reply, lookup, self._credentials)
+                    if isinstance(items, str):
+                        return LookupFailed(items)
+                    matched += [
+                        item for item in items if is_the_operation(item, lookup, operation_id, args)
+                    ]
+                    target = next_page(reply, lookup)
+                    if target is None:
+                        break
+                    if lookup.cursor_param is not None:  # the same path, with the cursor
+                        params = [p for p in params if p[0] != lookup.cursor_param]
+                        params.append((lookup.cursor_param, target))
+                        target = path
+                    else:  # the provider's link to the next page carries its own query
+                        params = []
+                else:
+                    if target is not None:
+                        return LookupFailed(
+                            f"the listing has more than {lookup.max_pages} pages (max_pages): "
+                            "not all of it was read, so nothing can be said"
+                        )
+        except Exception as exc:
+            return lookup_failed(exc, self._credentials, seconds)
+        return listing_result(matched, lookup, fields, self._credentials)
+
+    def _page_request(
+        self,
+        lookup: ListingLookup,
+        target: str,
+        headers: dict[str, str],
+        params: Query,
+        seconds: float,
+    ) -> httpx.Request:
+        """One page's request: ``target`` a path (from the base URL), or the provider's own
+        URL for the next page (on the same origin only: a listing never sends credentials to
+        another host)."""
+        if target.startswith(("http://", "https://")):
+            base = httpx.URL(self.settings.base_url)
+            url = httpx.URL(target)
+            if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
+                raise ValueError(f"the next page is on another origin ({url.host}): not followed")
+            raw = url.raw_path.decode("ascii")
+            path = raw[len(base.raw_path.decode("ascii").rstrip("/")) :]
+            return self._request(lookup.method, path, b"", headers, None, seconds)
+        return self._request(lookup.method, target, b"", headers, params or None, seconds)
 
     def _unbound(self, what: str) -> Escalate:
         return self._not_sent(f"the binding {self.name!r} has no {what}")

@@ -302,30 +302,68 @@ def endpoint_result(
     return Found(credentials.redact_data(receipt))
 
 
-def listing_result(
-    reply: Reply,
-    lookup: ListingLookup,
-    fields: tuple[str, ...],
-    operation_id: str,
-    settled: bool,
-    credentials: Credentials,
-) -> LookupResult:
-    """What a listing of recent changes says about the operation ID; "none listed" is
-    :class:`NotFound` only once ``settled`` (the settle time after the call has passed)."""
+def listing_items(reply: Reply, lookup: ListingLookup, credentials: Credentials) -> list[Any] | str:
+    """The items of one page of a listing, or why there are none to read."""
     if not 200 <= reply.status < 300:
-        return LookupFailed(f"the listing was answered {_brief(reply, credentials)}")
+        return f"the listing was answered {_brief(reply, credentials)}"
     items = resolve(parse_json(reply.body), lookup.items)
     if not isinstance(items, list):
-        return LookupFailed(f"the listing holds no list at {lookup.items!r}")
-    for item in items:
-        if resolve(item, lookup.reference) == operation_id:
-            receipt = lookup_receipt(item, lookup.receipt, fields)
-            if isinstance(receipt, str):
-                return LookupFailed(f"the listed change has no receipt: {receipt}")
-            return Found(credentials.redact_data(receipt))
-    if not settled:
-        return LookupFailed(
-            f"not listed yet, within the {lookup.settle:g} s the listing may lag behind a "
-            "call: the outcome is still unknown"
-        )
-    return NotFound()
+        return f"the listing holds no list at {lookup.items!r}"
+    return items
+
+
+def next_page(reply: Reply, lookup: ListingLookup) -> str | None:
+    """Where the next page of a listing is (a path, a URL or a cursor), or None for none."""
+    if lookup.next is None:
+        return None
+    value = resolve(parse_json(reply.body), lookup.next)
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        return None
+    return str(value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two JSON values alike, an integral number as an integer (``10`` is ``10.0``)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return bool(plain(a) == plain(b))
+
+
+def is_the_operation(
+    item: Any, lookup: ListingLookup, operation_id: str, args: Mapping[str, Any] | None
+) -> bool:
+    """Whether a listed item is a change of the operation: it echoes the operation ID at
+    ``reference``, or its values at the ``match`` pointers equal the operation's arguments."""
+    if lookup.reference is not None:
+        return bool(resolve(item, lookup.reference) == operation_id)
+    if args is None:
+        return False
+    return all(
+        name in args and _same(resolve(item, pointer), args[name])
+        for pointer, name in lookup.match.items()
+    )
+
+
+def listing_result(
+    matched: list[Any], lookup: ListingLookup, fields: tuple[str, ...], credentials: Credentials
+) -> LookupResult:
+    """What the items listed for the operation say: none, :class:`NotFound` (the runner waits
+    out the listing's ``settle`` before it believes it); one or more, :class:`Found` with the
+    first and, in ``others``, the further changes (a duplicate)."""
+    receipts: list[dict[str, Any]] = []
+    for item in matched:
+        receipt = lookup_receipt(item, lookup.receipt, fields)
+        if isinstance(receipt, str):
+            return LookupFailed(f"the listed change has no receipt: {receipt}")
+        receipts.append(credentials.redact_data(receipt))
+    if not receipts:
+        return NotFound()
+    return Found(receipts[0], tuple(receipts[1:]))

@@ -8,6 +8,9 @@ unknown, of the wrong type or out of range. Secrets are named here, never held: 
 :mod:`~ratchet_runner.adapters.http_secrets` reads it when the adapter is made. The settings are
 listed, with the classification table they feed, in ``docs/reference/adapters.md`` ("The HTTP
 adapter").
+
+Over 500 lines: one concern, reading a binding's HTTP settings, every setting checked and
+named in its own message.
 """
 
 from __future__ import annotations
@@ -91,18 +94,28 @@ class EndpointLookup:
 
 @dataclass(frozen=True)
 class ListingLookup:
-    """List the provider's recent changes and find the one whose ``reference`` (a JSON pointer
-    into each item) is the operation ID. "None listed" within ``settle`` seconds after the call
-    counts as unknown (the listing may lag), never as not found. ``receipt_field`` as for
-    :class:`EndpointLookup`."""
+    """List the provider's changes and find those of the operation: the items whose
+    ``reference`` (a JSON pointer into each item) is the operation ID, or, for a provider whose
+    items do not echo it, those whose values at the ``match`` pointers equal the operation's
+    arguments. ``filter``: query parameters filled from the arguments (parameter → argument
+    name), so that the provider lists only the changes of, say, one order; ``next``: the JSON
+    pointer of the next page in a reply (a path or URL, or a cursor sent back as
+    ``cursor_param``), followed for at most ``max_pages`` pages. ``settle``: how long the listing
+    may lag behind a change, which the runner waits out before it believes "none listed".
+    ``receipt_field`` as for :class:`EndpointLookup`."""
 
     method: str
     path: str
     items: str
-    reference: str
+    reference: str | None
     receipt: str
     receipt_field: str | None
     settle: float
+    match: Mapping[str, str] = field(default_factory=dict)
+    filter: Mapping[str, str] = field(default_factory=dict)
+    next: str | None = None
+    cursor_param: str | None = None
+    max_pages: int = 10
     by: Literal["listing"] = field(default="listing", init=False)
 
 
@@ -347,18 +360,58 @@ def _lookup(table: _Table) -> Lookup:
             not_found_pointer=pointer,
             not_found_equals=equals,
         )
-    table.only(*common, "items", "reference", "settle")
+    table.only(
+        *common,
+        "items",
+        "reference",
+        "match",
+        "filter",
+        "next",
+        "cursor_param",
+        "max_pages",
+        "settle",
+    )
     if "settle" not in table.data:
         table.fail(table.name("settle"), "is required: how long a listing may lag behind a call")
+    reference = table.pointer("reference", None)
+    match = _names_table(table, "match", pointers=True)
+    if (reference is None) == (not match):
+        table.fail(
+            table.name("reference"),
+            "or 'match': set exactly one: the pointer of the field that echoes the operation ID "
+            "in each item, or, for a provider that echoes none, the item's fields that must equal "
+            'the operation\'s arguments (match = { "/order" = "order" })',
+        )
     return ListingLookup(
         method=method,
         path=_template(table, "path", frozenset({"operation_id"})),
         items=table.pointer("items"),
-        reference=table.pointer("reference", None, required=True),
+        reference=reference,
         receipt=table.pointer("receipt"),
         receipt_field=table.text("receipt_field"),
         settle=table.seconds("settle", None, zero=True),
+        match=match,
+        filter=_names_table(table, "filter", pointers=False),
+        next=table.pointer("next", None),
+        cursor_param=table.text("cursor_param"),
+        max_pages=table.integer("max_pages", 10, 1, 1000),
     )
+
+
+def _names_table(table: _Table, key: str, *, pointers: bool) -> dict[str, str]:
+    """A table of strings to argument names (``match``: item pointers; ``filter``: query
+    parameters), each argument name a plain name."""
+    inner = table.table(key)
+    if inner is None:
+        return {}
+    found: dict[str, str] = {}
+    for name, value in inner.data.items():
+        if pointers and not str(name).startswith("/"):
+            inner.fail(inner.name(str(name)), "must be a JSON pointer into the item ('/order')")
+        if not isinstance(value, str) or not value.isidentifier():
+            inner.fail(inner.name(str(name)), f"must name an argument, not {value!r}")
+        found[str(name)] = value
+    return found
 
 
 def _remaps(data: Any, where: str) -> tuple[Remap, ...]:

@@ -46,8 +46,11 @@ _ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
 
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
-    """Everything this thread does on the network inside the block ends ``seconds`` from now."""
-    token = _DEADLINE.set(time.monotonic() + seconds)
+    """Everything this thread does on the network inside the block ends ``seconds`` from now,
+    or sooner, by the deadline of a block it is inside (a listing's pages share one)."""
+    end = time.monotonic() + seconds
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(end if outer is None else min(end, outer))
     try:
         yield
     finally:

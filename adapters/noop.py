@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .base import Call, Done, LookupResult, NotFound, Outcome
+from .base import Call, Done, LookupResult, NotFound, Outcome, Semantics
+
+#: A no-op provider makes no change, so a second request makes none either.
+NOOP_SEMANTICS = Semantics(dedupe=True)
 
 
 class NoopAdapter:
@@ -17,3 +20,6 @@ class NoopAdapter:
 
     def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
         return NotFound()
+
+    def semantics(self, operation: str, lookup: str | None = None) -> Semantics:
+        return NOOP_SEMANTICS

@@ -24,6 +24,9 @@ later, and until then the same operation ID is "still being processed").
 :meth:`PracticeWorld.handle` is what the provider does with a request (a :class:`Handled`);
 :meth:`PracticeWorld.call` is how an in-process caller sees it, and
 :mod:`~ratchet_runner.adapters.practice_http` serves the same over HTTP.
+
+Over 500 lines: one concern, the practice world's provider behaviour (its database, the
+faults on each request, the keys it deduplicates by, and the changes it commits late).
 """
 
 from __future__ import annotations
@@ -45,11 +48,14 @@ from .base import (
     LookupFailed,
     NotFound,
     Refused,
+    Semantics,
     Transient,
+    not_sent,
 )
 from .practice_db import PracticeDatabase
 from .practice_faults import (
     COMMITS_LATE_SECONDS,
+    COMMITS_WITHIN_SECONDS,
     FAULT_KINDS,
     SLOW_COMMIT_SECONDS,
     SLOW_REPLY_SECONDS,
@@ -60,11 +66,14 @@ from .practice_faults import (
 from .practice_fixtures import check_fixture
 from .practice_services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
 
+practice_operation = operation  # by another name where ``operation`` names an argument
+
 if TYPE_CHECKING:  # annotations only
     from .base import LookupResult, Outcome
 
 __all__ = [
     "COMMITS_LATE_SECONDS",
+    "COMMITS_WITHIN_SECONDS",
     "FAULT_KINDS",
     "PRACTICE_SERVICES",
     "SLOW_COMMIT_SECONDS",
@@ -138,6 +147,7 @@ Verdict = Literal[
     "unavailable",  # 503: unavailable
     "late",  # accepted without an answer; committed later: commits_late
     "unknown",  # the service has no such operation
+    "abandoned",  # not committed within the provider's commits_within: nothing made
 ]
 
 
@@ -266,26 +276,39 @@ class PracticeWorld:
         op = operation(service, request.operation, declared)
         if op is None:
             return Handled("unknown", Refused(f"{service} has no operation {request.operation!r}"))
-        with self._tx() as db:
-            self._settle(db)
-            fault = next_fault(db, request.effect, lookup=False)
-        if fault == "slow_commit":  # received; committed (and answered) only a while later
-            self.sleep(SLOW_COMMIT_SECONDS)
-            fault = None
-        with self._tx() as db:
-            self._settle(db)
-            handled = self._before_write(db, op, request, fault)
-            if handled is None:
-                verdict, outcome = self._apply(db, op, request)
-                handled = Handled(verdict, outcome, fault)
-                self._log(db, request, fault or outcome.kind)
+        # A provider that does not deduplicate commits a request within its commits_within of
+        # receiving it, or abandons it: its database busy for longer, it makes nothing.
+        until = None if op.dedupe else time.monotonic() + COMMITS_WITHIN_SECONDS
+        try:
+            with self._tx(until) as db:
+                self._settle(db)
+                fault = next_fault(db, request.effect, lookup=False)
+            if fault == "slow_commit":  # received; committed (and answered) only a while later
+                self.sleep(SLOW_COMMIT_SECONDS)
+                fault = None
+            with self._tx(until) as db:
+                self._settle(db)
+                handled = self._before_write(db, op, request, fault)
+                if handled is None:
+                    verdict, outcome = self._apply(db, op, request)
+                    handled = Handled(verdict, outcome, fault)
+                    self._log(db, request, fault or outcome.kind)
+        except TimeoutError:  # not committed by its commits_within: abandoned, nothing made
+            reason = (
+                f"{service} could not commit the request within {COMMITS_WITHIN_SECONDS:g} s of "
+                "receiving it and abandoned it: nothing was made"
+            )
+            return Handled("abandoned", Transient(reason))
         return handled
 
     def call(
         self, service: str, request: Call, declared: Mapping[str, bool] | None = None
     ) -> Outcome:
         """Serve one request to ``service`` in-process: what the caller is told, the lost and
-        garbled replies of the faults included."""
+        garbled replies of the faults included. A request whose deadline has passed is not sent
+        (:func:`~ratchet_runner.adapters.base.not_sent`): the provider never sees it."""
+        if request.expired():
+            return not_sent(request)
         handled = self.handle(service, request, declared)
         if handled.fault == "timeout_after_write":
             return Ambiguous("timeout: the reply was lost")
@@ -308,7 +331,8 @@ class PracticeWorld:
             self._log(db, request, "in_flight")
 
     def lookup(self, service: str, operation: str, operation_id: str, effect: str) -> LookupResult:
-        """What the provider has under ``operation_id`` (the first change, if several)."""
+        """What the provider has under ``operation_id``: the first change, and, in ``others``,
+        every further one (a provider that does not deduplicate made it more than once)."""
         with self._tx() as db:
             self._settle(db)
             fault = next_fault(db, effect, lookup=True)
@@ -318,11 +342,14 @@ class PracticeWorld:
             )
             if fault == "lookup_fails":
                 return LookupFailed("lookup timed out (injected)")
-            row = db.execute(
+            rows = db.execute(
                 "SELECT result FROM changes WHERE operation_id = ? AND service = ? ORDER BY seq",
                 (operation_id, service),
-            ).fetchone()
-        return Found(json.loads(row[0])) if row else NotFound()
+            ).fetchall()
+        if not rows:
+            return NotFound()
+        first, *rest = (json.loads(row[0]) for row in rows)
+        return Found(first, tuple(rest))
 
     def _log(self, db: sqlite3.Connection, request: Call, outcome: str) -> None:
         db.execute(
@@ -478,3 +505,15 @@ class PracticeAdapter:
 
     def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
         return self.world.lookup(self.service, operation, operation_id, effect)
+
+    def semantics(self, operation: str, lookup: str | None = None) -> Semantics | None:
+        """What this practice provider does with a second request: payments, ``noop`` and a
+        generic operation declared ``dedupe: true`` return the first result; the others make a
+        second change, and commit a request within :data:`COMMITS_WITHIN_SECONDS` of receiving
+        it or abandon it. Its lookups never lag behind a change."""
+        op = practice_operation(self.service, operation, self.declared)
+        if op is None:
+            return None
+        if op.dedupe:
+            return Semantics(dedupe=True)
+        return Semantics(dedupe=False, commits_within=COMMITS_WITHIN_SECONDS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,23 +62,33 @@ class PracticeDatabase:
         return StoreError(f"the practice world at {self.path} failed: {said}")
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction, committed at the end of the block (rolled back if it raises)."""
+    def transaction(self, until: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction, committed at the end of the block (rolled back if it raises).
+        ``until``: a ``time.monotonic()`` instant by which it must commit; a transaction that
+        cannot (the database busy for that long) is rolled back, and ``TimeoutError`` raised."""
         if self.read_only:
             raise StoreError(
                 f"the practice world at {self.path} is read-only (its folder cannot be "
                 "written): it can be read, not changed"
             )
+        wait = 60.0 if until is None else max(0.001, min(60.0, until - time.monotonic()))
         try:
-            db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=wait, isolation_level=None)
         except sqlite3.Error as exc:
             raise self.failed(exc) from None
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=60000")
-            db.execute("BEGIN IMMEDIATE")
+            db.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if until is not None and "locked" in str(exc):
+                    raise TimeoutError(str(exc)) from None
+                raise
             try:
                 yield db
+                if until is not None and time.monotonic() > until:
+                    raise TimeoutError("the transaction could not commit in time")
             except BaseException:
                 if db.in_transaction:  # a full disk may have rolled it back already
                     db.execute("ROLLBACK")

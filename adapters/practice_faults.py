@@ -42,6 +42,13 @@ SLOW_COMMIT_SECONDS = 2.0
 #: How long after a ``commits_late`` request (which gets no answer) the provider commits it.
 COMMITS_LATE_SECONDS = 2.0
 
+#: What the practice providers that do not deduplicate by key (the warehouse, travel, a generic
+#: operation declared ``dedupe: false``) declare as their ``commits_within``: the longest after a
+#: request was sent that they may still commit it. Above every late commit the faults make
+#: (:data:`COMMITS_LATE_SECONDS`, :data:`SLOW_COMMIT_SECONDS`), and kept: a request such a
+#: provider could not commit by then (its database busy for that long) it abandons.
+COMMITS_WITHIN_SECONDS = 3.0
+
 
 def parse_fault(effects: Iterable[str], text: str) -> tuple[str, str]:
     """``EFFECT:KIND`` (as ``ratchet run --fault`` takes it) as ``(effect, kind)``; a

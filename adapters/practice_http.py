@@ -225,6 +225,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.world.settle()
         elif verdict == "unavailable":
             self._error(503, "unavailable", "service unavailable", {}, {"Retry-After": "1"})
+        elif verdict == "abandoned":  # not committed within its commits_within: nothing made
+            self._error(503, "abandoned", _reason(outcome), {}, {"Retry-After": "1"})
         elif verdict == "in_processing":
             self._error(409, "request_in_progress", _IN_PROGRESS)
         elif verdict == "key_reused":

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
     from ratchet_runner.adapters.base import NotFound as NotFound
     from ratchet_runner.adapters.base import Outcome as Outcome
     from ratchet_runner.adapters.base import Refused as Refused
+    from ratchet_runner.adapters.base import Semantics as Semantics
     from ratchet_runner.adapters.base import Transient as Transient
     from ratchet_runner.adapters.base import receipt_of as receipt_of
     from ratchet_runner.adapters.http import HttpAdapter as HttpAdapter
@@ -121,6 +122,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "RunNotFound",
     "RunRecord",
     "Runner",
+    "Semantics",
     "Session",
     "SignalRefused",
     "Spec",
@@ -163,7 +165,7 @@ _HOMES: dict[str, str] = {
     "ratchet_runner.adapters.http": "HttpAdapter",
     "ratchet_runner.adapters.base": (
         "Adapter Ambiguous Call Done Escalate Found LookupFailed LookupResult NotFound Outcome"
-        " Refused Transient receipt_of"
+        " Refused Semantics Transient receipt_of"
     ),
     "ratchet_runner.clock": "Clock FakeClock SystemClock",
     "ratchet_runner.errors": (

@@ -72,6 +72,58 @@ def check(spec: Spec, binding: Binding, place: Place) -> list[Diagnostic]:
             found.append(binding.at(_setting_line(binding, entry, exc), "B103", exc.message, name))
             continue
         found += _uses(spec, adapter, binding, entry, offered)
+        found += _semantics(spec, adapter, binding, entry, offered)
+    return found
+
+
+def _semantics(
+    spec: Spec, adapter: AdapterSpec, binding: Binding, entry: Entry, offered: Offer
+) -> list[Diagnostic]:
+    """``B206`` when the provider behind ``entry``'s adapter makes a change for an effect and
+    nobody says what it does with a second request under one operation ID: the binding's
+    ``dedupe`` (and ``commits_within`` when it does not deduplicate), or the implementation's
+    own declaration. Without them, a lookup that finds nothing cannot be judged: the provider
+    may still commit a request the runner gave up on."""
+    undeclared: list[str] = []
+    untimed: list[str] = []
+    for effect in spec.effects.values():
+        if effect.adapter != adapter.name:
+            continue
+        own = offered.semantics(effect.operation, effect.reconcile) if offered.semantics else None
+        said = own if entry.semantics is None else entry.semantics.over(own)
+        if said is None or said.dedupe is None:
+            undeclared.append(effect.name)
+        elif said.dedupe is False and said.commits_within is None:
+            untimed.append(effect.name)
+    found: list[Diagnostic] = []
+    name = entry.adapter
+    if undeclared:
+        found.append(
+            binding.at(
+                entry.line,
+                "B206",
+                f"adapter {name!r} ({entry.implementation!r}) makes changes for "
+                f"{', '.join(undeclared)}, and the binding does not say whether its provider "
+                "deduplicates by the idempotency key: add dedupe = true (a second request with "
+                "one key returns the first result) or dedupe = false with commits_within = "
+                "SECONDS (a second request makes a second change; the longest after a request "
+                "was sent that the provider may still commit it)",
+                name,
+            )
+        )
+    if untimed:
+        found.append(
+            binding.at(
+                binding.line_of("adapters", name, "dedupe"),
+                "B206",
+                f"adapter {name!r}: its provider does not deduplicate (dedupe = false), and the "
+                f"binding does not say how late it may commit a request for "
+                f"{', '.join(untimed)}: add commits_within = SECONDS, the longest after a "
+                "request was sent that it may still commit it (a lookup that finds nothing is "
+                "believed only after that)",
+                name,
+            )
+        )
     return found
 
 

@@ -6,10 +6,13 @@ A binding file is TOML (``docs/reference/bindings.md``)::
     [adapters.payments]                    # a name of a spec's adapters:
     implementation = "http"                # http | python | noop | practice | a plugin's kind
     base_url = "https://api.example/v1"    # the implementation's settings
+    dedupe = true                          # the provider honours the idempotency key
     [adapters.mailer]
     implementation = "python"
     factory = "my_package.mailer:make_adapter"
     replaces_noop = true                   # binds a kind: noop adapter to a real implementation
+    dedupe = false                         # a second request makes a second e-mail...
+    commits_within = 30                    # ...and it sends a request within 30 s or never
 
 :func:`find` looks for it: ``--bindings FILE``; else ``$RATCHET_BINDINGS``; else ``ratchet.toml``
 beside the spec; else ``ratchet.toml`` in the working directory. :func:`load` reads it (``B100``,
@@ -32,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ratchet_runner.adapters.base import Semantics
+
 from .errors import BindingInvalid, Diagnostic
 from .implementations import Place
 
@@ -50,10 +55,14 @@ CODES: dict[str, str] = {
     "B203": "an operation an effect uses that the bound implementation does not implement",
     "B204": "a lookup an effect reconciles with that the bound implementation does not answer",
     "B205": "a receipt field the bound operation or lookup returns that the effect does not expect",
+    "B206": "an effect whose provider's semantics are not declared: dedupe, and commits_within "
+    "when it does not deduplicate",
 }
 
 #: The keys of an adapter's table that are the binding's own; every other key is a setting.
-OWN_KEYS = ("implementation", "replaces_noop")
+#: ``dedupe`` and ``commits_within`` say what the provider does with a second request under one
+#: operation ID, whichever implementation reaches it.
+OWN_KEYS = ("implementation", "replaces_noop", "dedupe", "commits_within")
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,15 @@ class Entry:
     settings: Mapping[str, Any]
     replaces_noop: bool
     line: int
+    dedupe: bool | None = None
+    commits_within: float | None = None
+
+    @property
+    def semantics(self) -> Semantics | None:
+        """What the binding says of the provider (None when it says nothing)."""
+        if self.dedupe is None and self.commits_within is None:
+            return None
+        return Semantics(dedupe=self.dedupe, commits_within=self.commits_within)
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,11 @@ class Binding:
     def stamp(self) -> dict[str, Any]:
         """What a run started under this binding records: its name and digest."""
         return {"name": self.name, "digest": self.digest}
+
+    def semantics_of(self, adapter: str) -> Semantics | None:
+        """What the binding says of the provider behind ``adapter`` (None: nothing)."""
+        entry = self.entries.get(adapter)
+        return None if entry is None else entry.semantics
 
     def line_of(self, *path: str) -> int:
         """The line of the table or key at ``path`` in the file, or of its nearest ancestor."""
@@ -233,8 +256,41 @@ def _entry(
     if not isinstance(replaces, bool):
         bad(f"adapter {adapter!r}: 'replaces_noop' must be true or false", *where, "replaces_noop")
         return None
+    dedupe, within = table.get("dedupe"), table.get("commits_within")
+    if dedupe is not None and not isinstance(dedupe, bool):
+        bad(f"adapter {adapter!r}: 'dedupe' must be true or false", *where, "dedupe")
+        return None
+    if within is not None and (
+        isinstance(within, bool)
+        or not isinstance(within, int | float)
+        or not 0 <= within < float("inf")
+    ):
+        bad(
+            f"adapter {adapter!r}: 'commits_within' must be a number of seconds, zero or more "
+            f"(how long after a request was sent the provider may still commit it), not "
+            f"{within!r}",
+            *where,
+            "commits_within",
+        )
+        return None
+    if within is not None and dedupe is True:
+        bad(
+            f"adapter {adapter!r}: 'commits_within' is for a provider that does not deduplicate "
+            "(dedupe = false); one that does returns the first result whatever the timing",
+            *where,
+            "commits_within",
+        )
+        return None
     settings = {key: value for key, value in table.items() if key not in OWN_KEYS}
-    return Entry(adapter, implementation, settings, replaces, _line_of(lines, *where))
+    return Entry(
+        adapter,
+        implementation,
+        settings,
+        replaces,
+        _line_of(lines, *where),
+        dedupe,
+        None if within is None else float(within),
+    )
 
 
 # -- resolving adapters ---------------------------------------------------------------------------

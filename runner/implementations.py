@@ -36,7 +36,7 @@ from .errors import BindingError, RatchetError
 if TYPE_CHECKING:  # imported where used: `ratchet validate` reads no installed metadata
     from importlib.metadata import EntryPoint
 
-    from ratchet_runner.adapters.base import Adapter
+    from ratchet_runner.adapters.base import Adapter, Semantics
     from ratchet_runner.adapters.practice import PracticeWorld
 
     from .spec.model import Adapter as AdapterSpec
@@ -72,6 +72,9 @@ class Offer:
     lookups: frozenset[str] | None
     receipts: Mapping[str, str] = field(default_factory=dict)
     lookup_receipts: Mapping[str, str] = field(default_factory=dict)
+    #: ``semantics(operation, lookup)``: what the implementation itself says of the provider
+    #: (None: nothing; a binding's ``dedupe`` and ``commits_within`` then must).
+    semantics: Callable[[str, str | None], Semantics | None] | None = None
 
 
 def plugin_kinds() -> dict[str, list[EntryPoint]]:
@@ -93,6 +96,7 @@ def known(kind: str) -> bool:
 def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: Place) -> Offer:
     """What implementation ``kind`` with ``settings`` offers for the spec's ``adapter``."""
     if kind == "http":
+        from ratchet_runner.adapters.http import settle_of
         from ratchet_runner.adapters.http_settings import parse_settings
 
         parsed = parse_settings(dict(settings), name=adapter.name, base_dir=place.base_dir)
@@ -105,16 +109,23 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
                 for name, lookup in parsed.lookups.items()
                 if lookup.receipt_field is not None
             },
+            lambda operation, lookup: settle_of(parsed, lookup),
         )
     if kind == "noop":
+        from ratchet_runner.adapters.noop import NOOP_SEMANTICS
+
         _no_settings(kind, settings, adapter)
-        return Offer(None, None)
+        return Offer(None, None, semantics=lambda operation, lookup: NOOP_SEMANTICS)
     if kind == "practice":
-        from ratchet_runner.adapters.practice_services import operation_names
+        from ratchet_runner.adapters.practice_services import operation_names, semantics_of
 
         service = _service(settings, adapter)
         names = operation_names(service, adapter.config)
-        return Offer(None if names is None else frozenset(names), None)
+        return Offer(
+            None if names is None else frozenset(names),
+            None,
+            semantics=lambda operation, lookup: semantics_of(service, operation, adapter.config),
+        )
     factory, rest, where = _factory(kind, settings, adapter)
     operations = getattr(factory, "operations", None)
     declarer: Any = factory
@@ -130,12 +141,29 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
     lookups = getattr(declarer, "lookups", None)
     implemented = _names(operations, f"{where}: 'operations'", adapter)
     answered = None if lookups is None else _names(lookups, f"{where}: 'lookups'", adapter)
+    says = getattr(declarer, "semantics", None)
     return Offer(
         implemented,
         answered,
         _receipt_fields(declarer, "receipts", implemented, "operations", where, adapter),
         _receipt_fields(declarer, "lookup_receipts", answered, "lookups", where, adapter),
+        semantics=_declared(says) if callable(says) else None,
     )
+
+
+def _declared(says: Callable[..., Any]) -> Callable[[str, str | None], Semantics | None]:
+    """A factory's (or its adapter's) own ``semantics(operation, lookup)``, asked safely: a
+    declaration that fails or answers no :class:`Semantics` says nothing."""
+    from ratchet_runner.adapters.base import Semantics
+
+    def ask(operation: str, lookup: str | None) -> Semantics | None:
+        try:
+            found = says(operation, lookup)
+        except Exception:
+            return None
+        return found if isinstance(found, Semantics) else None
+
+    return ask
 
 
 def make(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: Place) -> Adapter:

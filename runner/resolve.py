@@ -35,7 +35,9 @@ def resolve(
     store's redacted URL, for the message)."""
     if binding is not None:
         return _bound(binding, place), Resolution(
-            stamp=binding.stamp, admit=lambda spec: admit(check(spec, binding, place))
+            stamp=binding.stamp,
+            admit=lambda spec: admit(check(spec, binding, place)),
+            semantics=lambda adapter: binding.semantics_of(adapter.name),
         )
     if practice:
         return _spec_kinds(place), Resolution(

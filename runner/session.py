@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratchet_runner.adapters.practice import PracticeWorld, check_fixture
 
-from .clock import Clock
+from .clock import Clock, SystemClock
 from .errors import StoreError
 from .settings import ENV_DB, home_folder
 
@@ -91,6 +91,7 @@ class Session:
         self._opened: list[Store] = []
         self._runners: list[Runner] = []
         self._place: Place | None = None  # where adapters are made; closed on exit
+        self._world_clock: Clock | None = None  # the practice world's clock, when not the system's
 
     # -- the context ----------------------------------------------------------------------------
 
@@ -148,7 +149,19 @@ class Session:
         the home cannot be written (then it is read, never changed)."""
         if self._world is None:
             self._world = PracticeWorld(home_folder(self.home) / WORLD_FILE)
+            if self._world_clock is not None:
+                self._tie_world(self._world_clock)
         return self._world
+
+    def _tie_world(self, clock: Clock) -> None:
+        """Run the practice world by the runners' clock when it is not the system clock
+        (``RATCHET_NOW``, a fake clock): its late commits fall due, and its slow replies pass,
+        as that clock moves, so that a runner waiting out a provider's commit window by it sees
+        what the provider made meanwhile."""
+        self._world_clock = clock
+        if self._world is not None:
+            self._world.now = clock.now
+            self._world.sleep = clock.sleep
 
     def writable_world(self) -> PracticeWorld:
         """The practice world, checked before anything that changes it is written elsewhere:
@@ -226,10 +239,13 @@ class Session:
         resolution: Resolution | None = None
         if adapters is None:
             adapters, resolution = self.resolution(on)
+        clock = self.clock if store is None else self.clock_for(on)
+        if not isinstance(clock, SystemClock):
+            self._tie_world(clock)
         made = Runner(
             on,
             adapters,
-            self.clock if store is None else self.clock_for(on),
+            clock,
             interrupt=interrupt,
             strategy=strategy,
             options=options,
@@ -373,14 +389,18 @@ class Session:
             return None
         point, _, effect = target.partition(":")
 
+        def fires(reached: str, reached_effect: str) -> bool:
+            return reached == point and effect in ("", reached_effect)
+
         def interrupt(reached: str, reached_effect: str) -> None:
-            if reached == point and effect in ("", reached_effect):
+            if fires(reached, reached_effect):
                 say(f"interrupted at {point} of {reached_effect}: the process ends here (SIGKILL)")
                 self._release_leases()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
 
+        interrupt.fires = fires  # type: ignore[attr-defined]
         return interrupt
 
     def _release_leases(self) -> None:

@@ -16,9 +16,11 @@ from typing import Any
 from ratchet_runner.adapters.base import Found, LookupFailed, LookupResult, NotFound
 
 from ..spec.model import Compensation, Effect, Spec
-from ..store.records import OperationRecord, RunRecord
+from ..store.records import Change, OperationRecord, RunRecord
+from . import duplicates
 from .host import StepHost
 from .protocol import EffectStep
+from .providers import DEFAULT_CALL_SECONDS, ask, conclusive_from, why_unsettled
 
 #: The statuses of a forward operation whose change may have been made without the runner
 #: knowing: ``unknown`` (its lookup failed), ``pending`` with a call on record (the process
@@ -54,12 +56,17 @@ class CompensationStep(EffectStep):
             return self._outcome(op, op.status, op.last_error or op.status)
         return super().perform()
 
-    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
-        change = self._done_change(op, receipt, via)
-        undone = list(self.run.context.get("undone", []))
+    def _record_done(self, change: Change, op: OperationRecord, receipt: dict[str, Any]) -> None:
+        """A done undo is kept among the undone ones: the saga does not make it again."""
+        context = change.context if change.context is not None else self.run.context
+        undone = list(context.get("undone", []))
         if op.operation_id not in undone:
             undone.append(op.operation_id)
-        change.context = {**self.run.context, "undone": undone, "wake_at": None}
+        change.context = {**context, "undone": undone, "wake_at": None}
+
+    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
+        change = self._done_change(op, receipt, via)
+        self._record_done(change, op, receipt)
         self.run = self.host.store.commit(change)
         self.host.interrupt("after-receipt", self.effect.name)
         return self.run
@@ -187,20 +194,23 @@ def _reconcile_for_undo(
         return _unknown_to_person(
             host, run, forward, "the effect has no reconcile lookup", looked=False
         )
-    try:
-        found: LookupResult = host.adapter(spec, effect.adapter).lookup(
-            effect.reconcile, forward.operation_id, effect.name
-        )
-    except Exception as exc:  # an adapter bug or a raw network error: nobody can tell
-        found = LookupFailed(f"lookup raised {type(exc).__name__}: {exc}")
+    adapter = host.adapter(spec, effect.adapter)
+    found: LookupResult = ask(
+        adapter, effect.reconcile, forward.operation_id, effect.name, forward.args
+    )
     field = _receipt_field(spec, effect)
     if (
         isinstance(found, Found)
         and found.receipt
         and (field is None or bool(found.receipt.get(field)))
     ):
-        return _found_for_undo(host, run, forward, found.receipt, field)
+        return _found_for_undo(host, run, spec, forward, found, field)
     if isinstance(found, NotFound):
+        semantics = host.semantics(spec, effect)
+        seconds = effect.timeout if effect.timeout is not None else DEFAULT_CALL_SECONDS
+        until = conclusive_from(run, forward, semantics, seconds)
+        if until is not None and until > host.now():  # it may still be made: ask again then
+            return _await_undo_lookup(host, run, forward, until, why_unsettled(semantics))
         change = host.change(run)
         noted = list(run.context.get("skipped_undo", []))
         change.context = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
@@ -225,15 +235,39 @@ def _reconcile_for_undo(
     return _unknown_to_person(host, run, forward, reason, looked=True)
 
 
+def _await_undo_lookup(
+    host: StepHost, run: RunRecord, forward: OperationRecord, until: float, why: str
+) -> RunRecord:
+    """The provider has no record of a forward operation yet, but may still make it: the saga
+    decides nothing now; it looks again from ``until`` (here if that is soon, else when a worker
+    takes the run up at its wake-up time)."""
+    wait = until - host.now()
+    if host.wait_inline(wait):
+        return run  # the next step asks again
+    change = host.change(run)
+    change.context = {**run.context, "wake_at": until}
+    change.event(
+        "reconcile_unsettled",
+        operation_id=forward.operation_id,
+        conclusive_at=round(until, 3),
+        reason=f"not found yet, and {why}: the undo waits, and looks again then",
+    )
+    return host.store.commit(change)
+
+
 def _found_for_undo(
     host: StepHost,
     run: RunRecord,
+    spec: Spec,
     forward: OperationRecord,
-    receipt: dict[str, Any],
+    found: Found,
     field: str | None,
 ) -> RunRecord:
     """The provider made the change: record it done, with its receipt (which the undo's
-    arguments read), in its place among the completed effects; the next step undoes it."""
+    arguments read), in its place among the completed effects; the next step undoes it. Made
+    more than once (a provider that does not deduplicate), the extra changes are recorded as a
+    duplicate, each undone by an undo of its own first (:mod:`.duplicates`)."""
+    receipt, extra = duplicates.kept_and_extra(found, forward.receipt, field)
     change = host.change(run)
     change.operation_updates.append(
         (forward.operation_id, {"status": "done", "receipt": receipt, "last_error": None})
@@ -250,6 +284,9 @@ def _found_for_undo(
         via="reconcile",
         receipt={field or "receipt": receipt.get(field or "")},
     )
+    if extra:
+        undo = _declared_undo(spec, forward.effect)
+        duplicates.note(change, run, spec, forward, receipt, extra, via="reconcile", undo=undo)
     return host.store.commit(change)
 
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from ratchet_runner.adapters.base import Found, LookupFailed
+
+from ..clock import format_time
 from ..errors import OperatorRefused
 from ..settings import OPERATOR_ACTIONS
 from ..spec.model import Spec
 from ..store.records import Change, OperationRecord, RunRecord
+from . import duplicates, undo_extra
 from .audit import origin
 from .drive import Outcome, carry_on
 from .machine import status_of
+from .providers import ask, conclusive_from, why_unsettled
 from .runner import Runner
 
 
@@ -125,6 +130,13 @@ def _grant(run: RunRecord, op: OperationRecord, extra: int) -> dict[str, Any]:
 
 
 def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
+    if duplicates.holding(run) and run.status == "needs_person":
+        # a change found made twice, looked at: the run goes on from where it was
+        where = undo_extra.release(run, change)
+        driven, then = _go_on(runner, runner.store.commit(change), drive)
+        return Outcome(
+            driven, True, f"the duplicate is left as it is; the run goes on from {where}", then
+        )
     failed_step = run.context.get("failed_step")
     if failed_step is not None and run.status == "needs_person":
         # A step that failed before it could finish (see ``park``): take it again.
@@ -164,8 +176,38 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive
     if effect.reconcile is None:
         raise OperatorRefused(f"{op.effect} has no reconcile lookup; nothing changed")
     adapter = runner.adapter(spec, effect.adapter)
-    found = adapter.lookup(effect.reconcile, op.operation_id, effect.name)
-    if found.kind != "found":
+    found = ask(adapter, effect.reconcile, op.operation_id, effect.name, op.args)
+    if isinstance(found, LookupFailed):
+        runner.store.commit(
+            change.event("reconcile_failed", operation_id=op.operation_id, reason=found.reason)
+        )
+        return Outcome(
+            runner.store.get_run(run.id),
+            False,
+            f"the lookup of {op.effect} (op {op.operation_id[:12]}) failed: {found.reason}; "
+            "nothing was done: try again once the provider answers",
+        )
+    if not isinstance(found, Found):
+        semantics = runner.semantics(spec, effect)
+        seconds = runner.call_seconds(run.id, effect.timeout)
+        until = conclusive_from(run, op, semantics, seconds)
+        if until is not None and until > runner.now():
+            runner.store.commit(
+                change.event(
+                    "reconcile_unsettled",
+                    operation_id=op.operation_id,
+                    conclusive_at=round(until, 3),
+                    reason=why_unsettled(semantics),
+                )
+            )
+            return Outcome(
+                runner.store.get_run(run.id),
+                False,
+                f"the provider has no record of {op.effect} (op {op.operation_id[:12]}) yet, but "
+                f"{why_unsettled(semantics)}: it may still be made until {format_time(until)}. "
+                "Nothing was done: 'ratchet ops retry' now waits until then, looks again, and "
+                "calls only if it is still not there",
+            )
         runner.store.commit(change.event("reconcile_not_found", operation_id=op.operation_id))
         return Outcome(
             runner.store.get_run(run.id),

@@ -15,9 +15,9 @@ import random
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
-from ratchet_runner.adapters.base import Adapter
+from ratchet_runner.adapters.base import Adapter, Semantics
 
-from ..spec.model import Spec
+from ..spec.model import Effect, Spec
 from ..store.records import Change, OperationRecord, RunRecord
 from ..store.store import Store
 
@@ -59,8 +59,33 @@ class StepHost(Protocol):
         """Fire ``event`` and commit ``change`` with the move it selects."""
         ...
 
-    def written_ahead(self, run: RunRecord) -> OperationRecord | None:
-        """The operation the host wrote ahead with the commit that made ``run``, not yet called."""
+    def written_ahead(self, run: RunRecord) -> tuple[OperationRecord, float] | None:
+        """The operation the host wrote ahead with the commit that made ``run``, not yet called,
+        and its call's deadline."""
+        ...
+
+    def semantics(self, spec: Spec, effect: Effect) -> Semantics | None:
+        """What the provider behind ``effect`` does with a second request under one ID."""
+        ...
+
+    def now(self) -> float:
+        """The host's clock (epoch seconds)."""
+        ...
+
+    def monotonic(self) -> float:
+        """The clock call deadlines and leases are counted by."""
+        ...
+
+    def call_seconds(self, run_id: str, timeout: float | None) -> float:
+        """How long a call made now may take (its deadline from now)."""
+        ...
+
+    def commit_attempt(
+        self, change: Change, operation_id: str, attempts: int, deadline: float
+    ) -> RunRecord:
+        """Commit ``change``, which records attempt ``attempts`` of ``operation_id``; when the
+        store's reply to it is lost, find out whether it was committed before the call's
+        ``deadline`` (and raise the store's error when it was not, or cannot be told)."""
         ...
 
     def secure_lease(self, run_id: str, timeout: float | None) -> None:
@@ -69,6 +94,10 @@ class StepHost(Protocol):
 
     def decision_now(self) -> float:
         """Now, for a decision a deadline or an expiry bounds."""
+        ...
+
+    def interrupts_at(self, point: str, effect: str) -> bool:
+        """Whether the crash-practice hook ends the process at ``point`` of ``effect``."""
         ...
 
     def interrupt(self, point: str, effect: str) -> None:

@@ -12,6 +12,9 @@ A step works against a :class:`~ratchet_runner.engine.host.StepHost` (the runner
 and decides with plain functions: the retry budget (:mod:`~ratchet_runner.engine.budget`), the
 activation (:mod:`~ratchet_runner.engine.activation`) and approval validity
 (:func:`~ratchet_runner.engine.approvals.valid_approval`).
+
+Over 500 lines: one concern, the effect protocol, whose steps (the write-ahead, the
+deadline, the call, the reconcile and its commit window, how a step ends) read best together.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ratchet_runner.adapters.base import (
     Outcome,
     Refused,
     Transient,
+    not_sent,
 )
 
 from ..clock import format_time
@@ -52,6 +56,7 @@ from ..store.records import (
     OperationUpdate,
     RunRecord,
 )
+from . import duplicates
 from .activation import activation
 from .approvals import ask_again, last_consumed, valid_approval
 from .budget import backoff, count_attempt, max_attempts, run_budget_spent
@@ -64,6 +69,14 @@ from .identity import (
     sha256,
 )
 from .observe import called
+from .providers import (
+    DEFAULT_CALL_SECONDS,
+    ask,
+    conclusive_from,
+    record_sent_by,
+    why_unsettled,
+)
+from .verify import schedule as schedule_verification
 from .write_ahead import operation_fields, register_compensation, write_ahead
 
 
@@ -92,7 +105,7 @@ class EffectStep:
         self.run = run
         self.spec = spec
         self.effect = effect
-        self.ctx = activation(run, spec)
+        self.ctx = self._activation(run, spec)
         self.args = evaluate_args(effect, self.ctx)
         self.log = Notes()
         self.adapter = host.adapter(spec, effect.adapter)
@@ -100,6 +113,20 @@ class EffectStep:
         self.naive = host.strategy == "naive" or run.context.get("strategy") == "naive"
         self.row: Row | None = None
         self.operation_id = self._name()
+        self.semantics = host.semantics(spec, effect)
+        #: The latest moment, as this process knows it, that a request of this step's attempt
+        #: may have been sent (epoch seconds): when its call ended for an unknown outcome; 0 when
+        #: its outcome is known not to be a change (a 503, a connection refused): none in doubt.
+        self._ended: float | None = None
+        #: Whether this step already sent an attempt again that it could not send in time.
+        self._resent = False
+        #: Whether this step believed a lookup that found nothing only after waiting out the
+        #: provider's commit window: a retry then is verified later (:mod:`.verify`).
+        self._waited_out = False
+
+    def _activation(self, run: RunRecord, spec: Spec) -> dict[str, Any]:
+        """What the effect's arguments are evaluated against (:func:`activation`)."""
+        return activation(run, spec)
 
     def _name(self) -> str:
         self.row = next(
@@ -128,8 +155,8 @@ class EffectStep:
         if self.naive:
             return self._perform_naive()
         ahead = self.host.written_ahead(self.run)
-        if ahead is not None and ahead.operation_id == self.operation_id:
-            return self._call(ahead)  # written with the move into this state, not yet called
+        if ahead is not None and ahead[0].operation_id == self.operation_id:
+            return self._call(*ahead)  # written with the move into this state, not yet called
         known = self.operation_id in self.run.context.get("operations", ())
         op = self.host.store.operation(self.operation_id) if known else None
         if op is None or op.status == "registered":
@@ -166,6 +193,24 @@ class EffectStep:
         fields = self._fields(attempts=1)
         return write_ahead(change, self.run, self.effect, fields, registered, self.host.strategy)
 
+    @property
+    def _call_seconds(self) -> float:
+        """How long a call of this effect takes at most, as the run's records are judged."""
+        return self.effect.timeout if self.effect.timeout is not None else DEFAULT_CALL_SECONDS
+
+    def _secure_and_fix(self, change: Change) -> float:
+        """Before an attempt is committed: make sure the lease lasts the call, fix the call's
+        deadline (returned, on the host's monotonic clock), and keep in ``change`` the latest
+        moment its request may be sent, which is what a lookup that finds nothing is judged by
+        (:mod:`~ratchet_runner.engine.providers`). The deadline is read before the lease is
+        checked and that moment after, so a pause in between only makes both safer."""
+        began = self.host.monotonic()
+        self.host.secure_lease(self.run.id, self.effect.timeout)
+        seconds = self.host.call_seconds(self.run.id, self.effect.timeout)
+        if self.semantics is not None and self.semantics.window > 0:
+            record_sent_by(change, self.run, self.operation_id, self.host.now() + seconds)
+        return began + seconds
+
     def _begin(self, registered: OperationRecord | None) -> RunRecord:
         change = self._change()
         if self.effect.approval is not None and self.role == "forward":
@@ -190,16 +235,17 @@ class EffectStep:
             change.events = [e for e in change.events if e[0] != "call"]
             self.run = self.host.store.commit(change)
             return self._outcome(op, "exhausted", "the run's budget is spent")
-        self.host.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
         op = self._write_ahead(change, registered)
+        deadline = self._secure_and_fix(change)  # before the attempt commits
         self._register_compensation(change)
-        self.run = self.host.store.commit(change)
-        return self._call(op)
+        self.run = self.host.commit_attempt(change, op.operation_id, op.attempts, deadline)
+        return self._call(op, deadline)
 
-    def write_ahead_into(self, change: Change) -> OperationRecord | None:
+    def write_ahead_into(self, change: Change) -> tuple[OperationRecord, float] | None:
         """Add this effect's write-ahead to ``change``, the commit that moves the run into its
-        state (``self.run`` is the run as that commit leaves it); None when it must be begun on
-        its own: an operation already on record, or the run's budget spent."""
+        state (``self.run`` is the run as that commit leaves it), and return it with its call's
+        deadline; None when it must be begun on its own: an operation already on record, or the
+        run's budget spent."""
         if self.naive or self.operation_id in self.run.context.get("operations", ()):
             return None
         if run_budget_spent(self.run, self.spec, self.effect):
@@ -209,8 +255,9 @@ class EffectStep:
         except (LeaseLost, RunError):  # the step itself says so, before committing anything
             return None
         op = self._write_ahead(change, None)
+        deadline = self._secure_and_fix(change)
         self._register_compensation(change)
-        return op
+        return op, deadline
 
     def _register_compensation(self, change: Change) -> None:
         """A done effect whose undo is unknown must never exist: register the undo with it."""
@@ -218,29 +265,40 @@ class EffectStep:
         if comp is not None and not self.naive:
             register_compensation(change, self.run, comp, self.operation_id, self.effect.name)
 
-    def _attempts(self, op: OperationRecord) -> RunRecord:
-        if op.attempts >= max_attempts(self.run, self.effect, op):
+    def _attempts(self, op: OperationRecord, *, again: bool = False) -> RunRecord:
+        """The next attempt of ``op``; ``again``: the same attempt once more, uncounted, because
+        this process could not send it before its deadline (nothing left)."""
+        if not again and op.attempts >= max_attempts(self.run, self.effect, op):
             return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
-        if run_budget_spent(self.run, self.spec, self.effect):
+        if not again and run_budget_spent(self.run, self.spec, self.effect):
             return self._outcome(op, "exhausted", "the run's budget is spent")
         renewed = self._approval_for_resend(op)
         if isinstance(renewed, RunRecord):
             return renewed  # no approval covers sending it now: the run has moved
-        self.host.secure_lease(self.run.id, self.effect.timeout)  # before the attempt commits
         if self.naive:  # a new name for every attempt: the bug this demonstrates
+            self.host.secure_lease(self.run.id, self.effect.timeout)
             fresh = EffectStep(self.host, self.run, self.spec, self.effect)
             fresh.log = self.log
             return fresh._begin_naive(op)
         change = self._change()
-        update: OperationUpdate = {"attempts": op.attempts + 1}
+        attempt = op.attempts if again else op.attempts + 1
+        deadline = self._secure_and_fix(change)  # before the attempt commits
+        update: OperationUpdate = {"attempts": attempt}
         if renewed is not None:  # a newer approval covers it: consumed with this attempt
             change.consume_approvals.append(renewed.id)
             update["status"] = "pending"
         change.operation_updates.append((op.operation_id, update))
-        change.event("call", operation_id=op.operation_id, attempt=op.attempts + 1)
-        count_attempt(self.run, self.effect, change)
-        self.run = self.host.store.commit(change)
-        return self._call(replace(op, attempts=op.attempts + 1, status="pending"))
+        if again:
+            change.event("call", operation_id=op.operation_id, attempt=attempt, again=True)
+        else:
+            change.event("call", operation_id=op.operation_id, attempt=attempt)
+            count_attempt(self.run, self.effect, change)
+        if self._waited_out and self.semantics is not None:
+            # sent again on a "not found" believed after the provider's window: should the
+            # provider commit the first request later still, a lookup later on finds both
+            schedule_verification(change, self.run, op.operation_id, self.semantics.window)
+        self.run = self.host.commit_attempt(change, op.operation_id, attempt, deadline)
+        return self._call(replace(op, attempts=attempt, status="pending"), deadline)
 
     def _approval_for_resend(self, op: OperationRecord) -> ApprovalRecord | RunRecord | None:
         """Before a forward effect that needs an approval is sent again (a retry, a resume that
@@ -305,6 +363,7 @@ class EffectStep:
 
     def _begin_naive(self, previous: OperationRecord) -> RunRecord:
         change = self._change()
+        deadline = self.host.monotonic() + self.host.call_seconds(self.run.id, self.effect.timeout)
         change.operation_updates.append((previous.operation_id, {"status": "abandoned"}))
         fields = self._fields(attempts=previous.attempts + 1)
         change.new_operations.append(fields)
@@ -320,9 +379,11 @@ class EffectStep:
             updated_at=change.at,
             **fields,
         )
-        return self._call(op)
+        return self._call(op, deadline)
 
-    def _call(self, op: OperationRecord) -> RunRecord:
+    def _call(self, op: OperationRecord, deadline: float) -> RunRecord:
+        """Send the attempt committed for ``op``, unless its ``deadline`` (fixed before the
+        commit, on the host's monotonic clock) has passed: then nothing is sent."""
         request = Call(
             operation=self.effect.operation,
             operation_id=op.operation_id,
@@ -330,18 +391,25 @@ class EffectStep:
             effect=self.effect.name,
             timeout=self.effect.timeout,
             attempt=op.attempts,
+            deadline=deadline,
         )
-        self.host.interrupt("before-write", self.effect.name)
-        self.host.secure_lease(self.run.id, self.effect.timeout)  # still covers the call?
+        self._at_crash_point("before-write", [op.operation_id], 0.0)
+        left = deadline - self.host.monotonic()
+        if left <= 0:
+            return self._not_sent(op, request)
+        self.host.secure_lease(self.run.id, left)  # still covers the call?
+        if self.host.monotonic() > deadline:  # the lease was renewed too slowly to send now
+            return self._not_sent(op, request)
         began = time.monotonic()
         try:
             outcome: Outcome = self.adapter.call(request)
         except Exception as exc:  # an adapter bug or a raw network error: outcome unknown
             outcome = Ambiguous(f"adapter raised {type(exc).__name__}: {exc}")
+        self._ended = self.host.now()
         if isinstance(outcome, Done) and not self._proves(outcome.receipt):
             outcome = Ambiguous(f"malformed reply: no {self.receipt_field!r} in it")
         called(self.run.workflow, self.effect.name, _kind(outcome), time.monotonic() - began)
-        self.host.interrupt("after-write", self.effect.name)
+        self._at_crash_point("after-write", [op.operation_id], self._ended)
         if isinstance(outcome, Done):
             return self._finish(op, outcome.receipt, via="reply")
         if isinstance(outcome, Refused):
@@ -349,6 +417,7 @@ class EffectStep:
         if isinstance(outcome, Escalate):
             return self._escalate(op, outcome)
         if isinstance(outcome, Transient):
+            self._ended = 0.0  # it did not happen: no request of this attempt is in doubt
             self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
             return self._retry(op, outcome.retry_after)
         self.log.note("timeout", operation_id=op.operation_id, reason=outcome.reason)
@@ -356,6 +425,34 @@ class EffectStep:
             return self._retry(op)
         reconciled = self._reconcile(op)
         return reconciled if reconciled is not None else self._retry(op)
+
+    def _at_crash_point(self, point: str, operation_ids: list[str], ended: float | None) -> None:
+        """The crash-practice hook at ``point`` (``--interrupt``). A practice crash happens
+        where no call is in flight, and gives its lease back so that ``ratchet resume`` can go
+        on at once; so that it is judged as this process would judge it, what it knows of its
+        call is kept first (``ended``: 0 when no request left, or when the call ended) for
+        ``operation_ids`` (those the run keeps a send time for). A real crash keeps its lease,
+        and whoever takes the run over after it has run out waits out the provider's commit
+        window from the attempt's deadline."""
+        kept = self.run.context.get("sent_by", {})
+        known = [i for i in operation_ids if i in kept]
+        if ended is not None and known and self.host.interrupts_at(point, self.effect.name):
+            change = self.host.change(self.run)
+            for operation_id in known:
+                record_sent_by(change, self.run, operation_id, ended)
+            self.run = self.host.store.commit(change)
+        self.host.interrupt(point, self.effect.name)
+
+    def _not_sent(self, op: OperationRecord, request: Call) -> RunRecord:
+        """The attempt's deadline passed before its request could leave (the process was
+        paused, a renewal was slow): nothing was sent, so the attempt is made once more, not
+        counted again; a second time in one step, it counts as a failed attempt."""
+        reason = not_sent(request).reason
+        self.log.note("not_sent", operation_id=op.operation_id, reason=reason)
+        if self._resent or self.naive:
+            return self._retry(op)
+        self._resent = True
+        return self._attempts(op, again=True)
 
     def _proves(self, receipt: dict[str, Any]) -> bool:
         if not isinstance(receipt, dict) or not receipt:
@@ -370,14 +467,44 @@ class EffectStep:
                 return self._schedule(op, delay)
         return self._attempts(op)
 
-    def _schedule(self, op: OperationRecord, delay: float) -> RunRecord:
-        """A back-off too long to wait in this process: store the wake-up time and stop."""
+    def _schedule(
+        self, op: OperationRecord, delay: float, kind: str = "retry_scheduled"
+    ) -> RunRecord:
+        """A wait too long for this process (a back-off, a settle window): store the wake-up
+        time and stop; whoever takes the run up then goes on from the record. What this process
+        learnt of its call's end is kept with it (its request left before then)."""
         change = self._change()
         wake = change.at + delay
         change.context = {**self.run.context, "wake_at": wake}
-        change.event("retry_scheduled", operation_id=op.operation_id, wake_at=wake)
+        self._keep_what_ended(change, op)
+        change.event(kind, operation_id=op.operation_id, wake_at=wake)
         self.run = self.host.store.commit(change)
         return self.run
+
+    def _keep_what_ended(self, change: Change, op: OperationRecord) -> None:
+        """Keep with ``change`` what this process learnt of its call (:attr:`_ended`), so that
+        whoever looks ``op`` up next judges by it."""
+        if self._ended is None or self.semantics is None or self.semantics.window <= 0:
+            return
+        context = change.context if change.context is not None else self.run.context
+        kept = context.get("sent_by", {}).get(op.operation_id, self._ended)
+        record_sent_by(change, self.run, op.operation_id, min(kept, self._ended))
+
+    def _await_settle(self, op: OperationRecord, until: float) -> RunRecord | None:
+        """A lookup found nothing before it could be believed (:mod:`.providers`): make no
+        call; look again once ``until`` has come, here if that is soon, else on a durable
+        timer (the run's wake-up time). None: found nothing again, conclusively."""
+        wait = until - self.host.now()
+        self.log.note(
+            "reconcile_unsettled",
+            operation_id=op.operation_id,
+            conclusive_at=round(until, 3),
+            reason=f"not found yet, and {why_unsettled(self.semantics)}: looked up again "
+            f"from {format_time(until)}, no call before",
+        )
+        if self.host.wait_inline(wait):
+            return self._reconcile(op)
+        return self._schedule(op, wait, "settle_scheduled")
 
     def _reconcile(self, op: OperationRecord) -> RunRecord | None:
         """Ask the provider about the operation ID. A record found finishes the step; none found
@@ -388,14 +515,19 @@ class EffectStep:
             # `ratchet check` runs it to show the duplicate it causes.
             self.log.note("reconcile_impossible", operation_id=op.operation_id)
             return None
-        try:
-            found = self.adapter.lookup(self.effect.reconcile, op.operation_id, self.effect.name)
-        except Exception as exc:
-            found = LookupFailed(f"lookup raised {type(exc).__name__}: {exc}")
+        found = ask(
+            self.adapter, self.effect.reconcile, op.operation_id, self.effect.name, self.args
+        )
         if isinstance(found, Found) and self._proves(found.receipt):
             self.log.note("reconcile_found", operation_id=op.operation_id)
+            if found.others and self.role != duplicates.UNDO_EXTRA:
+                return self._found_twice(op, found)
             return self._finish(op, found.receipt, via="reconcile")
         if isinstance(found, NotFound):
+            until = conclusive_from(self.run, op, self.semantics, self._call_seconds, self._ended)
+            if until is not None and until > self.host.now():
+                return self._await_settle(op, until)
+            self._waited_out = until is not None
             self.log.note("reconcile_not_found", operation_id=op.operation_id)
             return None
         reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
@@ -416,6 +548,9 @@ class EffectStep:
         )
         change.status = "needs_person"
         change.context = {**self.run.context, "wake_at": None}
+        if not outcome.possibly_applied:
+            self._ended = 0.0  # nothing was made: no request of this attempt is in doubt
+        self._keep_what_ended(change, op)
         where = {"operation_id": op.operation_id, "effect": self.effect.name}
         change.event(
             "escalated",
@@ -452,23 +587,51 @@ class EffectStep:
         )
         return change
 
-    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
-        change = self._done_change(op, receipt, via)
-        receipts = dict(self.run.context.get("receipts", {}))
+    def _record_done(self, change: Change, op: OperationRecord, receipt: dict[str, Any]) -> None:
+        """Keep in ``change``'s context what a done forward effect leaves: its receipt, which
+        later arguments and guards read, and its place among the completed effects, the order
+        the saga undoes them in."""
+        context = change.context if change.context is not None else self.run.context
+        receipts = dict(context.get("receipts", {}))
         receipts[self.effect.name] = receipt
-        completed = list(self.run.context.get("completed", []))
+        completed = list(context.get("completed", []))
         if op.operation_id not in completed:
             completed.append(op.operation_id)
-        change.context = {
-            **self.run.context,
-            "receipts": receipts,
-            "completed": completed,
-            "wake_at": None,
-        }
+        change.context = {**context, "receipts": receipts, "completed": completed, "wake_at": None}
+
+    def _found_twice(self, op: OperationRecord, found: Found) -> RunRecord:
+        """The lookup found the change made more than once under the operation ID: keep the
+        first (or the one on record), record the duplicate, and hold the run where it stands
+        while the extra ones are undone, where the spec says how; then a person decides
+        (:mod:`.duplicates`). Nothing is called for it now."""
+        kept, extra = duplicates.kept_and_extra(found, op.receipt, self.receipt_field)
+        change = self._done_change(op, kept, "reconcile")
+        self._record_done(change, op, kept)
+        self._keep_what_ended(change, op)
+        duplicates.note(
+            change,
+            self.run,
+            self.spec,
+            op,
+            kept,
+            extra,
+            via="reconcile",
+            undo=self.row.compensation if self.row is not None else None,
+        )
+        self.run = self.host.store.commit(change)
+        return self.run
+
+    def _finish(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> RunRecord:
+        change = self._done_change(op, receipt, via)
+        self._record_done(change, op, receipt)
+        receipts = dict(change.context.get("receipts", {})) if change.context else {}
         ctx = activation(self.run, self.spec, receipts=receipts)
+        before = set(self.run.context.get("sent_by", {}))
         moved = self.host.move(self.run, self.spec, "ok", change, ctx, write_ahead_next=True)
-        self.host.interrupt("after-receipt", self.effect.name)
-        return moved
+        self.run = moved  # the next effect's write-ahead, if it rode in this commit: not sent
+        ahead = [i for i in moved.context.get("sent_by", {}) if i not in before]
+        self._at_crash_point("after-receipt", ahead, 0.0)
+        return self.run
 
     def _outcome(
         self,
@@ -483,6 +646,7 @@ class EffectStep:
                 (op.operation_id, {"status": event, "last_error": reason})
             )
         change.context = {**self.run.context, "wake_at": None}
+        self._keep_what_ended(change, op)
         change.event(
             event,
             operation_id=op.operation_id,

@@ -23,7 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ratchet_runner.adapters.base import Semantics
+
 from ..errors import BindingError, BindingMismatch
+from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec
 from ..store.records import RunRecord
 
@@ -36,11 +39,14 @@ class Resolution:
     """What a runner's adapters resolve through (see the module docstring). ``stamp``: what a run
     started by the runner records (None: nothing); ``missing``: why the runner can resolve no
     adapter (None: it can); ``admit``: raises before a run of a spec is created when the spec
-    cannot be run through these adapters."""
+    cannot be run through these adapters; ``semantics``: what the binding declares of the
+    provider behind a spec's adapter (``dedupe``, ``commits_within``), None when it says
+    nothing (the adapter's own word then stands)."""
 
     stamp: Mapping[str, Any] | None = None
     missing: str | None = None
     admit: Callable[[Spec], None] | None = None
+    semantics: Callable[[AdapterSpec], Semantics | None] | None = None
 
 
 def recorded(run: RunRecord) -> Mapping[str, Any] | None:

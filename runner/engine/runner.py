@@ -28,6 +28,10 @@ its :class:`~ratchet_runner.engine.lease.Leases`; how it works (inline waits, a 
 clock for leases) is fixed when it is made, by :class:`RunnerOptions`; what its adapters resolve
 through (the binding a run it starts records, and the check a spec passes first), by a
 :class:`~ratchet_runner.engine.resolution.Resolution`.
+
+Over 500 lines: one concern, the runner that hosts the steps: starting a run, taking its
+steps, moving it by its table, and what the steps ask of their host (leases, deadlines, commits
+whose reply may be lost).
 """
 
 from __future__ import annotations
@@ -42,29 +46,38 @@ from typing import Any
 
 import jsonschema
 
-from ratchet_runner.adapters.base import Adapter
+from ratchet_runner.adapters.base import Adapter, Semantics
 
 from .. import __version__
 from ..clock import Clock, SystemClock
-from ..errors import InputConflict, RunError, UnstorableValue
+from ..errors import (
+    DuplicateOperation,
+    InputConflict,
+    RunError,
+    RunNotFound,
+    StoreError,
+    UnstorableValue,
+    VersionConflict,
+)
 from ..settings import INTERRUPT_POINTS as INTERRUPT_POINTS
 from ..settings import business_key_problem, shown, unstorable
 from ..spec.expressions import compile_expression
 from ..spec.model import Adapter as AdapterSpec
-from ..spec.model import Spec, State, per_version
+from ..spec.model import Effect, Spec, State, per_version
 from ..spec.reads import missing_read
 from ..spec.validate import load_stored_spec
 from ..store.bell import left_to_workers
 from ..store.records import Change, NewRun, OperationRecord, RunRecord
 from ..store.store import Store
-from . import timers
+from . import duplicates, timers, undo_extra
 from .activation import activation
 from .compensation import compensate
 from .host import Strategy as Strategy
 from .identity import first_difference
-from .lease import Leases
+from .lease import LEASE_MARGIN, Leases
 from .machine import machine_for, status_of
 from .protocol import EffectStep
+from .providers import DEFAULT_CALL_SECONDS, declared_by
 from .resolution import Resolution
 
 AdapterFactory = Callable[[AdapterSpec], Adapter]
@@ -156,9 +169,11 @@ class Runner:
         self.options = options or RunnerOptions()
         self.leases = Leases() if leases is None else leases
         self._specs: dict[str, Spec] = {}
-        # run ID -> (version, operation): a pending record this runner wrote ahead, with the
-        # move into its state, and has not called yet (see ``move(..., write_ahead_next=True)``)
-        self._written_ahead: dict[str, tuple[int, OperationRecord]] = {}
+        # run ID -> (version, operation, deadline): a pending record this runner wrote ahead,
+        # with the move into its state, and has not called yet, and the deadline of its call
+        # (see ``move(..., write_ahead_next=True)``)
+        self._written_ahead: dict[str, tuple[int, OperationRecord, float]] = {}
+        self._semantics: dict[tuple[str, str], Semantics | None] = {}
         self._latest: dict[str, tuple[float, tuple[str, int] | None]] = {}
         self._quiet: set[str] = set()  # runs advance() carries on here with no lease
 
@@ -195,6 +210,19 @@ class Runner:
         if adapter is None:
             adapter = self._adapters[key] = self._adapter_factory(spec.adapters[name])
         return adapter
+
+    def semantics(self, spec: Spec, effect: Effect) -> Semantics | None:
+        """What the provider behind ``effect`` does with a second request under one operation
+        ID, and how far its lookup may lag: what the binding declares for the effect's adapter,
+        over what the adapter itself declares (None when neither says anything)."""
+        key = (spec.digest, effect.name)
+        if key not in self._semantics:
+            adapter = self.adapter(spec, effect.adapter)
+            own = declared_by(adapter, effect.operation, effect.reconcile)
+            declare = self.resolution.semantics
+            bound = None if declare is None else declare(spec.adapters[effect.adapter])
+            self._semantics[key] = own if bound is None else bound.over(own)
+        return self._semantics[key]
 
     def make_adapters(self, spec: Spec) -> None:
         """Make every adapter of ``spec`` now (each once, as :meth:`adapter` does), so that one
@@ -339,6 +367,8 @@ class Runner:
         ):
             return None
         spec = self.spec_of(run)
+        if duplicates.holding(run):  # a change made twice: its extra undone, then a person
+            return undo_extra.step(self, run, spec)
         state = spec.states[run.state]
         if state.kind == "compensate":
             return self._compensate(run, spec)
@@ -409,14 +439,16 @@ class Runner:
             change.event("queued", queue=target.name, operator_action=action)
         timers.on_move(run, spec, target, change)
         ahead = self._write_ahead_next(run, spec, target, change) if write_ahead_next else None
-        moved = self.store.commit(change)
-        if ahead is not None:
-            self._written_ahead[run.id] = (moved.version, ahead)
+        if ahead is None:
+            return self.store.commit(change)
+        written, deadline = ahead
+        moved = self.commit_attempt(change, written.operation_id, written.attempts, deadline)
+        self._written_ahead[run.id] = (moved.version, written, deadline)
         return moved
 
     def _write_ahead_next(
         self, run: RunRecord, spec: Spec, target: State, change: Change
-    ) -> OperationRecord | None:
+    ) -> tuple[OperationRecord, float] | None:
         """Add the next effect's write-ahead (pending record, first attempt counted) to the
         commit that moves the run into its state: one commit per effect step instead of two, and
         the pending record still precedes the call. Only for a fresh operation, with no approval
@@ -439,13 +471,62 @@ class Runner:
             return None
         return step.write_ahead_into(change)
 
-    def written_ahead(self, run: RunRecord) -> OperationRecord | None:
-        """The operation this runner wrote ahead with the commit that made ``run``, if any:
-        recorded, not yet called, so the call needs no reconcile first."""
+    def written_ahead(self, run: RunRecord) -> tuple[OperationRecord, float] | None:
+        """The operation this runner wrote ahead with the commit that made ``run``, if any, and
+        the deadline of its call: recorded, not yet called, so the call needs no reconcile
+        first."""
         entry = self._written_ahead.pop(run.id, None)
-        return entry[1] if entry is not None and entry[0] == run.version else None
+        if entry is None or entry[0] != run.version:
+            return None
+        return entry[1], entry[2]
 
     # -- what the steps ask of their host --------------------------------------------------
+
+    def commit_attempt(
+        self, change: Change, operation_id: str, attempts: int, deadline: float
+    ) -> RunRecord:
+        """Commit ``change``, which records attempt ``attempts`` of ``operation_id``. An attempt
+        counts only once its request may have been sent: when the store's reply to this commit
+        is lost (the connection dropped after the database committed, or before), this process
+        asks the store again, until the call's ``deadline``, whether the commit landed. It did
+        (the run one version on, the attempt recorded): the run as committed is returned, and
+        the request is sent under it, so the attempt is spent on a call. It did not: the
+        store's error is raised, nothing was counted. The store not answering before the
+        deadline: the error is raised, and the run's next holder reconciles."""
+        try:
+            return self.store.commit(change)
+        except (VersionConflict, RunNotFound, DuplicateOperation, UnstorableValue):
+            raise  # the store answered: nothing was committed
+        except StoreError:
+            landed = self._landed(change, operation_id, attempts, deadline)
+            if landed is None:
+                raise
+            return landed
+
+    def _landed(
+        self, change: Change, operation_id: str, attempts: int, deadline: float
+    ) -> RunRecord | None:
+        """The run as ``change`` left it, if it was committed; None if it was not, or if the
+        store does not answer before ``deadline``."""
+        pause = 0.02
+        while self.monotonic() < deadline:
+            try:
+                run = self.store.get_run(change.run_id)
+                op = self.store.operation(operation_id)
+            except RunNotFound:
+                return None
+            except StoreError:
+                time.sleep(min(pause, max(0.0, deadline - self.monotonic())))
+                pause = min(pause * 2, 1.0)
+                continue
+            committed = (
+                run.version == change.expected_version + 1
+                and op is not None
+                and op.attempts == attempts
+                and (change.lease_token is None or run.lease_token == change.lease_token)
+            )
+            return run if committed else None
+        return None
 
     def secure_lease(self, run_id: str, timeout: float | None) -> None:
         """Before an attempt is committed: make sure the lease this runner holds on the run lasts
@@ -454,6 +535,31 @@ class Runner:
         :class:`~ratchet_runner.errors.LeaseTooShort` with nothing committed or sent. A runner
         holding no lease on the run (a test, ``ratchet check``) is not checked."""
         self.leases.secure(run_id, timeout, self.options.monotonic, self.store.renew)
+
+    def now(self) -> float:
+        """The runner's clock (epoch seconds)."""
+        return self.clock.now()
+
+    def monotonic(self) -> float:
+        """The clock call deadlines and leases are counted by (``options.monotonic``)."""
+        return self.options.monotonic()
+
+    def call_seconds(self, run_id: str, timeout: float | None) -> float:
+        """How long a call made now may take: the effect's ``timeout``; for an effect without
+        one, as long as the lease this runner holds on the run still covers (less its margin),
+        else :data:`~ratchet_runner.engine.providers.DEFAULT_CALL_SECONDS`."""
+        if timeout is not None:
+            return timeout
+        lease = self.leases.get(run_id)
+        if lease is None or lease.counted_until is None:
+            return DEFAULT_CALL_SECONDS
+        return max(0.0, float(lease.counted_until) - self.monotonic() - LEASE_MARGIN)
+
+    def interrupts_at(self, point: str, effect: str) -> bool:
+        """Whether the crash-practice hook ends this process at ``point`` of ``effect`` (a hook
+        that says so: its ``fires(point, effect)``)."""
+        fires = getattr(self._interrupt, "fires", None)
+        return bool(callable(fires) and fires(point, effect))
 
     def interrupt(self, point: str, effect: str) -> None:
         if self._interrupt is not None:

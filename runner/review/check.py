@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner.adapters.base import Adapter, Call, LookupResult, Outcome
+from ratchet_runner.adapters.base import Adapter, Call, LookupResult, Outcome, Semantics
 from ratchet_runner.adapters.practice import PracticeWorld
 
 from ..clock import FakeClock
 from ..engine.approvals import decide, pending_request
+from ..engine.providers import ask, declared_by
 from ..engine.runner import Runner, Strategy
 from ..errors import ApprovalError, RatchetError, UsageError
 from ..session import Session
@@ -176,8 +177,13 @@ class _InFlight:
             self.die()
         return self.inner.call(request)
 
-    def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
-        return self.inner.lookup(operation, operation_id, effect)
+    def lookup(
+        self, operation: str, operation_id: str, effect: str = "", **given: Any
+    ) -> LookupResult:
+        return ask(self.inner, operation, operation_id, effect, given.get("args"))
+
+    def semantics(self, operation: str, lookup: str | None = None) -> Semantics | None:
+        return declared_by(self.inner, operation, lookup)
 
 
 def _session(home: str | Path) -> Session:
@@ -236,11 +242,26 @@ def drive(runner: Runner, spec: Spec, text: str, example: str) -> RunRecord:
     run, _ = runner.start(spec, text, spec.examples[example].input)
     for _ in range(50):
         run = runner.advance(run.id)
+        if _wait_for_wake_up(runner, run):
+            continue  # a back-off or a provider's commit window, waited out on the case's clock
         request = pending_request(runner, run) if run.status == "waiting" else None
         if request is None:
             return run
         _approve(runner, run, example, request.roles)
     return run
+
+
+def _wait_for_wake_up(runner: Runner, run: RunRecord) -> bool:
+    """A run left running until a wake-up time (a long back-off, a lookup that is believed only
+    once the provider's commit window has passed): move the case's fake clock there, as time
+    would pass before a worker took it up; False when the run waits for nothing of the kind."""
+    wake = run.context.get("wake_at")
+    if run.status != "running" or not isinstance(wake, int | float):
+        return False
+    if not isinstance(runner.clock, FakeClock):
+        return False
+    runner.clock.advance(max(0.0, wake - runner.clock.now()))
+    return True
 
 
 def _approve(runner: Runner, run: RunRecord, example: str, roles: Sequence[str]) -> None:

@@ -33,7 +33,19 @@ _TITLES = {
     "reconcile_impossible": "no reconcile",
     "approval_expired": "approval expired",
     "decision_refused": "decision refused",
+    "reconcile_unsettled": "not found yet",
+    "settle_scheduled": "look again at",
+    "not_sent": "not sent",
+    "duplicate_detected": "DUPLICATE",
+    "verified": "verified",
 }
+
+
+def _why(reason: Any) -> str:
+    """The cause in a reason that says what follows too ("not found yet, and X: ...")."""
+    text = str(reason)
+    head, _, rest = text.partition("not found yet, and ")
+    return (rest or head).split(": looked up again")[0]
 
 
 def when(epoch: Any) -> str:
@@ -71,7 +83,10 @@ def describe(event: EventRecord) -> str:
             + (" · compensation" if d.get("role") == "compensation" else "")
             + (" · NAIVE strategy" if d.get("strategy") == "naive" else "")
         ),
-        "call": lambda: f"attempt {d.get('attempt')} · {_op(d)}",
+        "call": lambda: (
+            f"attempt {d.get('attempt')} · {_op(d)}"
+            + (" · the same attempt again: it was not sent" if d.get("again") else "")
+        ),
         "timeout": lambda: f"{d.get('reason')} · outcome unknown",
         "unavailable": lambda: f"{d.get('reason')} · nothing was done",
         "backoff": lambda: f"wait {d.get('seconds')} s before attempt {d.get('next_attempt')}",
@@ -83,6 +98,24 @@ def describe(event: EventRecord) -> str:
             f"{_op(d)} is not on the provider's record: retry with the same ID"
         ),
         "reconcile_failed": lambda: f"{d.get('reason')}",
+        "reconcile_unsettled": lambda: (
+            f"{_op(d)} is not on the provider's record yet: no call before "
+            f"{when(d.get('conclusive_at'))}, then it is looked up again"
+            + (f" ({_why(d.get('reason'))})" if d.get("reason") else "")
+        ),
+        "settle_scheduled": lambda: f"{when(d.get('wake_at'))}, with no call before · {_op(d)}",
+        "not_sent": lambda: f"{d.get('reason')} · {_op(d)}",
+        "duplicate_detected": lambda: (
+            f"{d.get('effect')} made {d.get('changes')} times under {_op(d)} (found by "
+            f"{d.get('via')}): kept {_receipt({'receipt': d.get('kept')})}; extra "
+            + "; ".join(_receipt({"receipt": r}) for r in d.get("extra") or [])
+            + (
+                f" · {d.get('undo')} undoes each extra ({len(d.get('undo_operations') or [])})"
+                if d.get("undo")
+                else f" · not undone: {d.get('cannot_undo')}"
+            )
+        ),
+        "verified": lambda: f"{_op(d)}: {d.get('checks')} later lookup(s) found no second change",
         "reconcile_impossible": lambda: (
             f"{_op(d)}: the effect has no reconcile lookup; calling again blind (retry and hope)"
         ),

@@ -117,6 +117,15 @@ def _run_series(stats: Stats) -> Iterator[Metric]:
         ["workflow", "effect"],
         stats.failed_undos,
     )
+    found = CounterMetricFamily(
+        "ratchet_duplicates_detected",
+        "Times a lookup found an operation's change made more than once (a provider that does "
+        "not deduplicate committed a request late): each run waits for a person.",
+        labels=["workflow", "effect"],
+    )
+    for (workflow, effect), count in sorted(stats.duplicates.items()):
+        found.add_metric([workflow, effect], count)
+    yield found
     yield _gauge(
         "ratchet_stuck_runs",
         "Runs nobody is moving: a lease expired, or runnable and unmoved for 300 s.",

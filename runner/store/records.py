@@ -113,6 +113,19 @@ class TimerRecord:
 
 
 @dataclass(frozen=True)
+class DuplicateRecord:
+    id: int
+    run_id: str
+    operation_id: str
+    workflow: str
+    effect: str
+    role: str
+    receipts: list[dict[str, Any]]
+    via: str
+    detected_at: float
+
+
+@dataclass(frozen=True)
 class SignalRecord:
     signal_id: str
     run_id: str
@@ -177,6 +190,18 @@ class NewTimer(TypedDict):
     state: str
     event: str
     due_at: float
+
+
+class NewDuplicate(TypedDict):
+    """A lookup that found one operation ID's change made more than once (its run is the
+    change's; ``detected_at`` its time): the receipts, the one the run keeps first."""
+
+    operation_id: str
+    workflow: str
+    effect: str
+    role: str
+    receipts: list[dict[str, Any]]
+    via: str
 
 
 class NewSignal(TypedDict):
@@ -277,6 +302,7 @@ class Change:
     cancel_timers_of_state: str | None = None
     fire_timer: int | None = None
     new_signals: list[NewSignal] = field(default_factory=list)
+    new_duplicates: list[NewDuplicate] = field(default_factory=list)
     #: Whether committing it may wake the workers (:mod:`~ratchet_runner.store.bell`): not
     #: while the caller carries the run on itself with no lease (:meth:`Runner.advance
     #: <ratchet_runner.engine.runner.Runner.advance>`), which wakes them once when it lets go.
@@ -301,6 +327,8 @@ class Change:
             yield "timers", dict(timer), "timer"
         for signal in self.new_signals:
             yield "signals", dict(signal), "signal"
+        for found in self.new_duplicates:
+            yield "duplicates", dict(found), "duplicate"
 
     def preview(self, base: RunRecord) -> RunRecord:
         """The run as this change will leave it, if ``base`` is the run it applies to (a leased

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, literal, select
 
-from .tables import lease_expired, operations, runs, unmoved
+from .tables import duplicates, lease_expired, operations, runs, unmoved
 
 #: Statuses a run is over in: it has no age, no state time, nothing left to do.
 ENDED = ("done", "cancelled")
@@ -43,6 +43,8 @@ class Stats:
     failed_undos: dict[tuple[str, str], int] = field(default_factory=dict)
     #: (workflow, reason) → runs nobody is moving
     stuck: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (workflow, effect) → times a lookup found an operation's change made more than once
+    duplicates: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def gather(conn: Connection, now: float, db_now: Any, stuck_after: float) -> Stats:
@@ -123,4 +125,10 @@ def gather(conn: Connection, now: float, db_now: Any, stuck_after: float) -> Sta
             select(runs.c.workflow, func.count()).where(where).group_by(runs.c.workflow)
         ):
             stats.stuck[(workflow, reason)] = int(count)
+    for workflow, effect, count in conn.execute(
+        select(duplicates.c.workflow, duplicates.c.effect, func.count()).group_by(
+            duplicates.c.workflow, duplicates.c.effect
+        )
+    ):
+        stats.duplicates[(workflow, effect)] = int(count)
     return stats

@@ -45,6 +45,7 @@ from .postgres import PostgresWriter
 from .records import (
     ApprovalRecord,
     Change,
+    DuplicateRecord,
     Event,
     EventRecord,
     NewRun,
@@ -61,6 +62,7 @@ from .tables import (
     NEXT_DUE,
     SPEC_VERSIONS,
     approvals,
+    duplicates,
     events,
     lease_expired,
     meta,
@@ -365,6 +367,15 @@ class Store:
                 select(signals).where(signals.c.signal_id == signal_id, signals.c.run_id == run_id)
             ).first()
         return SignalRecord(**row._mapping) if row is not None else None
+
+    def duplicates(self, run_id: str | None = None) -> list[DuplicateRecord]:
+        """Every time a lookup found an operation's change made more than once (of ``run_id``,
+        or of every run), oldest first."""
+        query = select(duplicates).order_by(duplicates.c.id)
+        if run_id is not None:
+            query = query.where(duplicates.c.run_id == run_id)
+        with self._read() as conn:
+            return [DuplicateRecord(**row._mapping) for row in conn.execute(query)]
 
     # -- the one way to change a run --------------------------------------------------------
 

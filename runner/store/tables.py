@@ -3,8 +3,9 @@
 ``spec_versions`` (the exact text a run started under), ``runs`` (state, version, business key,
 input, context, lease), ``events`` (each run's append-only history, plain JSON), ``operations``
 (one row per operation ID, under a primary key: idempotency is data), ``approvals``, ``timers``,
-``signals``, and ``meta`` (what the store recorded about itself when it was created: whether it
-is a practice store).
+``signals``, ``duplicates`` (each time a lookup found more than one change made under one
+operation ID), and ``meta`` (what the store recorded about itself when it was created: whether
+it is a practice store).
 """
 
 from __future__ import annotations
@@ -149,6 +150,21 @@ timers = _run_rows(
 Index("ix_timers_due", timers.c.fired_at, timers.c.due_at)
 Index("ix_timers_run", timers.c.run_id)
 
+#: Each time a lookup found one operation ID's change made more than once (a provider that does
+#: not deduplicate committed a request late): what the operator queue and the metrics count.
+#: A table of its own, not a column, so that a store made before it gains it as it is opened.
+duplicates = _run_rows(
+    "duplicates",
+    Column("operation_id", String(64), nullable=False),
+    Column("workflow", String(200), nullable=False),
+    Column("effect", String(200), nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("receipts", JSON_TYPE, nullable=False),
+    Column("via", String(20), nullable=False),
+    Column("detected_at", Float, nullable=False),
+)
+Index("ix_duplicates_run", duplicates.c.run_id)
+
 #: What a store records about itself, once, when it is created: ``created_at`` (epoch seconds)
 #: and, for a practice store, ``practice`` (``true``): the one kind of store on which the
 #: command line honours ``RATCHET_NOW``. A key/value table, so that later facts need no new one.
@@ -171,7 +187,7 @@ signals = Table(
 
 #: Every table but ``meta``, children before the runs they belong to (the order a reset empties
 #: them in).
-RUN_TABLES = (events, operations, approvals, timers, signals, runs, spec_versions)
+RUN_TABLES = (events, operations, approvals, timers, signals, duplicates, runs, spec_versions)
 
 
 def free(db_now: Any) -> Any:

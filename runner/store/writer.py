@@ -52,6 +52,7 @@ from .tables import (
     RUN_TABLES,
     approvals,
     create_schema,
+    duplicates,
     events,
     free,
     meta,
@@ -318,6 +319,8 @@ class Writer:
         self._apply_timers(conn, change)
         for signal in change.new_signals:
             conn.execute(insert(signals).values(run_id=run_id, **signal))
+        for found in change.new_duplicates:
+            conn.execute(insert(duplicates).values(run_id=run_id, detected_at=at, **found))
 
     @staticmethod
     def _apply_timers(conn: Connection, change: Change) -> None:

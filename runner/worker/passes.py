@@ -32,6 +32,8 @@ from ..engine.drive import drive, park
 from ..engine.lease import Lease, lease_needed, owner_identity, validate_lease
 from ..engine.resolution import refusal
 from ..engine.runner import Runner
+from ..engine.verify import check as verify_check
+from ..engine.verify import is_verification
 from ..engine.versions import migrate
 from ..errors import (
     ApprovalError,
@@ -50,7 +52,7 @@ from ..store.records import RunRecord, TimerRecord
 class Fired:
     timer: TimerRecord
     run: RunRecord | None
-    outcome: str  # fired · stale · raced
+    outcome: str  # fired · stale · raced; a verification's: duplicate · again · verified
 
 
 def fire_due(runner: Runner, limit: int = 500) -> list[Fired]:
@@ -61,6 +63,11 @@ def fire_due(runner: Runner, limit: int = 500) -> list[Fired]:
         run = store.get_run(timer.run_id)
         if run.status == "paused":
             continue  # an operator paused the run: the timer fires when it is resumed
+        if is_verification(timer):  # a lookup of a retried operation, whatever the state
+            outcome = verify_check(runner, timer, run)
+            if outcome not in ("busy", "left"):
+                fired.append(Fired(timer, None, outcome))
+            continue
         if run.state != timer.state or run.status == "cancelled":
             store.discard_timer(timer.id, runner.clock.now())
             fired.append(Fired(timer, run, "stale"))

@@ -20,6 +20,7 @@ name = "staging"
 [adapters.payments]
 implementation = "http"
 base_url = "http://127.0.0.1:9/payments"
+dedupe = true
 
 [adapters.payments.auth]
 type = "bearer"

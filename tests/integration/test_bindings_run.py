@@ -196,6 +196,7 @@ def test_a_noop_adapter_runs_on_a_real_implementation_only_with_the_opt_in(
         [adapters.mailer]
         implementation = "python"
         factory = "test_mailer_module:Mailer"
+        dedupe = true
         """
     refused = _write(tmp_path / "refused.toml", binding)
     args = ("run", str(WELCOME), "--example", "S-1001", "--db", store_url, "--bindings")

@@ -197,7 +197,7 @@ def test_a_binding_with_a_python_factory_is_refused_before_any_case(
     binding = tmp_path / "own.toml"
     binding.write_text(
         'name = "own"\n\n[adapters.payments]\nimplementation = "python"\n'
-        'factory = "check_http_payments:Payments"\n',
+        'factory = "check_http_payments:Payments"\ndedupe = true\n',
         encoding="utf-8",
     )
     assert run(capsys, "validate", REFUND, "--bindings", str(binding))[0] == 0  # it covers it

@@ -29,9 +29,11 @@ from ratchet_runner.adapters.base import (
     LookupFailed,
     NotFound,
     Refused,
+    Semantics,
     Transient,
 )
 from ratchet_runner.adapters.http import HttpAdapter
+from ratchet_runner.errors import BindingError
 from tests.integration.local_http import (
     CLOSE,
     RESET,
@@ -453,35 +455,125 @@ def test_a_listing_finds_the_change_whose_reference_is_the_operation_id(serve: A
     assert found == Found({"label_id": "lb_2", "metadata": {"reference": "op/7"}})
 
 
-def test_a_listing_that_does_not_list_it_yet_is_unknown_until_the_settle_time(serve: Any) -> None:
-    """A listing may lag behind a call: "none" within the settle time after the call is not
-    "not made"; after it, it is."""
-    server = serve(
-        lambda r: listing([]) if r.path == "/labels/recent" else Reply(503, {"error": "later"})
-    )
-    clock = Clock()
-    with HttpAdapter.from_data(settings(server.url)) as made:
-        adapter = HttpAdapter(made.settings, now=clock)
-    with adapter:
-        assert isinstance(adapter.call(Call("label", "op-9", {})), Transient)
-        clock.now += 29
-        lagging = adapter.lookup("lookup_label", "op-9")
-        assert isinstance(lagging, LookupFailed)
-        assert "settle" in lagging.reason or "lag" in lagging.reason
-        clock.now += 2
-        assert adapter.lookup("lookup_label", "op-9") == NotFound()
-        # an ID this adapter never sent (another process did) counts from the adapter's start
-        assert adapter.lookup("lookup_label", "op-elsewhere") == NotFound()
-        clock.now += 20
-        adapter.call(Call("label", "op-9", {}))  # sent again: the settle time starts again
-        assert isinstance(adapter.lookup("lookup_label", "op-9"), LookupFailed)
-
-
-def test_a_listing_that_lists_nothing_right_after_the_adapter_started_is_unknown(
+def test_a_listing_that_does_not_list_it_is_not_found_and_says_how_far_it_may_lag(
     serve: Any,
 ) -> None:
-    found, _ = lookup_with(serve, listing([]), name="lookup_label")
-    assert isinstance(found, LookupFailed)
+    """A listing may lag behind a change: the adapter says "none listed" as it is, and says how
+    far it may lag (its ``settle``), which the runner waits out from the time of the attempt,
+    kept with the run, before it believes it. (The adapter once judged the lag by when it last
+    sent the ID itself, and counted an ID it had not sent from its own start, so a command run
+    after the settle time, in a process of its own, was never past it.)"""
+    server = serve(lambda r: listing([]))
+    with HttpAdapter.from_data(settings(server.url)) as adapter:
+        assert adapter.lookup("lookup_label", "op-9") == NotFound()
+        assert adapter.semantics("label", "lookup_label") == Semantics(settle=30)
+        assert adapter.semantics("refund", "lookup_refund") is None  # an endpoint does not lag
+
+
+def orders(url: str, **lookup: Any) -> dict[str, Any]:
+    """A warehouse whose listing of labels echoes no operation ID: items are matched on the
+    operation's arguments, filtered by order, in pages."""
+    return {
+        "base_url": url,
+        "operations": {"label": {"path": "/labels", "receipt_field": "label_id"}},
+        "lookups": {
+            "lookup": {
+                "by": "listing",
+                "path": "/labels",
+                "items": "/data",
+                "match": {"/order": "order", "/sku": "sku"},
+                "filter": {"order_id": "order"},
+                "settle": 2,
+                **lookup,
+            }
+        },
+    }
+
+
+LABEL_ARGS = {"order": "LK-1", "sku": "CAN-5"}
+
+
+def pages(*pages: list[dict[str, Any]], cursor: bool = False) -> Any:
+    """A listing served in ``pages``: each reply points at the next (a cursor, or a link)."""
+
+    def respond(received: Any) -> Reply:
+        at = int(received.query.get("cursor" if cursor else "page", "0"))
+        body: dict[str, Any] = {"data": pages[at]}
+        if at + 1 < len(pages):
+            body["next"] = str(at + 1) if cursor else f"/labels?order_id=LK-1&page={at + 1}"
+        return Reply(200, body)
+
+    return respond
+
+
+def test_a_listing_filters_by_the_order_follows_every_page_and_matches_the_arguments(
+    serve: Any,
+) -> None:
+    """A provider that lists by order, pages its results, and echoes no ID: the lookup asks for
+    the order's changes, reads every page, and finds the one whose fields are the arguments."""
+    other = {"label_id": "lb_1", "order": "LK-1", "sku": "LADDER-3"}
+    ours = {"label_id": "lb_2", "order": "LK-1", "sku": "CAN-5"}
+    server = serve(pages([other], [], [ours]))
+    with HttpAdapter.from_data(orders(server.url, next="/next")) as adapter:
+        found = adapter.lookup("lookup", "op-9", "label", args=LABEL_ARGS)
+    assert found == Found(ours)
+    assert [r.query for r in server.received] == [
+        {"order_id": "LK-1"},
+        {"order_id": "LK-1", "page": "1"},
+        {"order_id": "LK-1", "page": "2"},
+    ]
+
+
+def test_a_listing_paged_by_cursor_sends_the_cursor_back_and_keeps_the_filter(serve: Any) -> None:
+    ours = {"label_id": "lb_2", "order": "LK-1", "sku": "CAN-5"}
+    server = serve(pages([], [ours], cursor=True))
+    with HttpAdapter.from_data(orders(server.url, next="/next", cursor_param="cursor")) as adapter:
+        assert adapter.lookup("lookup", "op-9", "label", args=LABEL_ARGS) == Found(ours)
+    assert [r.query for r in server.received] == [
+        {"order_id": "LK-1"},
+        {"order_id": "LK-1", "cursor": "1"},
+    ]
+
+
+def test_a_listing_that_lists_the_change_twice_reports_both_a_duplicate(serve: Any) -> None:
+    first = {"label_id": "lb_1", "order": "LK-1", "sku": "CAN-5"}
+    second = {"label_id": "lb_2", "order": "LK-1", "sku": "CAN-5"}
+    server = serve(pages([first], [second]))
+    with HttpAdapter.from_data(orders(server.url, next="/next")) as adapter:
+        found = adapter.lookup("lookup", "op-9", "label", args=LABEL_ARGS)
+    assert found == Found(first, (second,))
+
+
+def test_a_listing_with_more_pages_than_it_may_read_cannot_say_not_found(serve: Any) -> None:
+    """Not having read it all, a lookup that found nothing cannot say "not made"."""
+    server = serve(pages([], [], [], []))
+    with HttpAdapter.from_data(orders(server.url, next="/next", max_pages=3)) as adapter:
+        result = adapter.lookup("lookup", "op-9", "label", args=LABEL_ARGS)
+    assert isinstance(result, LookupFailed)
+    assert "max_pages" in result.reason
+
+
+def test_a_listing_never_follows_a_next_page_on_another_host(serve: Any) -> None:
+    server = serve(lambda r: Reply(200, {"data": [], "next": "https://elsewhere.example/x"}))
+    with HttpAdapter.from_data(orders(server.url, next="/next")) as adapter:
+        result = adapter.lookup("lookup", "op-9", "label", args=LABEL_ARGS)
+    assert isinstance(result, LookupFailed)
+    assert "another origin" in result.reason
+    assert len(server.received) == 1
+
+
+def test_a_listing_matched_on_arguments_needs_them(serve: Any) -> None:
+    server = serve(pages([]))
+    with HttpAdapter.from_data(orders(server.url)) as adapter:
+        assert isinstance(adapter.lookup("lookup", "op-9", "label"), LookupFailed)
+    assert server.received == []
+
+
+def test_a_listing_must_say_how_its_items_name_the_operation() -> None:
+    data = orders("http://x")
+    del data["lookups"]["lookup"]["match"]
+    with pytest.raises(BindingError, match=r"reference.*match"):
+        HttpAdapter.from_data(data)
 
 
 def travel(url: str, receipt: str = "", **lookup: Any) -> dict[str, Any]:
@@ -659,3 +751,28 @@ def test_a_secret_in_a_receipt_or_a_transport_error_is_redacted(serve: Any) -> N
     ) as adapter:
         assert SECRET not in repr(adapter.call(refund()))
         assert SECRET not in repr(adapter.lookup("lookup_refund", "op-1"))
+
+
+def test_a_call_whose_deadline_has_passed_is_not_sent(serve: Any) -> None:
+    """The runner fixes a call's deadline before it commits the attempt: a process paused past it
+    must not send the request, which could then reach the provider after the run's next holder
+    looked it up and found nothing."""
+    server = serve(lambda received: Reply(200, {"refund_id": "re_1"}))
+    late = Call("refund", "op-1", REFUND_ARGS, timeout=5.0, deadline=time.monotonic() - 0.01)
+    with HttpAdapter.from_data(settings(server.url)) as adapter:
+        outcome = adapter.call(late)
+    assert isinstance(outcome, Transient)
+    assert "nothing was sent" in outcome.reason
+    assert server.received == []
+
+
+def test_a_call_takes_no_longer_than_its_deadline_even_when_its_timeout_is_longer(
+    serve: Any,
+) -> None:
+    server = serve(lambda received: SILENT)
+    soon = Call("refund", "op-1", REFUND_ARGS, timeout=30.0, deadline=time.monotonic() + 0.3)
+    began = time.monotonic()
+    with HttpAdapter.from_data(settings(server.url)) as adapter:
+        outcome = adapter.call(soon)
+    assert isinstance(outcome, Ambiguous)  # sent, and no reply came by the deadline
+    assert time.monotonic() - began < 5

@@ -37,6 +37,7 @@ name = "leak-test"
 [adapters.payments]
 implementation = "http"
 base_url = "{url}"
+dedupe = true
 
 [adapters.payments.auth]
 type = "bearer"

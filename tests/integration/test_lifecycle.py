@@ -221,9 +221,21 @@ def test_case_3_a_crash_before_the_call_is_resumed_with_one_change(
     store: Store,
     case: tuple,  # type: ignore[type-arg]
 ) -> None:
+    """The process dies after committing the attempt and before sending it. The next process
+    cannot know that: at a provider that deduplicates it may look up and call again at once;
+    at one that does not (the booking's agency), the request might still arrive until its
+    deadline and commit up to the provider's commits_within after, so it looks again only
+    then, with no call before."""
     _, _, _, final, _, operation = case
     run = approved_then_crashed(make_runner, world, case, "before-write")
-    resumed = make_runner().advance(run.id)
+    resumer = make_runner()
+    resumed = resumer.advance(run.id)
+    if resumed.status == "running":  # the booking: waiting out the agency's window
+        assert "reconcile_unsettled" in kinds(store, resumed)
+        assert made(world, operation) == []
+        assert isinstance(resumer.clock, FakeClock)
+        resumer.clock.advance(resumed.context["wake_at"] - resumer.clock.now())
+        resumed = resumer.advance(run.id)
     assert resumed.state == final
     assert len(made(world, operation)) == 1
     assert "reconcile_not_found" in kinds(store, resumed)

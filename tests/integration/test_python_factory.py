@@ -88,6 +88,8 @@ def test_a_python_factory_adapter_with_faults_makes_the_label_once(
                 "[adapters.warehouse]",
                 'implementation = "python"',
                 'factory = "my_warehouse:Warehouse"',
+                "dedupe = false",
+                "commits_within = 3",
                 f'labels = "{labels}"',
                 'faults = ["unavailable", "timeout_after_write"]',
                 "",

@@ -10,6 +10,7 @@ import pytest
 
 from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import Change, RunRecord
@@ -95,15 +96,27 @@ def test_a_crash_after_a_receipt_leaves_the_next_hold_written_ahead_and_the_resu
     assert [(op.status, op.attempts) for op in hotel] == [("pending", 1)]
     assert world.calls("hold_hotel") == []  # written ahead, never sent
 
-    resumed = make_runner().advance(run.id)  # a new runner: it knows nothing of the crash
+    # A new runner knows nothing of the crash: the hotel (which keeps no key register) may
+    # still receive a request sent before the call's deadline, and commit it up to its
+    # commits_within after. Finding nothing now, it makes no call, and looks again then.
+    second = make_runner()
+    waiting = second.advance(run.id)
+    assert (waiting.state, waiting.status) == ("holding_hotel", "running")
+    assert [c["outcome"] for c in world.calls("hold_hotel")] == ["lookup"]  # no call yet
+    wake = waiting.context["wake_at"]
+    assert isinstance(second.clock, FakeClock)
+    second.clock.advance(wake - second.clock.now())
+
+    resumed = second.advance(run.id)
 
     assert resumed.state == "approving"
     after = [e.kind for e in first.store.history(run.id) if e.version > crashed.version]
-    assert after[:3] == ["resumed", "reconcile_not_found", "call"]
+    assert after[:3] == ["resumed", "reconcile_unsettled", "settle_scheduled"]
+    assert after[3:6] == ["resumed", "reconcile_not_found", "call"]
     assert Counter(c.operation for c in world.changes()) == {"hold_flight": 1, "hold_hotel": 1}
     asked = [(c["operation_id"], c["outcome"]) for c in world.calls("hold_hotel")]
-    assert asked[0] == (hotel[0].operation_id, "lookup")  # asked before calling
-    assert [i for i, outcome in asked[1:] if outcome != "lookup"] == [hotel[0].operation_id]
+    assert asked[:2] == [(hotel[0].operation_id, "lookup")] * 2  # asked twice before calling
+    assert [i for i, outcome in asked[2:] if outcome != "lookup"] == [hotel[0].operation_id]
 
 
 def test_an_effect_that_needs_an_approval_is_not_written_ahead(

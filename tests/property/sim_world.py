@@ -20,7 +20,9 @@ from ratchet_runner.adapters.base import (
     NotFound,
     Outcome,
     Refused,
+    Semantics,
     Transient,
+    not_sent,
 )
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.model import Spec
@@ -212,20 +214,35 @@ class Provider:
         if self.sim.fates.random() < self.sim.profile.faults_for(effect).lookup_fails:
             return LookupFailed("the provider's lookup failed")
         made = self.changes.get(operation_id)
-        return Found(dict(made[0]["receipt"])) if made else NotFound()
+        if not made:
+            return NotFound()
+        first, *rest = (dict(change["receipt"]) for change in made)
+        return Found(first, tuple(rest))
 
 
 class SimAdapter:
-    """The adapter protocol over a simulated provider: a call is sent at once (no yield between
-    the runner's last lease check and the send) and is in flight until the provider settles it;
-    a lookup is one step."""
+    """The adapter protocol over a simulated provider: the caller may stall (a yield point, at
+    which the scheduler may move the clock) between the runner's last lease check and the send;
+    as a real adapter does, it sends nothing once the call's deadline has passed. A call is then
+    in flight until the provider settles it; a lookup is one step. It declares its provider's
+    semantics: a provider that does not deduplicate commits every request within the call's
+    timeout (:attr:`Request.deadline`), which is its ``commits_within``."""
 
     def __init__(self, sim: Simulation, provider: Provider) -> None:
         self.sim = sim
         self.provider = provider
 
+    def semantics(self, operation: str, lookup: str | None = None) -> Semantics:
+        if self.provider.dedup:
+            return Semantics(dedupe=True)
+        return Semantics(dedupe=False, commits_within=self.sim.commits_within)
+
     def call(self, request: Call) -> Outcome:
         sim = self.sim
+        sim.park(f"about to send {request.effect} op {request.operation_id[:8]}")
+        if request.deadline is not None and sim.clock.now() > request.deadline:
+            sim.note("; past the call's deadline: not sent")
+            return not_sent(request)
         sent = self.provider.receive(request, sim.current_name())
         sim.note(f"; call {sent.describe()} → {_fate(sent)}")
         sim.park(f"awaits {sent.describe()}", ready=lambda: sent.settled)

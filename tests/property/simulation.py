@@ -166,6 +166,9 @@ class Simulation:
         self.settle_weight = self.jump_weight = 0.1
         self.inline_wait = 5.0
         self.dedup_kinds: frozenset[str] = DEDUPLICATING
+        #: What the providers that do not deduplicate declare as their commits_within: they
+        #: commit every request within the call's timeout (the shipped specs' longest is 15 s).
+        self.commits_within = 15.0
 
     # -- yield points (called from driver threads) --------------------------------------------
 

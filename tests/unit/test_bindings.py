@@ -42,6 +42,7 @@ name = "staging"
 [adapters.payments]
 implementation = "http"
 base_url = "https://payments.example/v1"
+dedupe = true
 
 [adapters.payments.operations.refund]
 path = "/refunds"
@@ -184,7 +185,7 @@ def test_an_implementation_nobody_provides_is_refused_naming_what_there_is(tmp_p
 def test_a_wrong_http_setting_is_located_at_its_own_line(tmp_path: Path) -> None:
     wrong = HTTP_PAYMENTS.replace('path = "/refunds"', 'path = "/refunds"\nmethod = "FETCH"')
     [found] = _findings(REFUND, _write(tmp_path / "b.toml", wrong))
-    assert (found.line, found.code) == (9, "B103")
+    assert (found.line, found.code) == (10, "B103")
     assert "operations.refund" in found.message
     assert "FETCH" in found.message
 
@@ -193,10 +194,10 @@ def test_operations_lookups_and_receipts_the_binding_lacks_are_each_found(tmp_pa
     text = HTTP_PAYMENTS.replace("operations.refund]", "operations.refund_v2]")
     text = text.replace("lookups.lookup_refund]", "lookups.lookup_v2]")
     found = sorted((d.code, d.line) for d in _findings(REFUND, _write(tmp_path / "b.toml", text)))
-    assert found == [("B203", 7), ("B204", 12)]
+    assert found == [("B203", 8), ("B204", 13)]
     text = HTTP_PAYMENTS.replace('receipt_field = "refund_id"\n', 'receipt_field = "id"\n', 1)
     [receipt] = _findings(REFUND, _write(tmp_path / "c.toml", text))
-    assert (receipt.code, receipt.line) == ("B205", 10)
+    assert (receipt.code, receipt.line) == ("B205", 11)
     contract = f"but the spec's contract ({REFUND}:{_line_of(REFUND, '      refund:')}"
     assert f"returns receipt field 'id', {contract}" in receipt.message
     assert receipt.message.endswith("expects refund_id")
@@ -258,7 +259,7 @@ def test_a_lookup_without_a_receipt_field_is_checked_by_its_operations_field_alo
     assert _findings(REFUND, tmp_path / "b.toml") == []
     wrong = text.replace('receipt_field = "refund_id"', 'receipt_field = "id"')
     [receipt] = _findings(REFUND, _write(tmp_path / "c.toml", wrong))
-    assert (receipt.code, receipt.line) == ("B205", 10)
+    assert (receipt.code, receipt.line) == ("B205", 11)
     assert "operation 'refund' returns receipt field 'id'" in receipt.message
 
 
@@ -322,7 +323,8 @@ def _own_warehouse(
     monkeypatch.syspath_prepend(str(tmp_path))
     return _write(
         tmp_path / f"{module}.toml",
-        f'[adapters.warehouse]\nimplementation = "python"\nfactory = "{module}:Warehouse"\n',
+        f'[adapters.warehouse]\nimplementation = "python"\nfactory = "{module}:Warehouse"\n'
+        "dedupe = false\ncommits_within = 3\n",
     )
 
 
@@ -405,11 +407,11 @@ def test_validate_reports_the_bindings_findings_located_with_the_specs(
     path = _write(isolated / "b.toml", HTTP_PAYMENTS.replace("lookups.lookup_refund", "lookups.x"))
     code, out, err = run(capsys, "validate", str(REFUND), "--bindings", str(path))
     assert code == 1
-    assert re.fullmatch(rf"{re.escape(str(path))}:12:1: B204 adapter 'payments' .*\n", out)
+    assert re.fullmatch(rf"{re.escape(str(path))}:13:1: B204 adapter 'payments' .*\n", out)
     assert "1 error(s)" in err
     code, out, _ = run(capsys, "validate", str(REFUND), "--bindings", str(path), "--json")
     [diagnostic] = json.loads(out)["files"][0]["diagnostics"]
-    assert (diagnostic["code"], diagnostic["file"], diagnostic["line"]) == ("B204", str(path), 12)
+    assert (diagnostic["code"], diagnostic["file"], diagnostic["line"]) == ("B204", str(path), 13)
 
 
 def test_validate_finds_the_binding_by_the_variable_and_beside_the_spec(

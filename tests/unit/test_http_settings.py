@@ -273,7 +273,46 @@ def test_a_lookups_receipt_field_if_given_is_a_string() -> None:
         (
             {"lookups": {"l": {"by": "listing", "path": "/k", "receipt_field": "x", "settle": 5}}},
             "lookups.l.reference",
-            "is required",
+            "or 'match': set exactly one",
+        ),
+        (
+            {
+                "lookups": {
+                    "l": {
+                        "by": "listing",
+                        "path": "/k",
+                        "reference": "/r",
+                        "match": {"/order": "order"},
+                        "settle": 5,
+                    }
+                }
+            },
+            "lookups.l.reference",
+            "or 'match': set exactly one",
+        ),
+        (
+            {
+                "lookups": {
+                    "l": {"by": "listing", "path": "/k", "match": {"order": "order"}, "settle": 5}
+                }
+            },
+            "lookups.l.match.order",
+            "must be a JSON pointer",
+        ),
+        (
+            {
+                "lookups": {
+                    "l": {
+                        "by": "listing",
+                        "path": "/k",
+                        "reference": "/r",
+                        "filter": {"order_id": "the order"},
+                        "settle": 5,
+                    }
+                }
+            },
+            "lookups.l.filter.order_id",
+            "must name an argument",
         ),
         (
             {

@@ -3,6 +3,9 @@ service (declared operations, deduplicated or not), noop, and a change committed
 
 from __future__ import annotations
 
+import dataclasses
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,14 @@ from ratchet_runner.adapters.base import (
     NotFound,
     Outcome,
     Refused,
+    Semantics,
+    Transient,
 )
-from ratchet_runner.adapters.practice import COMMITS_LATE_SECONDS, PracticeWorld
+from ratchet_runner.adapters.practice import (
+    COMMITS_LATE_SECONDS,
+    COMMITS_WITHIN_SECONDS,
+    PracticeWorld,
+)
 from ratchet_runner.errors import WorldError
 from ratchet_runner.spec.validate import validate_text
 
@@ -128,7 +137,10 @@ def test_an_operation_that_does_not_deduplicate_makes_a_second_change_on_a_secon
     assert first == Done({"send_email_id": "send_email_op-mail", "operation": "send_email"})
     assert second == Done({"send_email_id": "send_email_op-mail_2", "operation": "send_email"})
     assert len(world.changes()) == 2
-    assert world.lookup("service", "lookup", "op-mail", "send_email") == Found(first.receipt)
+    # its lookup finds both: the first, and the second as a duplicate
+    assert world.lookup("service", "lookup", "op-mail", "send_email") == Found(
+        first.receipt, (second.receipt,)
+    )
     assert world.lookup("service", "lookup", "op-none", "send_email") == NotFound()
 
 
@@ -285,3 +297,41 @@ def test_lookup_fails_by_call_number_fails_the_lookups_after_that_call(
         assert isinstance(adapter.lookup("lookup", "op-1", "charge"), LookupFailed)
     assert isinstance(adapter.call(Call("charge", "op-1", charge(), effect="charge")), Done)
     assert isinstance(adapter.lookup("lookup", "op-1", "charge"), Found)
+
+
+def test_a_provider_that_does_not_deduplicate_abandons_a_request_it_cannot_commit_in_time(
+    world: PracticeWorld,
+) -> None:
+    """The warehouse declares commits_within: it commits a request within that time of
+    receiving it, or abandons it. Its database busy for longer, the request is not made."""
+    world.seed({"orders": [{"order": "LK-1", "paid": 10.0, "currency": "CAD"}]})
+    blocker = sqlite3.connect(world.path, timeout=60, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        began = time.monotonic()
+        outcome = world.adapter("warehouse").call(
+            Call("create_label", "op-busy", {"order": "LK-1", "sku": "X"}, "label")
+        )
+        waited = time.monotonic() - began
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert isinstance(outcome, Transient)
+    assert "abandoned" in outcome.reason
+    assert waited < COMMITS_WITHIN_SECONDS + 2
+    assert world.changes() == []
+    assert world.adapter("warehouse").semantics("create_label") == Semantics(
+        dedupe=False, commits_within=COMMITS_WITHIN_SECONDS
+    )
+    assert world.adapter("payments").semantics("refund") == Semantics(dedupe=True)
+
+
+def test_a_request_past_its_deadline_never_reaches_the_practice_provider(
+    world: PracticeWorld,
+) -> None:
+    late = Call("hold_flight", "op-late", {"trip": "T", "flight": "F"}, "hold_flight")
+    late = dataclasses.replace(late, deadline=time.monotonic() - 0.01)
+    outcome = world.adapter("travel").call(late)
+    assert isinstance(outcome, Transient)
+    assert world.calls() == []
+    assert world.changes() == []

@@ -11,10 +11,11 @@ implements the adapter protocol of ``ratchet_runner``:
   file, so a process that starts after another one died in the middle of a send finds what that
   one sent, and Ratchet reconciles instead of sending again.
 
-It declares what it implements (``operations``, ``lookups``) and the receipt field each returns
-(``receipts``, ``lookup_receipts``) on the class, so ``ratchet validate --bindings`` checks a spec
-against it without making one. Installing the distribution registers
-it under the entry-point group ``ratchet.adapters`` as the kind ``outbox_mailer``.
+It declares what it implements (``operations``, ``lookups``), the receipt field each returns
+(``receipts``, ``lookup_receipts``) and what its provider does with a second request under one
+operation ID (``semantics``: it deduplicates) on the class, so ``ratchet validate --bindings``
+checks a spec against it without making one. Installing the distribution registers it under the
+entry-point group ``ratchet.adapters`` as the kind ``outbox_mailer``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ratchet_runner import (
     NotFound,
     Outcome,
     Refused,
+    Semantics,
 )
 from ratchet_runner.errors import BindingError
 
@@ -72,6 +74,13 @@ class OutboxMailer:
     lookups = ("find_email",)
     receipts: ClassVar[Mapping[str, str]] = {"send_email": "id"}
     lookup_receipts: ClassVar[Mapping[str, str]] = {"find_email": "id"}
+
+    @staticmethod
+    def semantics(operation: str, lookup: str | None = None) -> Semantics:
+        """The outbox keeps one e-mail per operation ID (its primary key): a second request
+        under an ID returns the first result, whatever the timing. A static method, so that
+        ``ratchet validate --bindings`` can ask the class without making a mailer."""
+        return Semantics(dedupe=True)
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         unknown = sorted(set(settings) - {"outbox", "sender"})

@@ -1,0 +1,153 @@
+"""Verifying a retry at a provider that keeps no key register: later lookups of the operation.
+
+A provider that does not deduplicate (``dedupe = false``) is sent a request again only once a
+lookup has found nothing for longer than its ``commits_within`` (:mod:`.providers`). If it breaks
+that promise, committing the first request later still, the operation's change is made twice,
+and nothing the run does afterwards would look again. So a retry made on such a "not found" is
+verified: the same commit that records the attempt arms a verification (a timer of no state,
+which outlives the run's moves, and the schedule in the run's context), and a worker looks the
+operation up again at twice the provider's window, then at doubling intervals, for
+:data:`VERIFY_FOR` seconds. Each check is a lookup and nothing else. One that finds the change
+made more than once records the duplicate (:mod:`.duplicates`): the extra change is undone where
+the spec says how, and the run waits for a person, whatever it has done since (a run that ended
+is held again). The last check records ``verified``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ratchet_runner.adapters.base import Found
+
+from ..errors import VersionConflict
+from ..spec.model import Compensation, Spec
+from ..store.records import Change, RunRecord, TimerRecord
+from . import duplicates
+from .providers import ask
+from .resolution import refusal
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+#: How long a retry at a provider that keeps no key register is verified, in seconds.
+VERIFY_FOR = 86400.0
+
+#: The state a verification's timer is armed for: none, so that no move of the run cancels it.
+STATE = "*"
+
+#: A verification timer's event: this, then the operation ID.
+PREFIX = "verify:"
+
+#: The run's context key: each operation being verified, with its schedule.
+VERIFYING = "verifying"
+
+
+def schedule(change: Change, run: RunRecord, operation_id: str, window: float) -> None:
+    """Arm, in ``change`` (the commit of a retry), the verification of ``operation_id``: the
+    first check at twice the provider's ``window`` from now."""
+    every = 2.0 * max(window, 1.0)
+    context = change.context if change.context is not None else run.context
+    verifying = dict(context.get(VERIFYING, {}))
+    verifying[operation_id] = {"every": every, "until": change.at + VERIFY_FOR, "checks": 0}
+    change.context = {**context, VERIFYING: verifying}
+    change.new_timers.append(
+        {"state": STATE, "event": PREFIX + operation_id, "due_at": change.at + every}
+    )
+
+
+def is_verification(timer: TimerRecord) -> bool:
+    """Whether ``timer`` is a verification's (not one of the spec's)."""
+    return timer.state == STATE and timer.event.startswith(PREFIX)
+
+
+def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
+    """One check of a verification that is due: ``duplicate`` (found twice, recorded),
+    ``again`` (found once or not at all, the next check armed), ``verified`` (the last),
+    ``busy`` (the run is held by a live lease: tried again at the next pass), ``left`` (this
+    process has not the run's binding), ``stale`` (nothing to verify), ``raced`` (the run moved
+    meanwhile: tried again)."""
+    operation_id = timer.event.removeprefix(PREFIX)
+    op = runner.store.operation(operation_id)
+    spec = runner.spec_of(run)
+    if op is None or op.effect not in spec.effects:
+        runner.store.discard_timer(timer.id, runner.now())
+        return "stale"
+    if refusal(runner.resolution, run, spec) is not None:
+        return "left"
+    if run.lease_token is not None and (run.lease_expires_at or 0.0) > runner.now():
+        return "busy"
+    effect = spec.effects[op.effect]
+    if effect.reconcile is None:
+        runner.store.discard_timer(timer.id, runner.now())
+        return "stale"
+    found = ask(
+        runner.adapter(spec, effect.adapter),
+        effect.reconcile,
+        op.operation_id,
+        effect.name,
+        op.args,
+    )
+    change = runner.change(run)
+    change.fire_timer = timer.id
+    field = _receipt_field(spec, op.effect)
+    proves = isinstance(found, Found) and (field is None or bool(found.receipt.get(field)))
+    entry: dict[str, Any] = dict(run.context.get(VERIFYING, {}).get(operation_id, {}))
+    if isinstance(found, Found) and proves and found.others:
+        kept, extra = duplicates.kept_and_extra(found, op.receipt, field)
+        _done_with(change, run, operation_id)
+        duplicates.note(
+            change, run, spec, op, kept, extra, via="verify", undo=_undo_of(spec, op.effect)
+        )
+        return _commit(runner, change, "duplicate")
+    checks = int(entry.get("checks", 0)) + 1
+    every = float(entry.get("every", 60.0)) * 2
+    until = float(entry.get("until", change.at))
+    if change.at + every <= until:
+        context = dict(run.context)
+        verifying = dict(context.get(VERIFYING, {}))
+        verifying[operation_id] = {**entry, "every": every, "checks": checks}
+        change.context = {**context, VERIFYING: verifying}
+        change.new_timers.append(
+            {"state": STATE, "event": PREFIX + operation_id, "due_at": change.at + every}
+        )
+        return _commit(runner, change, "again")
+    _done_with(change, run, operation_id)
+    change.event(
+        "verified",
+        operation_id=operation_id,
+        effect=op.effect,
+        checks=checks,
+        reason="no second change found under the operation ID in the lookups made after it was "
+        "sent again",
+    )
+    return _commit(runner, change, "verified")
+
+
+def _commit(runner: Runner, change: Change, outcome: str) -> str:
+    try:
+        runner.store.commit(change)
+    except VersionConflict:  # moved meanwhile (or taken under a lease): the next pass tries again
+        return "raced"
+    return outcome
+
+
+def _done_with(change: Change, run: RunRecord, operation_id: str) -> None:
+    context = dict(change.context if change.context is not None else run.context)
+    verifying = dict(context.get(VERIFYING, {}))
+    verifying.pop(operation_id, None)
+    context[VERIFYING] = verifying
+    change.context = context
+
+
+def _receipt_field(spec: Spec, effect: str) -> str | None:
+    for row in spec.transitions:
+        if row.external_effect == effect:
+            return row.receipt or spec.effects[effect].receipt
+    return spec.effects[effect].receipt if effect in spec.effects else None
+
+
+def _undo_of(spec: Spec, effect: str) -> Compensation | None:
+    for row in spec.transitions:
+        if row.external_effect == effect and row.compensation is not None:
+            return row.compensation
+    return None
