@@ -573,6 +573,10 @@ class EffectStep:
 
     def _done_change(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> Change:
         change = self._change()
+        sent = self.run.context.get("sent_by", {})
+        if op.operation_id in sent:  # done: no request of it is in doubt any more
+            left = {k: v for k, v in sent.items() if k != op.operation_id}
+            change.context = {**self.run.context, "sent_by": left}
         if op.status != "done":
             change.operation_updates.append(
                 (op.operation_id, {"status": "done", "receipt": receipt})
@@ -607,7 +611,6 @@ class EffectStep:
         kept, extra = duplicates.kept_and_extra(found, op.receipt, self.receipt_field)
         change = self._done_change(op, kept, "reconcile")
         self._record_done(change, op, kept)
-        self._keep_what_ended(change, op)
         duplicates.note(
             change,
             self.run,

@@ -81,6 +81,7 @@ def describe(event: EventRecord) -> str:
         "pending": lambda: (
             f"write-ahead record: {d.get('action')} · {_op(d)}"
             + (" · compensation" if d.get("role") == "compensation" else "")
+            + (" · undoes an extra change" if d.get("role") == "undo_extra" else "")
             + (" · NAIVE strategy" if d.get("strategy") == "naive" else "")
         ),
         "call": lambda: (

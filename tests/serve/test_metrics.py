@@ -20,6 +20,7 @@ from ratchet_runner.serve.service import Service
 from ratchet_runner.session import Session
 from tests.conftest import RATCHET, SPECS
 from tests.conftest import run_cli as run
+from tests.integration.test_late_commits import LateCourier, drive_with_workers
 from tests.serve.serving import serving
 
 REFUND, BOOKING = SPECS / "refund.yaml", SPECS / "booking.yaml"
@@ -213,3 +214,19 @@ def test_a_reply_without_its_receipt_is_timed_as_ambiguous_not_done(
     done = ("effect=create_label", "outcome=done", "workflow=parcel")
     assert found[("ratchet_effect_call_seconds_count", *ambiguous)] == 1
     assert ("ratchet_effect_call_seconds_count", *done) not in found  # reconciled, not called
+
+
+def test_a_change_found_made_twice_is_counted_as_a_duplicate(scrape: Any) -> None:
+    """A provider that committed later than its commits_within made a booking twice; the
+    verification of the retry found both: one duplicate, by workflow and effect."""
+    assert not any(k[0] == "ratchet_duplicates_detected_total" for k in scrape())
+    courier = LateCourier(hold=3.0, commits_within=1.0)
+    with Session() as session:
+        try:
+            run_ = drive_with_workers(session.store, courier, lease=2.5)
+        finally:
+            courier.close()
+    assert run_.status == "needs_person"
+    after = scrape()
+    found = ("ratchet_duplicates_detected_total", "effect=book_courier", "workflow=courier")
+    assert after[found] == 1
