@@ -241,17 +241,16 @@ def _await_undo_lookup(
     """The provider has no record of a forward operation yet, but may still make it: the saga
     decides nothing now; it looks again from ``until`` (here if that is soon, else when a worker
     takes the run up at its wake-up time)."""
-    wait = until - host.now()
-    if host.wait_inline(wait):
-        return run  # the next step asks again
     change = host.change(run)
-    change.context = {**run.context, "wake_at": until}
     change.event(
         "reconcile_unsettled",
         operation_id=forward.operation_id,
         conclusive_at=round(until, 3),
         reason=f"not found yet, and {why}: the undo waits, and looks again then",
     )
+    if host.wait_inline(until - host.now()):
+        return host.store.commit(change)  # the next step asks again
+    change.context = {**run.context, "wake_at": until}
     return host.store.commit(change)
 
 

@@ -30,15 +30,15 @@ from ratchet_runner.adapters.base import (
     Outcome,
     Semantics,
 )
-from ratchet_runner.adapters.practice import COMMITS_LATE_SECONDS
-from ratchet_runner.clock import SystemClock
+from ratchet_runner.adapters.practice import COMMITS_LATE_SECONDS, PracticeWorld
+from ratchet_runner.clock import FakeClock, SystemClock
 from ratchet_runner.engine.controls import operate
 from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.worker.passes import worker_pass
-from tests.conftest import PRACTICE_BINDING, ROOT
+from tests.conftest import PRACTICE_BINDING, ROOT, spec_and_text
 from tests.conftest import run_cli as run
 from tests.integration.test_http_binding import binding as binding  # the served practice world
 
@@ -238,3 +238,30 @@ def test_a_duplicate_is_counted_and_ops_retry_takes_the_run_on_from_where_it_was
     assert "duplicate_was" not in after.context
     assert len(courier.bookings()) == 2  # nothing made or undone again
     assert len([op for _, op, _ in courier.made if op == "cancel"]) == 1
+
+
+def test_an_undo_waits_out_the_window_of_a_hold_that_may_still_commit_and_releases_it(
+    store: Store, world: PracticeWorld, clock: FakeClock
+) -> None:
+    """The hotel commits its hold late (no reply; the hold made 2 s later) and its lookup fails
+    at once: the outcome is unknown, and the saga compensates. Its lookup before the undo finds
+    nothing yet; believed, the hold would be skipped as "not made" and left held when it lands.
+    Within the hotel's window the saga waits, looks again, finds the hold, and releases it."""
+    world.now, world.sleep = clock.now, clock.sleep  # the world's late commits on the run's clock
+    spec, text = spec_and_text("booking")
+    world.add_fault("hold_hotel", "commits_late")
+    world.add_fault("hold_hotel", "lookup_fails")  # the next lookup only
+    runner = Runner(store, lambda adapter: world.adapter(adapter.kind), clock)
+    run, _ = runner.start(spec, text, spec.examples["happy"].input)
+    ended = runner.advance(run)
+    if ended.status == "running":  # a wait too long for the process: a worker's, later
+        clock.advance(ended.context["wake_at"] - clock.now())
+        ended = runner.advance(run.id)
+    assert (ended.state, ended.status) == ("released", "done")
+    clock.advance(COMMITS_LATE_SECONDS)  # every late commit is due by now
+    releases = [c for c in world.changes() if c.operation == "release"]
+    holds = [c for c in world.changes() if c.operation.startswith("hold_")]
+    assert len(holds) == 2  # the flight, and the hotel's late hold
+    assert {c.args["hold_id"] for c in releases} == {h.result["hold_id"] for h in holds}
+    kinds = [e.kind for e in store.history(run.id)]
+    assert "reconcile_unsettled" in kinds
