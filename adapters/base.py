@@ -122,6 +122,10 @@ class Call:
     timeout: float | None = None
     attempt: int = 1
     deadline: float | None = None
+    #: Seconds since the operation's first attempt was recorded, by the runner's clock (None:
+    #: not known): how old its idempotency key is, which a provider that forgets keys after a
+    #: while (``key_retention``) must be told, whichever process sends it.
+    key_age: float | None = None
 
     def expired(self, now: float | None = None) -> bool:
         """Whether the deadline has passed (``now``: a monotonic reading; default: now)."""

@@ -232,7 +232,7 @@ class HttpAdapter:
             seconds = min(seconds, request.deadline - time.monotonic())
         if seconds <= 0:
             return not_sent(request)
-        sent = self._key_expired(request.operation_id) or self._build(operation, request, seconds)
+        sent = self._key_expired(request) or self._build(operation, request, seconds)
         if isinstance(sent, Escalate):
             return sent
         self._sent.sent(request.operation_id)
@@ -369,14 +369,20 @@ class HttpAdapter:
     def _not_sent(self, problem: str) -> Escalate:
         return Escalate(f"{problem}: nothing was sent. Fix the binding", possibly_applied=False)
 
-    def _key_expired(self, operation_id: str) -> Escalate | None:
+    def _key_expired(self, request: Call) -> Escalate | None:
         """Not sent again under a key the provider has forgotten: it could make a second
-        change (only an ID this adapter sent first is known to be that old)."""
+        change. The key's age is the runner's (``Call.key_age``: since the operation's first
+        attempt was recorded, whichever process made it), else since this adapter first sent
+        it."""
         kept = self.settings.key_retention
-        first = self._sent.first(operation_id)
-        if kept is None or first is None or self._now() - first <= kept:
+        if kept is None:
             return None
-        age = self._now() - first
+        first = self._sent.first(request.operation_id)
+        age = request.key_age
+        if age is None and first is not None:
+            age = self._now() - first
+        if age is None or age <= kept:
+            return None
         return Escalate(
             f"the provider keeps idempotency keys for {kept:g} s, and this operation ID was "
             f"first sent {age:.0f} s ago: sent again, it could make a second change. Check with "

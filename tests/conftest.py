@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -55,6 +56,37 @@ def postgres_url() -> str:
 
 
 _SCHEMAS: list[str] = []
+
+
+#: The system programs some tests need, and the Debian package (and Homebrew formula) that has
+#: each: outside CI such a test is skipped with a reason that says what to install; in CI, where
+#: ``.ci/run`` installs them, it fails instead, so it can never be skipped where it must run.
+PROGRAMS = {
+    "dot": ("graphviz", "graphviz", "Graphviz's dot draws SVG, PNG and PDF diagrams"),
+    "chromium": ("chromium", "chromium", "the console's browser tests drive Chromium"),
+    "chromedriver": ("chromium-driver", "chromedriver", "Selenium drives Chromium through it"),
+}
+
+
+def require_program(name: str) -> None:
+    """Skip the calling test (or, in CI, fail it) unless the system program ``name`` is on the
+    PATH, naming what to install."""
+    if shutil.which(name):
+        return
+    debian, brew, why = PROGRAMS[name]
+    message = (
+        f"{name} is not installed ({why}): install it with 'apt-get install {debian}' "
+        f"(Debian, Ubuntu) or 'brew install {brew}' (macOS)"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}; CI must run this test (.ci/run installs it)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def dot() -> None:
+    """A test that draws with Graphviz's dot: skipped outside CI when it is not installed."""
+    require_program("dot")
 
 
 def connection_closed(dbapi_connection: Any) -> bool:

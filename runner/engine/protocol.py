@@ -392,6 +392,7 @@ class EffectStep:
             timeout=self.effect.timeout,
             attempt=op.attempts,
             deadline=deadline,
+            key_age=max(0.0, self.host.now() - op.created_at),
         )
         self._at_crash_point("before-write", [op.operation_id], 0.0)
         left = deadline - self.host.monotonic()

@@ -66,10 +66,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, postgres_url
+from tests.conftest import ROOT, postgres_url, require_program
 
 DOCS = ROOT / "docs"
 PAGES = [*sorted((DOCS / "how-to").glob("*.md")), DOCS / "reference" / "cli.md"]
+#: A command that draws with Graphviz's dot (an image format): its page needs it installed.
+_DRAWS = re.compile(r"ratchet diagram [^\n]*(\.(svg|png|pdf)\b|--format (svg|png|pdf))")
 #: What a page needs of the checkout, copied into its folder (the docs run from the checkout's top).
 CHECKOUT = ("specs", "examples", "tests/fixtures")
 #: How long one command may take, and how long a background command may take to print what the
@@ -514,6 +516,8 @@ _PORT_LOCKS = {port: threading.Lock() for port in PORTS}
 def _follow_page(page: Path, place: Path) -> float:
     """Follow ``page`` in a fresh checkout under ``place``: how long it took, in seconds."""
     began = time.monotonic()
+    if _DRAWS.search(page.read_text(encoding="utf-8")):
+        require_program("dot")
     folder = place / "checkout"
     folder.mkdir()
     _checkout(folder)

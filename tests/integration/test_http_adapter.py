@@ -8,6 +8,7 @@ the one deadline over a whole call, the lookups, and secrets kept out of every o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -776,3 +777,20 @@ def test_a_call_takes_no_longer_than_its_deadline_even_when_its_timeout_is_longe
         outcome = adapter.call(soon)
     assert isinstance(outcome, Ambiguous)  # sent, and no reply came by the deadline
     assert time.monotonic() - began < 5
+
+
+def test_a_key_older_than_the_provider_keeps_is_not_sent_even_by_a_new_process(
+    serve: Any,
+) -> None:
+    """The key's age comes with the call (the runner knows when the operation's first attempt
+    was recorded), so an adapter made in a new process, which never sent the ID itself, does
+    not send a key the provider has forgotten either."""
+    server = serve(lambda r: Reply(200, {"refund_id": "re_1"}))
+    with HttpAdapter.from_data(settings(server.url, key_retention=86400)) as adapter:
+        old = dataclasses.replace(refund(), key_age=86401.0)
+        refused = adapter.call(old)
+        fresh = adapter.call(dataclasses.replace(refund("op-2"), key_age=5.0))
+    assert isinstance(refused, Escalate)
+    assert refused.possibly_applied is True
+    assert isinstance(fresh, Done)
+    assert len(server.received) == 1

@@ -342,6 +342,7 @@ def test_hostile_text_from_one_operator_is_text_on_every_page(
     assert escape(hostile) in viewer.get(f"/runs/{waiting}").text
 
 
+@pytest.mark.usefixtures("dot")  # the page draws the spec with Graphviz
 def test_the_run_page_shows_effects_the_diagram_and_the_timeline(
     served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
 ) -> None:
@@ -355,6 +356,7 @@ def test_the_run_page_shows_effects_the_diagram_and_the_timeline(
     assert "No effect yet." in page
 
 
+@pytest.mark.usefixtures("dot")  # the page draws the spec with Graphviz
 def test_each_spec_has_its_table_and_three_diagrams(
     served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
 ) -> None:

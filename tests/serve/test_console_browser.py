@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, SPECS
+from tests.conftest import ROOT, SPECS, require_program
 from tests.conftest import run_cli as run
 from tests.serve.serving import People, serve_command
 
@@ -46,11 +45,9 @@ pytestmark = pytest.mark.filterwarnings(
 @pytest.fixture
 def browser() -> Iterator[Any]:
     """Headless Chromium at a laptop's size, driven by its ChromeDriver."""
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        message = "Debian's chromium and chromium-driver are not installed"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; .ci/run installs them")
-        pytest.skip(message)
+    require_program("chromium")
+    require_program("chromedriver")
+    require_program("dot")  # the run page and the spec page draw with Graphviz
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch a browser or driver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service as DriverService
