@@ -6,7 +6,7 @@ PYTHON  ?= python3
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench soak clean
 
 # The package is installed editable in strict mode (a tree of links that mypy and editors follow),
 # which sees a new or moved file only when installed again: hence the sources in the stamp's rule.
@@ -50,6 +50,14 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Not CI: the command-worker race test SOAK_RUNS times on SQLite and on PostgreSQL
+# ($$RATCHET_TEST_PG), with every core kept busy; then SOAK_SCHEDULES schedules of the simulation
+# (none by default). A machine of its own: it takes the cores, about 17 minutes on 2.
+SOAK_RUNS      ?= 50
+SOAK_SCHEDULES ?= 0
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --runs $(SOAK_RUNS) --schedules $(SOAK_SCHEDULES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,11 +1,13 @@
-"""The how-tos and the CLI reference, followed literally: every command they show runs, from a
-fresh home, and prints what they say it prints.
+"""The how-tos, the CLI reference and the README, followed literally: every command they show
+runs, from a fresh home, and prints what they say it prints.
 
 Each page runs in a shell of its own (``bash``, one process, so ``cd`` and ``export`` carry on
 from one command to the next, as in a terminal), in a fresh folder that stands for the top of the
 checkout (a copy of ``specs/``, ``examples/`` and ``tests/fixtures/``: the docs say to run from
 there), with ``ratchet`` and ``python`` of this environment on ``PATH`` and no ``RATCHET_*``
 variable set, so the store and the practice world are the default ones under ``.ratchet``, new.
+The README is followed as a new user follows it after ``make demo``: with no ``ratchet`` on
+``PATH``, and this environment as the checkout's ``.venv`` (where ``make demo`` installs it).
 
 What runs, and what is compared:
 
@@ -69,7 +71,8 @@ import pytest
 from tests.conftest import ROOT, postgres_url, require_program
 
 DOCS = ROOT / "docs"
-PAGES = [*sorted((DOCS / "how-to").glob("*.md")), DOCS / "reference" / "cli.md"]
+README = ROOT / "README.md"
+PAGES = [*sorted((DOCS / "how-to").glob("*.md")), DOCS / "reference" / "cli.md", README]
 #: A command that draws with Graphviz's dot (an image format): its page needs it installed.
 _DRAWS = re.compile(r"ratchet diagram [^\n]*(\.(svg|png|pdf)\b|--format (svg|png|pdf))")
 #: What a page needs of the checkout, copied into its folder (the docs run from the checkout's top).
@@ -409,16 +412,18 @@ def _substituted(page: Path, text: str, values: dict[str, str]) -> str:
     return text
 
 
-def follow(page: Path, folder: Path, values: dict[str, str]) -> None:
-    """Run every block of ``page`` in ``folder`` as a reader would, checking what each shows."""
+def follow(page: Path, folder: Path, values: dict[str, str], on_path: bool = True) -> None:
+    """Run every block of ``page`` in ``folder`` as a reader would, checking what each shows:
+    with this environment's ``ratchet`` on ``PATH``, or (``on_path`` false) with none."""
     harness = folder.parent / "harness"
     harness.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
-    env.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
-        LC_ALL="C.UTF-8",
-    )
+    path = env.get("PATH", "").split(os.pathsep)
+    if on_path:
+        path.insert(0, str(Path(sys.executable).parent))
+    else:
+        path = [entry for entry in path if not (Path(entry or ".") / "ratchet").exists()]
+    env.update(PATH=os.pathsep.join(path), PYTHONUNBUFFERED="1", LC_ALL="C.UTF-8")
     env.pop("PYTHONPATH", None)
     terminal = Terminal(folder, harness, env)
     try:
@@ -507,7 +512,8 @@ def _port_free(port: int) -> bool:
 
 def _param(page: Path) -> object:
     marks = [pytest.mark.postgres] if page.name == "run-a-worker-pool.md" else []
-    return pytest.param(page, id=str(page.relative_to(DOCS)), marks=marks)
+    shown = page.relative_to(DOCS) if page.is_relative_to(DOCS) else page.relative_to(ROOT)
+    return pytest.param(page, id=str(shown), marks=marks)
 
 
 _PORT_LOCKS = {port: threading.Lock() for port in PORTS}
@@ -528,6 +534,10 @@ def _follow_page(page: Path, place: Path) -> float:
         _install_plugin(Path(values["site"]))
     if page.name == "run-a-worker-pool.md":
         values["pg"] = f"'{postgres_url()}'"
+    if page == README:  # after `make demo`: the environment in .venv, and no ratchet on PATH
+        if sys.prefix == sys.base_prefix:
+            pytest.skip("the README runs what `make demo` installs in .venv: run in a venv")
+        (folder / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     text = page.read_text(encoding="utf-8")
     ports = [port for port in PORTS if f":{port}" in text]
     with contextlib.ExitStack() as held:  # one page at a time on a port
@@ -539,7 +549,7 @@ def _follow_page(page: Path, place: Path) -> float:
                 time.sleep(0.1)
             if not _port_free(port):
                 pytest.skip(f"port {port}, which the page uses, is taken")
-        follow(page, folder, values)
+        follow(page, folder, values, on_path=page != README)
     return time.monotonic() - began
 
 

@@ -5,7 +5,8 @@
   column of the tables headed ``field``); every field has a description in the schema.
 * Every complete spec in the tutorial validates as its marker says: a ```yaml block right after
   ``<!-- ratchet-spec: valid -->`` or ``<!-- ratchet-spec: invalid CODE... -->``.
-* Every ``ratchet`` command and option the CLI reference shows exists in ``ratchet --help``.
+* Every ``ratchet`` command and option the CLI reference shows exists in ``ratchet --help``, and
+  every option a command's ``--help`` lists is in that command's section of the reference.
 """
 
 from __future__ import annotations
@@ -343,6 +344,22 @@ def test_every_option_the_cli_reference_tabulates_is_in_its_commands_help() -> N
         for row in table[1:]:
             for option in _options(row[0]):
                 assert option in _options(help_text), f"{heading}: {option}"
+
+
+def _sections() -> dict[str, str]:
+    """Each command's section of the CLI reference: the text under its heading
+    ``## `ratchet COMMAND` ``, up to the next ``##``."""
+    found = re.finditer(r"^## `ratchet ([\w ]+)`\n(.*?)(?=^## |\Z)", _text(CLI_MD), re.M | re.S)
+    return {match.group(1): match.group(2) for match in found}
+
+
+def test_every_option_of_a_commands_help_is_in_its_section_of_the_cli_reference() -> None:
+    sections = _sections()
+    for command in sorted(_commands()):
+        assert command in sections, f"no section `ratchet {command}` in the CLI reference"
+        documented = _options(sections[command])
+        for option in sorted(_options(_help(*command.split())) - {"-h", "--help"}):
+            assert option in documented, f"`ratchet {command}`: {option} is not documented"
 
 
 def test_the_json_example_in_the_cli_reference_is_what_validate_prints_for_the_draft(
