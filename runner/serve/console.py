@@ -29,6 +29,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import RatchetError
 from .acting import Refusal, decide, operate
+from .operators import token_digest
 from .service import INTERNAL, Service, log_bug, status_of
 from .sessions import COOKIE, LOGIN_COOKIE, Session, same_token
 
@@ -159,11 +160,12 @@ def login(request: Request) -> Response:
             "open the sign-in page again; nothing changed",
             "/login",
         )
-    operator = service.config.authenticate(f"Bearer {form.get('token', '').strip()}")
+    token = form.get("token", "").strip()
+    operator = service.config.authenticate(f"Bearer {token}")
     if operator is None:
         service.count("denied:sign_in")
         return problem(request, 401, "R200", "that token is not an operator's", "/login")
-    cookie, session = service.sessions.open(operator)
+    cookie, session = service.sessions.open(operator, token_digest(token))
     session.flash("ok", f"signed in as {operator.name} ({', '.join(operator.roles)})")
     response = RedirectResponse(_safe_next(form.get("next")), status_code=303)
     response.set_cookie(

@@ -90,7 +90,7 @@ class Service:
                 )
                 return
             self.config = fresh
-            self.sessions.keep_only(set(fresh.operators.values()))
+            self.sessions.keep_only(fresh.operators)
         print(
             f"ratchet serve: {path} read again: {len(fresh.operators)} operator(s), "
             f"{len(fresh.senders)} sender(s)",

@@ -17,7 +17,7 @@ import hmac
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .operators import Operator
@@ -40,6 +40,9 @@ class Session:
     csrf: str
     expires: float
     flashes: list[tuple[str, str]] = field(default_factory=list)
+    #: The SHA-256 of the token the operator signed in with (empty: not known): a session ends
+    #: when that token is no longer the operator's (revoked, rotated).
+    token_sha256: str = ""
 
     def flash(self, kind: str, message: str) -> None:
         """Say ``message`` on the next page (``kind``: ok or error)."""
@@ -62,10 +65,12 @@ class Sessions:
         self._open: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def open(self, operator: Operator) -> tuple[str, Session]:
-        """A new session for ``operator``: its cookie's value, and the session."""
+    def open(self, operator: Operator, token_sha256: str = "") -> tuple[str, Session]:
+        """A new session for ``operator``, signed in with the token whose SHA-256 is
+        ``token_sha256``: its cookie's value, and the session."""
         cookie = secrets.token_urlsafe(32)
-        session = Session(operator, secrets.token_urlsafe(32), self.clock() + self.lifetime)
+        expires = self.clock() + self.lifetime
+        session = Session(operator, secrets.token_urlsafe(32), expires, token_sha256=token_sha256)
         with self._lock:
             while len(self._open) >= MOST:
                 del self._open[next(iter(self._open))]
@@ -84,11 +89,18 @@ class Sessions:
                 return None
         return session
 
-    def keep_only(self, operators: set[Operator]) -> None:
-        """End every session of an operator not in ``operators`` (removed, or given other
-        roles: they sign in again)."""
+    def keep_only(self, operators: Mapping[str, Operator]) -> None:
+        """End every session whose operator ``operators`` (by the SHA-256 of each token) no
+        longer knows as they signed in: removed, given other roles, or whose token was revoked
+        or rotated away. They sign in again."""
+
+        def kept(session: Session) -> bool:
+            if session.token_sha256:
+                return operators.get(session.token_sha256) == session.operator
+            return session.operator in set(operators.values())
+
         with self._lock:
-            for key in [k for k, v in self._open.items() if v.operator not in operators]:
+            for key in [k for k, v in self._open.items() if not kept(v)]:
                 del self._open[key]
 
     def close(self, cookie: str | None) -> None:

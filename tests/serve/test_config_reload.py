@@ -124,11 +124,6 @@ def test_a_token_rotated_in_its_entry_is_refused_and_its_successor_taken_without
     assert ana.json() == {"name": "ana", "roles": ["agent"]}
 
 
-@pytest.mark.xfail(
-    reason="a session belongs to the operator, not to the token it signed in with: a rotation "
-    "keeps it (the docs say to restart the service after a leak)",
-    strict=True,
-)
 def test_a_console_session_signed_in_with_a_token_rotated_away_ends(
     served: tuple[str, Service], people: People
 ) -> None:

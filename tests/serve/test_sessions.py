@@ -56,3 +56,14 @@ def test_messages_are_shown_once() -> None:
     session.flash("ok", "approved")
     assert session.take_flashes() == [("ok", "approved")]
     assert session.take_flashes() == []
+
+
+def test_a_session_ends_when_the_token_it_signed_in_with_is_no_longer_its_operators() -> None:
+    sessions = Sessions()
+    cookie, _ = sessions.open(ANA, "a" * 64)
+    other, _ = sessions.open(ANA, "b" * 64)
+    sessions.keep_only({"a" * 64: ANA})  # b's token rotated away (or revoked)
+    assert sessions.get(cookie) is not None
+    assert sessions.get(other) is None
+    sessions.keep_only({"a" * 64: Operator("ana", ("team_lead",))})  # other roles: sign in again
+    assert sessions.get(cookie) is None
