@@ -63,7 +63,7 @@ from ratchet_runner.settings import (
 )
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
-    from ratchet_runner.engine.runner import Strategy
+    from ratchet_runner.review.naive import Strategy
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 

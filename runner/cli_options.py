@@ -29,7 +29,8 @@ from .settings import MAX_NAME, interrupt_point, is_unicode, name_problem, shown
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from .engine.commands import CommandResult
-    from .engine.runner import Runner, Strategy
+    from .engine.runner import Runner
+    from .review.naive import Strategy
     from .session import Session
 
 #: A file a command writes (instead of stdout).

@@ -42,9 +42,9 @@ if TYPE_CHECKING:
         Interrupt,
         Runner,
         RunnerOptions,
-        Strategy,
     )
     from .implementations import Place
+    from .review.naive import Strategy
     from .store.records import RunRecord
     from .store.store import Store
     from .worker.pool import Pool, RunnerFactory
@@ -242,12 +242,15 @@ class Session:
         clock = self.clock if store is None else self.clock_for(on)
         if not isinstance(clock, SystemClock):
             self._tie_world(clock)
+        from .review.naive import MARKS, step_for
+
         made = Runner(
             on,
             adapters,
             clock,
             interrupt=interrupt,
-            strategy=strategy,
+            steps=step_for,  # a run started naive stays naive, whoever drives it
+            marks=MARKS if strategy == "naive" else None,
             options=options,
             resolution=resolution,
         )

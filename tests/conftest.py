@@ -23,7 +23,8 @@ from sqlalchemy import create_engine, text
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.runner import Runner, RunnerOptions, Strategy
+from ratchet_runner.engine.runner import Runner, RunnerOptions
+from ratchet_runner.review.naive import MARKS, Strategy, step_for
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec, load_spec_text
 from ratchet_runner.store.store import Store
@@ -161,7 +162,8 @@ def make_runner(store: Store, world: PracticeWorld, clock: FakeClock) -> MakeRun
             store,
             lambda adapter: world.adapter(adapter.kind),
             clock,
-            strategy=strategy,
+            steps=step_for,
+            marks=MARKS if strategy == "naive" else None,
             interrupt=interrupt,
             options=options,
         )

@@ -129,9 +129,9 @@ def _skip_undo(
     purpose (``none: …``), it is left as it is. One that ``impossible: …`` says cannot be undone
     is a change still made: it is noted, and once every other effect is undone the run is
     handed to a person (by the compensate state's ``refused`` row) instead of ending
-    compensated. One that declares no compensation (E509) or registered none (the naive
-    strategy) is skipped, as a hand-rolled loop would forget it: ``ratchet check`` shows what
-    that leaves."""
+    compensated. One that declares no compensation (E509) or registered none (a step that
+    forgets to, as a hand-rolled loop would) is skipped: ``ratchet check`` shows what that
+    leaves."""
     declared = _declared_undo(spec, forward.effect)
     change = host.change(run)
     context: dict[str, Any] = {**run.context, "skipped_undo": [*noted, forward.operation_id]}

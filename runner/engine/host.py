@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from ratchet_runner.adapters.base import Adapter, Semantics
 
@@ -21,19 +21,12 @@ from ..spec.model import Effect, Spec
 from ..store.records import Change, OperationRecord, RunRecord
 from ..store.store import Store
 
-#: ``ratchet``: the effect protocol; ``naive``: a hand-rolled retry loop (every attempt a new
-#: operation, no lookup), which ``ratchet check`` runs to show the duplicates it causes.
-Strategy = Literal["ratchet", "naive"]
-
 
 class StepHost(Protocol):
     """What an effect step needs of the runner that hosts it."""
 
     @property
     def store(self) -> Store: ...
-
-    @property
-    def strategy(self) -> Strategy: ...
 
     @property
     def rng(self) -> random.Random: ...

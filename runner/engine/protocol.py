@@ -20,7 +20,6 @@ deadline, the call, the reconcile and its commit window, how a step ends) read b
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -66,7 +65,6 @@ from .identity import (
     describe_action,
     evaluate_args,
     operation_id,
-    sha256,
 )
 from .observe import called
 from .providers import (
@@ -99,6 +97,8 @@ class EffectStep:
     """The effect of the state the run stands in, by the protocol."""
 
     role = "forward"
+    #: What the history calls the way this step performs an effect.
+    strategy = "ratchet"
 
     def __init__(self, host: StepHost, run: RunRecord, spec: Spec, effect: Effect) -> None:
         self.host = host
@@ -109,8 +109,6 @@ class EffectStep:
         self.args = evaluate_args(effect, self.ctx)
         self.log = Notes()
         self.adapter = host.adapter(spec, effect.adapter)
-        # a run started by the naive demonstration stays naive, whichever command drives it on
-        self.naive = host.strategy == "naive" or run.context.get("strategy") == "naive"
         self.row: Row | None = None
         self.operation_id = self._name()
         self.semantics = host.semantics(spec, effect)
@@ -129,16 +127,12 @@ class EffectStep:
         return activation(run, spec)
 
     def _name(self) -> str:
+        """The operation ID: the row's idempotency key over the arguments (a row that names no
+        key, which ``validate`` flags, is named by the default fields)."""
         self.row = next(
             r for r in self.spec.rows_from(self.run.state) if r.external_effect == self.effect.name
         )
-        stable = operation_id(self.spec, self.row, self.effect, self.args, self.ctx)
-        if self.naive or self.row.idempotency_key is None:
-            # Nothing names the change (the naive demonstration, or a spec without a key, which
-            # only `ratchet check` will run): every attempt is a new operation.
-            self.naive = True
-            return sha256([stable, uuid.uuid4().hex])
-        return stable
+        return operation_id(self.spec, self.row, self.effect, self.args, self.ctx)
 
     @property
     def receipt_field(self) -> str | None:
@@ -152,8 +146,6 @@ class EffectStep:
     def perform(self) -> RunRecord:
         # The run's context lists every operation it has recorded, written in the same
         # transaction as each record: an ID it does not list has no record to read.
-        if self.naive:
-            return self._perform_naive()
         ahead = self.host.written_ahead(self.run)
         if ahead is not None and ahead[0].operation_id == self.operation_id:
             return self._call(*ahead)  # written with the move into this state, not yet called
@@ -166,24 +158,12 @@ class EffectStep:
             return self._finish(op, op.receipt or {}, via="store")
         if op.status in ("refused", "exhausted", "unknown"):
             return self._outcome(op, op.status, op.last_error or op.status)
-        if op.attempts > 0 and not self.naive:
+        if op.attempts > 0:
             self.log.note("resumed", operation_id=op.operation_id, attempts=op.attempts)
             reconciled = self._reconcile(op)
             if reconciled is not None:
                 return reconciled
         return self._attempts(op)
-
-    def _perform_naive(self) -> RunRecord:
-        """What a hand-rolled retry loop does after a crash: no lookup, just call again under a
-        new name (the attempt before may have made the change already)."""
-        earlier = [
-            op
-            for op in self.host.store.operations(self.run.id)
-            if op.effect == self.effect.name and op.role == self.role and op.status == "pending"
-        ]
-        if not earlier:
-            return self._begin(None)
-        return self._attempts(earlier[-1])
 
     def _fields(self, attempts: int) -> NewOperation:
         return operation_fields(self.operation_id, self.effect, self.role, self.args, attempts)
@@ -191,7 +171,7 @@ class EffectStep:
     def _write_ahead(self, change: Change, registered: OperationRecord | None) -> OperationRecord:
         """Add the pending record, first attempt counted, to ``change``; return it as stored."""
         fields = self._fields(attempts=1)
-        return write_ahead(change, self.run, self.effect, fields, registered, self.host.strategy)
+        return write_ahead(change, self.run, self.effect, fields, registered, self.strategy)
 
     @property
     def _call_seconds(self) -> float:
@@ -246,7 +226,7 @@ class EffectStep:
         state (``self.run`` is the run as that commit leaves it), and return it with its call's
         deadline; None when it must be begun on its own: an operation already on record, or the
         run's budget spent."""
-        if self.naive or self.operation_id in self.run.context.get("operations", ()):
+        if self.operation_id in self.run.context.get("operations", ()):
             return None
         if run_budget_spent(self.run, self.spec, self.effect):
             return None
@@ -262,7 +242,7 @@ class EffectStep:
     def _register_compensation(self, change: Change) -> None:
         """A done effect whose undo is unknown must never exist: register the undo with it."""
         comp = self.row.compensation if self.row is not None else None
-        if comp is not None and not self.naive:
+        if comp is not None:
             register_compensation(change, self.run, comp, self.operation_id, self.effect.name)
 
     def _attempts(self, op: OperationRecord, *, again: bool = False) -> RunRecord:
@@ -275,11 +255,6 @@ class EffectStep:
         renewed = self._approval_for_resend(op)
         if isinstance(renewed, RunRecord):
             return renewed  # no approval covers sending it now: the run has moved
-        if self.naive:  # a new name for every attempt: the bug this demonstrates
-            self.host.secure_lease(self.run.id, self.effect.timeout)
-            fresh = EffectStep(self.host, self.run, self.spec, self.effect)
-            fresh.log = self.log
-            return fresh._begin_naive(op)
         change = self._change()
         attempt = op.attempts if again else op.attempts + 1
         deadline = self._secure_and_fix(change)  # before the attempt commits
@@ -311,7 +286,7 @@ class EffectStep:
         marked ``expired`` (never to be sent on it), ``approval_expired`` is recorded and the run
         follows its ``expired`` row; when it no longer matches (the run moved to a new spec
         version or policy), the run goes back to the state that asks (``decision_needed``)."""
-        if self.effect.approval is None or self.role != "forward" or self.naive:
+        if self.effect.approval is None or self.role != "forward":
             return None
         name = self.effect.approval
         used = last_consumed(self.host.store.approvals(self.run.id), name)
@@ -361,26 +336,6 @@ class EffectStep:
         now = self.host.decision_now()
         return valid_approval(records, self.spec, self.run.id, self.effect, self.args, now)
 
-    def _begin_naive(self, previous: OperationRecord) -> RunRecord:
-        change = self._change()
-        deadline = self.host.monotonic() + self.host.call_seconds(self.run.id, self.effect.timeout)
-        change.operation_updates.append((previous.operation_id, {"status": "abandoned"}))
-        fields = self._fields(attempts=previous.attempts + 1)
-        change.new_operations.append(fields)
-        change.event("call", operation_id=self.operation_id, attempt=fields["attempts"])
-        count_attempt(self.run, self.effect, change)
-        self.run = self.host.store.commit(change)
-        op = OperationRecord(
-            run_id=self.run.id,
-            receipt=None,
-            last_error=None,
-            compensates=None,
-            created_at=change.at,
-            updated_at=change.at,
-            **fields,
-        )
-        return self._call(op, deadline)
-
     def _call(self, op: OperationRecord, deadline: float) -> RunRecord:
         """Send the attempt committed for ``op``, unless its ``deadline`` (fixed before the
         commit, on the host's monotonic clock) has passed: then nothing is sent."""
@@ -422,8 +377,11 @@ class EffectStep:
             self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
             return self._retry(op, outcome.retry_after)
         self.log.note("timeout", operation_id=op.operation_id, reason=outcome.reason)
-        if self.naive:
-            return self._retry(op)
+        return self._after_unknown(op)
+
+    def _after_unknown(self, op: OperationRecord) -> RunRecord:
+        """An attempt whose outcome is unknown: reconcile (ask the provider about the operation
+        ID), and send again only if it has no record."""
         reconciled = self._reconcile(op)
         return reconciled if reconciled is not None else self._retry(op)
 
@@ -450,7 +408,7 @@ class EffectStep:
         counted again; a second time in one step, it counts as a failed attempt."""
         reason = not_sent(request).reason
         self.log.note("not_sent", operation_id=op.operation_id, reason=reason)
-        if self._resent or self.naive:
+        if self._resent:
             return self._retry(op)
         self._resent = True
         return self._attempts(op, again=True)

@@ -72,7 +72,6 @@ from ..store.store import Store
 from . import duplicates, timers, undo_extra
 from .activation import activation
 from .compensation import compensate
-from .host import Strategy as Strategy
 from .identity import first_difference
 from .lease import LEASE_MARGIN, Leases
 from .machine import machine_for, status_of
@@ -82,6 +81,10 @@ from .resolution import Resolution
 
 AdapterFactory = Callable[[AdapterSpec], Adapter]
 Interrupt = Callable[[str, str], None]
+#: ``steps(run, spec, effect)``: the class of the step that performs ``effect`` for ``run``, for
+#: a composition root that gives some runs another than the effect protocol's (a demonstration
+#: of a hand-rolled retry loop, which ``ratchet check`` shows beside it).
+StepKind = Callable[[RunRecord, Spec, Effect], type[EffectStep]]
 
 
 def _never() -> bool:
@@ -152,7 +155,8 @@ class Runner:
         clock: Clock | None = None,
         *,
         interrupt: Interrupt | None = None,
-        strategy: Strategy = "ratchet",
+        steps: StepKind | None = None,
+        marks: Mapping[str, Any] | None = None,
         rng: random.Random | None = None,
         options: RunnerOptions | None = None,
         leases: Leases | None = None,
@@ -164,7 +168,8 @@ class Runner:
         self._adapters: dict[tuple[str, str], Adapter] = {}
         self.clock = clock or SystemClock()
         self._interrupt = interrupt
-        self.strategy: Strategy = strategy
+        self._steps = steps
+        self.marks: Mapping[str, Any] = dict(marks or {})
         self.rng = rng or random.Random()
         self.options = options or RunnerOptions()
         self.leases = Leases() if leases is None else leases
@@ -304,8 +309,7 @@ class Runner:
         context: dict[str, Any] = {"ratchet_version": __version__}
         if stamp is not None:
             context["binding"] = dict(stamp)
-        if self.strategy == "naive":  # the demonstration carries on whoever drives the run
-            context["strategy"] = "naive"
+        context.update(self.marks)  # what the composition root marks its runs with
         first_events: list[tuple[str, dict[str, Any]]] = []
         armed = timers.arm(draft, spec, first, now)
         if armed:
@@ -377,7 +381,12 @@ class Runner:
         effect = spec.effect_of(state.name)
         if effect is None:
             return self.move(run, spec, "next", self.change(run))
-        return EffectStep(self, run, spec, effect).perform()
+        return self.step_kind(run, spec, effect)(self, run, spec, effect).perform()
+
+    def step_kind(self, run: RunRecord, spec: Spec, effect: Effect) -> type[EffectStep]:
+        """The step that performs ``effect`` for ``run``: the effect protocol's, unless the
+        runner was made with another choice (``steps``)."""
+        return EffectStep if self._steps is None else self._steps(run, spec, effect)
 
     def _compensate(self, run: RunRecord, spec: Spec) -> RunRecord:
         """One step of the saga's undo (:func:`~ratchet_runner.engine.compensation.compensate`)."""
@@ -457,7 +466,6 @@ class Runner:
         when the runner is stopping: it would promise a call it is not going to make."""
         if (
             target.kind != "step"
-            or self.strategy != "ratchet"
             or run.version != change.expected_version
             or self.options.stopping()
         ):
@@ -465,8 +473,9 @@ class Runner:
         effect = spec.effect_of(target.name)
         if effect is None or effect.approval is not None:
             return None
+        preview = change.preview(run)
         try:
-            step = EffectStep(self, change.preview(run), spec, effect)
+            step = self.step_kind(preview, spec, effect)(self, preview, spec, effect)
         except Exception:  # arguments that do not evaluate: the step itself will say so
             return None
         return step.write_ahead_into(change)

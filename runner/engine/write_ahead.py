@@ -45,11 +45,12 @@ def write_ahead(
     effect: Effect,
     fields: NewOperation,
     registered: OperationRecord | None,
-    strategy: str,
+    strategy: str = "ratchet",
 ) -> OperationRecord:
     """Add the pending record ``fields`` (:func:`operation_fields`, one attempt) to ``change``,
     as a new record or over the ``registered`` one, with its first attempt counted; return the
-    record as the commit will store it."""
+    record as the commit will store it. ``strategy``: what the step that writes it is called,
+    which the history records (a step that is not the effect protocol's says so)."""
     operation_id = fields["operation_id"]
     if registered is None:
         change.new_operations.append(fields)

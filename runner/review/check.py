@@ -39,7 +39,7 @@ from ratchet_runner.adapters.practice import PracticeWorld
 from ..clock import FakeClock
 from ..engine.approvals import decide, pending_request
 from ..engine.providers import ask, declared_by
-from ..engine.runner import Runner, Strategy
+from ..engine.runner import Runner
 from ..errors import ApprovalError, RatchetError, UsageError
 from ..session import Session
 from ..spec.model import Adapter as AdapterSpec
@@ -47,6 +47,7 @@ from ..spec.model import Spec
 from ..store.records import RunRecord
 from .check_http import HttpReach, OverHttp, over_http, reaching, served
 from .invariants import Violation, ViolationKind, verify
+from .naive import Strategy
 
 #: The four crash windows of an effect, and the runner point each crashes at.
 WINDOWS: dict[str, str | None] = {

@@ -13,12 +13,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.host import Strategy
 from ..errors import Diagnostic, SpecError, UsageError
 from ..spec.model import Spec
 from . import check
 from .check import FAULTS, WINDOWS, Case, cases
 from .check_http import OverHttp, over_http
+from .naive import Strategy
 
 
 def load_checkable(

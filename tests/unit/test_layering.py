@@ -251,3 +251,13 @@ def test_no_module_is_over_500_lines_without_a_reason() -> None:
         and "500 lines" not in (ast.get_docstring(ast.parse(source)) or "")
     ]
     assert long == []
+
+
+def test_the_engine_knows_nothing_of_the_naive_strategy() -> None:
+    """The naive strategy (a hand-rolled retry loop, kept as a warning) is a step of its own in
+    ``review/naive.py``, given to a runner by its composition root: no engine module names it."""
+    engine = ROOT / "runner" / "engine"
+    naming = [
+        p.name for p in engine.glob("*.py") if "naive" in p.read_text(encoding="utf-8").lower()
+    ]
+    assert naming == []

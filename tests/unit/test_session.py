@@ -126,7 +126,7 @@ def test_runners_on_a_practice_store_use_the_practice_world_and_refuse_a_kind_it
     unserved = replace(spec, adapters={"payments": AdapterSpec("payments", "swift")})
     with Session(home=tmp_path, environ={}) as session:  # the store under the home: practice
         runner = session.runner(strategy="naive")
-        assert runner.strategy == "naive"
+        assert runner.marks == {"strategy": "naive"}  # its runs start naive, and stay so
         assert isinstance(runner.adapter(spec, "payments"), PracticeAdapter)
         with pytest.raises(BindingError, match="'swift' is no practice service"):
             session.runner().adapter(unserved, "payments")
