@@ -62,6 +62,7 @@ from ..errors import (
 from ..store.bell import Bell, Halt
 from ..store.records import RunRecord
 from ..store.watch import Watch, watch_for
+from .outages import Outages
 from .passes import advance_leased, fire_due, lease_refusal, unbound_warning
 
 #: The longest wait, in seconds, between two attempts to reach a store that does not answer.
@@ -199,10 +200,7 @@ class Pool:
         self._unreleased: dict[str, str] = {}  # leases an outage kept this pool from giving back
         self._foreign: dict[str, float] = {}  # runs of another binding -> skipped until when
         self._lock = threading.Lock()
-        self._epoch = 0  # outages begun; a thread behind it drops its connections
-        self._down_since: float | None = None  # time.monotonic() when the outage began
-        self._up_at = float("-inf")  # time.monotonic() when the last outage ended
-        self._recovered = threading.Event()  # set when the current outage ends (one per outage)
+        self.outages = Outages(self.report, self._say)
         self._warned = False  # that it has no binding at all (said once)
         self._short: set[str] = set()  # spec versions it warned its lease is too short for
         self.refuse_short_lease = refuse_short_lease
@@ -236,10 +234,7 @@ class Pool:
             beat.join(timeout=0.5)
         if self.watch is not None:
             self.watch.close()
-        with self._lock:
-            if self._down_since is not None:  # stopped during an outage: count it so far
-                self.report.unreachable_seconds += time.monotonic() - self._down_since
-                self._down_since = None
+        self.outages.stop()
         if self.refused is not None:
             raise self.refused
         return self.report
@@ -404,10 +399,10 @@ class Pool:
         None when the pool refused to start (:meth:`_lease_fits`)."""
         link.began = time.monotonic()
         if link.runner is None:
-            link.epoch = self._epoch
+            link.epoch = self.outages.epoch
             link.runner = self.make_runner(options=self.options)
-        elif link.epoch != self._epoch:
-            link.epoch = self._epoch
+        elif link.epoch != self.outages.epoch:
+            link.epoch = self.outages.epoch
             drop = getattr(link.runner.store, "drop_connections", None)
             if drop is not None:
                 drop()
@@ -508,38 +503,20 @@ class Pool:
                 run = f" with run {run_id}" if run_id else ""
                 self._say(f"{link.name}{run}: {what}; the thread goes on in {_s(delay)} s")
             return delay
-        with self._lock:
-            if link.epoch != self._epoch or link.began < self._up_at:
-                link.failures = 0  # it met an outage already known, now over or being retried
-                link.wake = None
-                return self._backoff(1)
-            delay = self._backoff(link.failures)
-            if self._down_since is None:
-                self._recovered = threading.Event()
-                self._epoch += 1
-                self._down_since = time.monotonic()
-                self.report.outages += 1
-                self.report.unreachable = True
-                self._say(f"store unreachable ({_short(str(exc))}); retrying in {_s(delay)} s")
-            link.wake = self._recovered
-            return delay
+        delay = self._backoff(link.failures)
+        met = self.outages.met(link.epoch, link.began, _short(str(exc)), _s(delay))
+        if met.known:
+            link.failures = 0  # it met an outage already known, now over or being retried
+            link.wake = None
+            return self._backoff(1)
+        link.wake = met.wake
+        return delay
 
     def _answered(self, link: _Link) -> None:
         """The store answered the thread: an outage it had caught up with is over."""
         link.failures = 0
         link.unexpected = None
-        if self._down_since is None:
-            return
-        with self._lock:
-            if self._down_since is None or link.epoch != self._epoch:
-                return  # its answer may have left before the outage began
-            took = time.monotonic() - self._down_since
-            self._down_since = None
-            self._up_at = time.monotonic()
-            self.report.unreachable_seconds += took
-            self.report.unreachable = False
-            self._recovered.set()  # the other threads stop backing off
-            self._say(f"store reachable again after {_s(took)} s")
+        self.outages.answered(link.epoch)
 
     def _say(self, line: str) -> None:
         with contextlib.suppress(Exception):  # a log that cannot be written stops no work
