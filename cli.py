@@ -631,18 +631,40 @@ def ops_command(
 
 
 @cli.command("queue")
+@click.option(
+    "--as", "actor", callback=named(), help="Weigh approving as this person (guards may read it)."
+)
+@click.option(
+    "--role", callback=named(), help="Weigh approving in this role only (default: each allowed)."
+)
 @with_options("db", "json")
-def queue_command(how: How) -> None:
-    """List the runs waiting for a person: what to do, how long they have waited, and the
-    evidence (what was done, undone, left, and what failed)."""
-    from ratchet_runner.engine.operator_queue import queue
+def queue_command(actor: str | None, role: str | None, how: How) -> None:
+    """List what waits for a person: the decisions waiting, then the runs waiting for a person.
+
+    A decision shows the exact action and digest, when the pause expires and when an approval
+    given now would, whether approving in each role would be taken (the checks 'ratchet
+    approve' makes: the role, the pause's expiry, the row's guard; nothing is changed), and the
+    evidence the approval declares (the other runs on the same order, with their effects). A
+    run waiting for a person shows what to do, how long it has waited, and the evidence (what
+    was done, undone, left, and what failed).
+    """
+    from ratchet_runner.engine.operator_queue import decisions, queue
     from ratchet_runner.review import views
+    from ratchet_runner.review.decisions import decision_lines
     from ratchet_runner.session import Session
 
     with Session(how.db) as session:
-        items = queue(session.runner())
+        runner = session.runner()
+        now = runner.decision_now()
+        weighed = None if role is None else [role]
+        asked, _ = decisions(runner, now=now, actor=actor or "", roles=weighed)
+        people = queue(runner)
+    data = {"decisions": asked, "needs_person": people}
     show(
-        how.as_json, items, lambda: views.queue_lines(items), "nobody is needed: the queue is empty"
+        how.as_json,
+        data if how.as_json or asked or people else {},
+        lambda: decision_lines(asked, now) + views.queue_lines(people),
+        "nobody is needed: the queue is empty",
     )
 
 

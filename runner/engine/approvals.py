@@ -7,11 +7,14 @@ send (:func:`valid_approval`, a plain function of the run's approval records and
 that approval is consumed in the same transaction that writes the operation's pending record.
 Recording a decision (:func:`decide`) works against a :class:`~ratchet_runner.engine.host.RunHost`
 (the runner), not the runner's class. The decision's event records the Ratchet version that
-recorded it, beside the digest that binds the spec and policy versions.
+recorded it, beside the digest that binds the spec and policy versions. Whether approving in a
+role would be taken now (:func:`verdicts`, what the queue shows before anyone clicks) is weighed
+by the function that weighs a decision being recorded, and writes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -21,14 +24,16 @@ from ..errors import (
     ApprovalError,
     ApprovalExpired,
     ApprovalStale,
+    ExpressionError,
     VersionConflict,
 )
-from ..spec.model import Approval, Effect, Spec
+from ..spec.expressions import compile_expression
+from ..spec.model import Approval, Effect, Row, Spec, canonical_json
 from ..store.records import ApprovalRecord, Change, RunRecord, TimerRecord
 from .activation import activation
 from .audit import origin
 from .host import RunHost, StepHost
-from .identity import approval_digest, describe_action, evaluate_args
+from .identity import approval_digest, describe_action, evaluate_args, normalise
 from .machine import machine_for, status_of
 from .timers import on_move
 
@@ -57,6 +62,18 @@ class ApprovalRequest:
             "digest": self.digest,
             "expires_after_seconds": self.expires_after,
         }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether approving in ``role`` would be taken now, and if not, why (:func:`verdicts`)."""
+
+    role: str
+    may_approve: bool
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "may_approve": self.may_approve, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -223,6 +240,109 @@ def _refuse_after_expiry(
     )
 
 
+def _role_refused(approval: Approval, role: str | None) -> str | None:
+    """Why ``role`` may not decide ``approval`` (one the spec does not list), or None."""
+    if role is not None and role not in approval.roles:
+        return (
+            f"role {role!r} may not decide {approval.name!r} (allowed: {', '.join(approval.roles)})"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class _Weighed:
+    """A decision weighed against the table: the approval record it would write, the
+    activation its rows' guards see, the row that fires (None: no guard holds) and the guards
+    that could not be evaluated."""
+
+    record: dict[str, Any]
+    ctx: dict[str, Any]
+    row: Row | None
+    errors: list[str]
+
+
+def _weigh(
+    run: RunRecord,
+    spec: Spec,
+    approval: Approval,
+    request: ApprovalRequest,
+    decision: str,
+    actor: str,
+    role: str | None,
+    now: float,
+) -> _Weighed:
+    """Which row ``decision`` by ``actor`` in ``role`` at ``now`` fires, and with what. What
+    :func:`decide` records and what :func:`verdicts` reports both come from here, so that the
+    verdict an approver is shown is what approving does. Writes nothing."""
+    expires_at = now + approval.expires_after if approval.expires_after else None
+    record = {
+        "actor": actor,
+        "role": role or "",
+        "decided_at": now,
+        "expires_at": expires_at,
+        "digest": request.digest,
+        "name": approval.name,
+    }
+    ctx = activation(run, spec, approval=record)
+    row, errors = machine_for(spec).fire(run.state, decision, ctx)
+    return _Weighed(record, ctx, row, errors)
+
+
+def _guard_refuses(spec: Spec, run: RunRecord, weighed: _Weighed, role: str) -> str:
+    """Why no ``approve`` row fires for ``role``: the guards, and the values they read other
+    than the approval's own (``input.amount is 145``), or the guard that cannot be evaluated."""
+    if weighed.errors:  # "'GUARD' cannot be evaluated: why"
+        return f"the guard {weighed.errors[0]}"
+    guards = [
+        row.guard for row in spec.rows_from(run.state) if row.event == "approve" and row.guard
+    ]
+    if not guards:
+        return f"no row takes approve in {run.state!r}"
+    read: dict[str, str] = {}
+    for guard in guards:
+        for path in compile_expression(guard).paths:
+            name = ".".join(path)
+            if path[0] == "approval" or name in read:
+                continue
+            try:
+                value = compile_expression(name).evaluate(weighed.ctx)
+            except ExpressionError:
+                continue
+            read[name] = f"{name} is {canonical_json(normalise(value))}"
+    said = " / ".join(f"`{guard}`" for guard in guards)
+    values = f" ({', '.join(read.values())})" if read else ""
+    return f"the guard {said} refuses {role}{values}"
+
+
+def verdicts(
+    runner: RunHost, run: RunRecord, roles: Sequence[str], actor: str, now: float
+) -> list[Verdict]:
+    """For each of ``roles``, whether approving what ``run`` waits for, as ``actor`` at ``now``,
+    would be taken: the checks :func:`decide` makes, in its order (a role the approval does
+    not allow, a pause that has expired, the approving row's guard), through the same
+    functions, and nothing written. Empty when the run waits for no decision."""
+    spec = runner.spec_of(run)
+    approval = _waiting_for(spec, run)
+    if approval is None or run.status in ("paused", "cancelled"):
+        return []
+    request = _request(run, spec, approval)
+    lapsed = expired_pause(runner, run, now)
+    found = []
+    for role in roles:
+        refused = _role_refused(approval, role)
+        if refused is None and lapsed is not None:
+            refused = (
+                f"the pause expired at {format_time(lapsed.due_at)}: approving now applies "
+                "the expiry instead"
+            )
+        if refused is None:
+            weighed = _weigh(run, spec, approval, request, "approve", actor, role, now)
+            if weighed.row is None:
+                refused = _guard_refuses(spec, run, weighed, role)
+        found.append(Verdict(role, refused is None, refused))
+    return found
+
+
 def _no_guard_holds(
     run: RunRecord, spec: Spec, decision: str, record: dict[str, Any], role: str | None
 ) -> str:
@@ -286,11 +406,9 @@ def decide(
             f"run {run.id} is in {run.state!r}, which is not waiting for a decision; "
             "nothing changed"
         )
-    if role is not None and role not in approval.roles:
-        raise ApprovalError(
-            f"role {role!r} may not decide {approval.name!r} (allowed: "
-            f"{', '.join(approval.roles)}); nothing changed"
-        )
+    refused = _role_refused(approval, role)
+    if refused is not None:
+        raise ApprovalError(f"{refused}; nothing changed")
     if decision == "approve" and role is None:
         raise ApprovalError("an approval needs the approver's role (--role)")
     now = runner.decision_now()
@@ -298,19 +416,10 @@ def decide(
     if lapsed is not None:
         _refuse_after_expiry(runner, run, spec, lapsed, decision, actor, role, now)
     request = _request(run, spec, approval)
-    expires_at = now + approval.expires_after if approval.expires_after else None
-    record = {
-        "actor": actor,
-        "role": role or "",
-        "decided_at": now,
-        "expires_at": expires_at,
-        "digest": request.digest,
-        "name": approval.name,
-    }
-    ctx = activation(run, spec, approval=record)
-    row, errors = machine_for(spec).fire(run.state, decision, ctx)
-    if row is None:
-        why = "; ".join(errors) if errors else _no_guard_holds(run, spec, decision, record, role)
+    weighed = _weigh(run, spec, approval, request, decision, actor, role, now)
+    record, ctx, expires_at = weighed.record, weighed.ctx, weighed.record["expires_at"]
+    if weighed.row is None:
+        why = "; ".join(weighed.errors) or _no_guard_holds(run, spec, decision, record, role)
         raise ApprovalError(f"{decision} does not apply here ({why}); nothing changed")
     change = runner.change(run, at=now)
     change.new_approvals.append(

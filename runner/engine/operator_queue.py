@@ -1,10 +1,21 @@
-"""The operator queue: the runs waiting for a person, with what to do and the evidence."""
+"""The operator queue: the decisions waiting, with what an approver needs to decide them, and
+the runs waiting for a person, with what to do and the evidence.
+
+The one read model of the queue, for the CLI (``ratchet queue``), the HTTP API and the console.
+A decision waiting (:func:`decision`) carries the exact arguments and digest asked for, when the
+pause expires and how long an approval given now would stay valid, whether approving in each
+role would be taken (:func:`~ratchet_runner.engine.approvals.verdicts`, the checks approving
+makes), and the evidence the approval declares (:mod:`~ratchet_runner.engine.evidence`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..store.records import RunRecord, latest_event
+from .approvals import pending_request, verdicts
+from .evidence import related
 from .runner import Runner
 
 
@@ -81,3 +92,70 @@ def queue(runner: Runner, *, offset: int = 0, limit: int = 1000) -> list[dict[st
             }
         )
     return items
+
+
+def decision(
+    runner: Runner,
+    run: RunRecord,
+    now: float,
+    *,
+    actor: str = "",
+    roles: Sequence[str] | None = None,
+    holding: Sequence[str] | None = None,
+) -> dict[str, Any] | None:
+    """What ``run`` waits for a decision on (None: nothing), for the person deciding at
+    ``now``: the request (exact arguments, digest, the roles that may decide), when the pause
+    expires (``pause_expires_at``), until when an approval given now would be valid
+    (``approval_expires_at``), the verdict of approving as ``actor`` in each of ``roles`` (the
+    roles the approval allows when None; with ``holding``, those of them the operator holds),
+    and the declared ``evidence``."""
+    asked = pending_request(runner, run)
+    if asked is None:
+        return None
+    spec = runner.spec_of(run)
+    approval = spec.approvals[asked.approval]
+    if roles is None:
+        roles = [r for r in asked.roles if holding is None or r in holding]
+    due = [
+        t.due_at
+        for t in runner.store.timers(run.id)
+        if t.state == run.state and t.event == "expired" and t.fired_at is None
+    ]
+    return {
+        **asked.to_json(),
+        "workflow": run.workflow,
+        "business_key": run.business_key,
+        "state": run.state,
+        "age_seconds": round(now - run.updated_at, 1),
+        "pause_expires_at": min(due) if due else None,
+        "approval_expires_at": now + asked.expires_after if asked.expires_after else None,
+        "verdicts": [v.to_json() for v in verdicts(runner, run, roles, actor, now)],
+        "evidence": {"related_runs": related(runner, run, spec, approval)}
+        if approval.related_runs is not None
+        else {},
+    }
+
+
+def decisions(
+    runner: Runner,
+    *,
+    offset: int = 0,
+    limit: int = 1000,
+    now: float | None = None,
+    actor: str = "",
+    roles: Sequence[str] | None = None,
+    holding: Sequence[str] | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of the decisions waiting (:func:`decision`) at ``now`` (default: the runner's
+    :meth:`~ratchet_runner.engine.runner.Runner.decision_now`, the time a decision is judged
+    by), oldest first, of ``limit`` runs from ``offset``; and how many runs the page read (a
+    page is full when it read ``limit``)."""
+    if now is None:
+        now = runner.decision_now()
+    waiting = runner.store.list_runs("waiting", limit, offset=offset, oldest=True)
+    items = []
+    for run in waiting:
+        item = decision(runner, run, now, actor=actor, roles=roles, holding=holding)
+        if item is not None:
+            items.append(item)
+    return items, len(waiting)

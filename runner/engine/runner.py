@@ -69,7 +69,7 @@ from ..spec.validate import load_stored_spec
 from ..store.bell import left_to_workers
 from ..store.records import Change, NewRun, OperationRecord, RunRecord
 from ..store.store import Store
-from . import duplicates, timers, undo_extra
+from . import duplicates, evidence, timers, undo_extra
 from .activation import activation
 from .compensation import compensate
 from .identity import first_difference
@@ -304,6 +304,7 @@ class Runner:
             now,
             binding=None if stamp is None else dict(stamp),
             ratchet_version=__version__,
+            keys=evidence.keys(spec, input),
         )
         draft = new.record()  # the run as it will be: what its first state's timers are armed on
         context: dict[str, Any] = {"ratchet_version": __version__}

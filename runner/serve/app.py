@@ -178,25 +178,21 @@ def _page(request: Request, default: int = 50) -> tuple[int, int]:
     return offset, limit
 
 
-def operator_queue(request: Request, service: Service, _operator: Operator) -> Any:
+def operator_queue(request: Request, service: Service, operator: Operator) -> Any:
     """A page of the runs waiting for a decision (with the exact arguments and digest asked
-    for), oldest first, then of the runs waiting for a person (what to do, and the evidence);
-    ``next_offset`` when either list has more."""
-    from ..engine.approvals import pending_request
+    for, both expiries, whether approving in each of the operator's roles would be taken, and
+    the declared evidence), oldest first, then of the runs waiting for a person (what to do,
+    and the evidence); ``next_offset`` when either list has more."""
+    from ..engine.operator_queue import decisions as waiting_decisions
     from ..engine.operator_queue import queue
 
     offset, limit = _page(request)
     runner = service.runner()
-    decisions = []
-    waiting = runner.store.list_runs("waiting", limit, offset=offset, oldest=True)
-    for run in waiting:
-        asked = pending_request(runner, run)
-        if asked is not None:
-            decisions.append(
-                {**asked.to_json(), "workflow": run.workflow, "business_key": run.business_key}
-            )
+    decisions, read = waiting_decisions(
+        runner, offset=offset, limit=limit, actor=operator.name, holding=operator.roles
+    )
     people = queue(runner, offset=offset, limit=limit)
-    more = len(waiting) == limit or len(people) == limit
+    more = read == limit or len(people) == limit
     return {
         "decisions": decisions,
         "needs_person": people,

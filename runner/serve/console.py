@@ -59,6 +59,7 @@ PAGE_SIZE = 50
 def templates() -> jinja2.Environment:
     import jinja2
 
+    from ..review.decisions import relative
     from ..review.trace import when
     from ..review.views import age
 
@@ -75,7 +76,30 @@ def templates() -> jinja2.Environment:
         value, indent=2, sort_keys=True, ensure_ascii=False
     )
     env.filters["short"] = lambda text, n=12: str(text)[:n]
+    env.filters["relative"] = relative
+    env.filters["iso"] = _iso
+    env.filters["ticks"] = _ticks
     return env
+
+
+def _iso(epoch: float) -> str:
+    """An epoch time as RFC 3339, for a ``<time datetime>``."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _ticks(text: str) -> Any:
+    """``text``, escaped, with its `backticked` spans (a guard, in a verdict) as code."""
+    from markupsafe import Markup, escape
+
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an odd backtick: no spans
+        return escape(text)
+    return Markup("").join(
+        Markup("<code>{}</code>").format(part) if i % 2 else escape(part)
+        for i, part in enumerate(parts)
+    )
 
 
 def render(

@@ -31,7 +31,9 @@ from .service import Service
 from .sessions import Session
 
 if TYPE_CHECKING:
+    from ..engine.runner import Runner
     from ..spec.model import Spec
+    from ..store.records import RunRecord
 
 
 def stylesheet(_request: Request) -> Response:
@@ -54,29 +56,39 @@ def _deciders(roles: tuple[str, ...] | list[str], session: Session) -> list[str]
     return [role for role in session.operator.roles if role in roles]
 
 
+def _decision(
+    runner: Runner, run: RunRecord, now: float, session: Session
+) -> dict[str, Any] | None:
+    """The decision ``run`` waits for, as the signed-in operator may take it: the queue's item
+    (:func:`~ratchet_runner.engine.operator_queue.decision`: both expiries, the verdict of
+    approving in each of their roles the approval allows, the evidence), with the roles in
+    which they may approve (``may``: those the guard lets through) and reject (``may_reject``)."""
+    from ..engine.operator_queue import decision
+
+    operator = session.operator
+    item = decision(runner, run, now, actor=operator.name, holding=operator.roles)
+    if item is None:
+        return None
+    item["may"] = [v["role"] for v in item["verdicts"] if v["may_approve"]]
+    item["may_reject"] = _deciders(item["roles"], session)
+    return item
+
+
 def queue_page(request: Request, service: Service, session: Session) -> Response:
-    """Decisions waiting (oldest first), with the exact arguments and digest; then the runs
+    """Decisions waiting (oldest first), with the exact arguments and digest, both expiries,
+    the verdict for each of the operator's roles and the declared evidence; then the runs
     waiting for a person, with what to do and the evidence."""
-    from ..engine.approvals import pending_request
     from ..engine.operator_queue import queue
 
     offset = _offset(request)
     runner = service.runner()
-    now = runner.clock.now()
+    now = runner.decision_now()
     waiting = runner.store.list_runs("waiting", PAGE_SIZE + 1, offset=offset, oldest=True)
     decisions = []
     for run in waiting[:PAGE_SIZE]:
-        asked = pending_request(runner, run)
-        if asked is not None:
-            decisions.append(
-                {
-                    **asked.to_json(),
-                    "workflow": run.workflow,
-                    "business_key": run.business_key,
-                    "age_seconds": now - run.updated_at,
-                    "may": _deciders(asked.roles, session),
-                }
-            )
+        item = _decision(runner, run, now, session)
+        if item is not None:
+            decisions.append(item)
     people = queue(runner, offset=offset, limit=PAGE_SIZE + 1)
     more = len(waiting) > PAGE_SIZE or len(people) > PAGE_SIZE
     people = people[:PAGE_SIZE]
@@ -93,6 +105,7 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
             "people": people,
             "ops_roles": ops_roles,
             "actions": actions,
+            "now": now,
             "offset": offset,
             "next_offset": offset + PAGE_SIZE if more else None,
             "page_size": PAGE_SIZE,
@@ -171,7 +184,6 @@ def _lookups(history: list[Any]) -> dict[str, int]:
 def run_page(request: Request, service: Service, session: Session) -> Response:
     """A run: where it is, what it waits for (and who may decide), what a person is asked to
     do, its effects, its state diagram, and its history as a timeline."""
-    from ..engine.approvals import pending_request
     from ..engine.operator_queue import evidence
     from ..review.trace import describe, title
     from ..store.records import latest_event
@@ -180,7 +192,8 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
     run = runner.store.resolve(request.path_params["run"])
     spec = runner.spec_of(run)
     history = runner.store.history(run.id)
-    pending = pending_request(runner, run) if run.status == "waiting" else None
+    now = runner.decision_now()
+    pending = _decision(runner, run, now, session) if run.status == "waiting" else None
     queued = latest_event(history, ("queued", "stuck")) if run.status == "needs_person" else {}
     timeline = [
         {"version": e.version, "kind": e.kind, "title": title(e), "text": describe(e), "at": e.at}
@@ -192,9 +205,8 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
         {
             "run": run,
             "spec": spec,
-            "now": runner.clock.now(),
-            "pending": pending.to_json() if pending is not None else None,
-            "may_decide": _deciders(pending.roles, session) if pending is not None else [],
+            "now": now,
+            "pending": pending,
             "operator_action": queued.get("operator_action") or queued.get("reason"),
             "evidence": evidence(runner, run) if run.status == "needs_person" else None,
             "actions": actions_for(spec, run.status),

@@ -98,7 +98,13 @@ def describe() -> dict[str, Any]:
                     ),
                 ),
             },
-            "/api/queue": {"get": _op("Decisions waiting, then runs waiting for a person.")},
+            "/api/queue": {
+                "get": _op(
+                    "Decisions waiting (with both expiries, whether approving in each of the "
+                    "operator's roles would be taken, and the declared evidence), then runs "
+                    "waiting for a person."
+                )
+            },
             "/api/runs/{run}": {"get": _op("A run's summary.", parameters=[_RUN])},
             "/api/runs/{run}/trace": {"get": _op("A run's history.", parameters=[_RUN])},
             "/api/runs/{run}/effects": {"get": _op("A run's operations.", parameters=[_RUN])},

@@ -45,6 +45,8 @@ CODES: dict[str, str] = {
     "E312": "an effect reconciles with a lookup its operation's contract does not name",
     "E313": "an expression compares or computes with values of types that do not go together",
     "E314": "a business key or an effect argument reads an input field that is not required",
+    "E315": "an approval's evidence names an effect the spec does not declare",
+    "E316": "an approval's evidence relates runs by an input field the schema does not declare",
     # E4xx / W4xx: the state graph
     "W401": "a state cannot be reached from the start state",
     "E402": "a non-terminal state has no way out",

@@ -113,6 +113,18 @@ class Effect:
 
 
 @dataclass(frozen=True)
+class RelatedRuns:
+    """The evidence an approval declares (``evidence.related_runs``): the other runs of the
+    workflow started with the same value at the input path ``by``, newest first, at most
+    ``limit`` of them, each with the operations of ``effects`` it made."""
+
+    by: str
+    effects: tuple[str, ...]
+    limit: int = 10
+    pointer: str = ""
+
+
+@dataclass(frozen=True)
 class Approval:
     name: str
     effect: str
@@ -120,6 +132,7 @@ class Approval:
     roles: tuple[str, ...]
     expires_after: float | None
     pointer: str = ""
+    related_runs: RelatedRuns | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +316,18 @@ def _retry(data: dict[str, Any] | None) -> Retry:
     )
 
 
+def _related_runs(pointer: str, data: dict[str, Any] | None) -> RelatedRuns | None:
+    related = (data or {}).get("related_runs")
+    if related is None:
+        return None
+    return RelatedRuns(
+        related["by"],
+        tuple(related["effects"]),
+        int(related.get("limit", 10)),
+        f"{pointer}/evidence/related_runs",
+    )
+
+
 def build(doc: Document) -> Spec:
     """The typed spec of a schema-valid document."""
     data: dict[str, Any] = doc.data
@@ -342,6 +367,7 @@ def build(doc: Document) -> Spec:
             tuple(a["roles"]),
             parse_duration(a.get("expires_after")),
             f"/approvals/{name}",
+            _related_runs(f"/approvals/{name}", a.get("evidence")),
         )
         for name, a in (data.get("approvals") or {}).items()
     }

@@ -23,7 +23,8 @@ Changes this form cannot express exactly (consuming an approval or firing a time
 one row" checks need a transaction, taking a lease, or two writes to one operation) go through
 the transactional :class:`~ratchet_runner.store.writer.Writer` this writer extends.
 :class:`Statements` builds the SQL text; :class:`PostgresWriter` runs it. Leases expire by the
-server's clock (:data:`DB_NOW`).
+server's clock (:data:`DB_NOW`). Over 500 lines: one concern, the text of every one-statement
+write (a change, a new run with its evidence keys, a claim) and the writer that sends them.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ OPERATION_COLUMNS = (
     "compensates",
 )
 _OPERATION_DEFAULTS = {"receipt": None, "last_error": None, "compensates": None}
+#: The columns of an ``evidence_keys`` row a new run writes (the run's ID comes from ``cas``).
+_KEY_COLUMNS = ("workflow", "path", "value", "created_at")
 
 
 def sql_type(table: Table, column: str) -> str:
@@ -134,6 +137,7 @@ class Tables(NamedTuple):
     approvals: Table
     timers: Table
     signals: Table
+    evidence_keys: Table = schema.evidence_keys
 
 
 def _event_params(history: Sequence[Event]) -> dict[str, Any]:
@@ -335,9 +339,11 @@ class Statements:
         first_events: Sequence[Event],
         new_timers: Sequence[NewTimer],
         channel: str | None = None,
+        keys: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[str, dict[str, Any]]:
-        """The statement that inserts a run with its first events and timers (with
-        ``channel``, and notifies it)."""
+        """The statement that inserts a run with its first events, timers and evidence keys
+        (``keys``: rows of ``evidence_keys`` without the run's ID; with ``channel``, and
+        notifies it)."""
         t = self.t
         timer_shapes = tuple(tuple(sorted(timer)) for timer in new_timers)
         params = {
@@ -347,16 +353,20 @@ class Statements:
         params |= _event_params(first_events)
         for i, (timer, columns) in enumerate(zip(new_timers, timer_shapes, strict=True)):
             params.update(_row_params(t.timers, f"t{i}", columns, [timer]))
-        return self._create_sql(len(first_events), timer_shapes, channel is not None), params
+        params.update(_row_params(t.evidence_keys, "k", _KEY_COLUMNS, keys))
+        sql = self._create_sql(len(first_events), timer_shapes, len(keys), channel is not None)
+        return sql, params
 
     def _build_create(
-        self, events: int, new_timers: tuple[tuple[str, ...], ...], wake: bool
+        self, events: int, new_timers: tuple[tuple[str, ...], ...], keys: int, wake: bool
     ) -> str:
         t = self.t
         columns = ", ".join(map(_quote, self.run_columns))
         values = ", ".join(_param(t.runs, f"r_{c}", c) for c in self.run_columns)
         cas = f"cas AS (INSERT INTO runs ({columns}) VALUES ({values}) RETURNING id)"
         parts = self._parts(events, 0, (), False, new_timers, (), ())
+        if keys:
+            parts.append(_rows("ek", t.evidence_keys, "k", _KEY_COLUMNS, keys, {}))
         return "WITH " + ",\n".join([cas, *parts]) + _returned(wake)
 
     # -- claims ------------------------------------------------------------------------------
@@ -428,6 +438,7 @@ class PostgresWriter(Writer):
                 schema.approvals,
                 schema.timers,
                 schema.signals,
+                schema.evidence_keys,
             )
         )
 
@@ -460,7 +471,9 @@ class PostgresWriter(Writer):
 
     def create_run(self, new: NewRun, history: list[Event], *, wake: bool = False) -> None:
         channel = self.channel() if wake else None
-        sql, params = self.statements.create(new.record().__dict__, history, new.timers, channel)
+        sql, params = self.statements.create(
+            new.record().__dict__, history, new.timers, channel, new.key_rows()
+        )
         with self._write_one() as conn:
             conn.exec_driver_sql(sql, params)
 

@@ -240,6 +240,9 @@ class NewRun:
     #: Whether its creation wakes the workers (:mod:`~ratchet_runner.store.bell`): not when the
     #: process creating it carries it on itself at once.
     wake: bool = True
+    #: The values the run is related to others by (``evidence_keys``): input path (``input.order``)
+    #: to the digest of the value there.
+    keys: Mapping[str, str] = field(default_factory=dict)
 
     def record(self) -> RunRecord:
         """The run as its creation writes it."""
@@ -273,6 +276,15 @@ class NewRun:
             yield "events", {"kind": kind, "data": data}, f"{kind} event"
         for timer in self.timers:
             yield "timers", dict(timer), "timer"
+        for row in self.key_rows():
+            yield "evidence_keys", row, "evidence key"
+
+    def key_rows(self) -> list[dict[str, Any]]:
+        """Its ``evidence_keys`` rows (without the run's ID, which the writer adds)."""
+        return [
+            {"workflow": self.workflow, "path": path, "value": value, "created_at": self.at}
+            for path, value in sorted(self.keys.items())
+        ]
 
 
 @dataclass

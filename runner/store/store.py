@@ -68,6 +68,7 @@ from .tables import (
     meta,
     operations,
     refuse_unfit,
+    related_runs,
     runnable,
     runs,
     runs_listed,
@@ -297,6 +298,16 @@ class Store:
         with self._read() as conn:
             return [RunRecord(**row._mapping) for row in conn.execute(query)]
 
+    def related_runs(
+        self, workflow: str, path: str, value: str, *, exclude: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        """The runs of ``workflow`` started with ``value`` at the input ``path`` (as the run's
+        ``NewRun.keys`` recorded them), newest first, but ``exclude``: at most ``limit``. An
+        index lookup (``evidence_keys``), the same on every database."""
+        query = related_runs(workflow, path, value, exclude, limit)
+        with self._read() as conn:
+            return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
     def spec_versions(self) -> list[SpecVersion]:
         """Every spec version runs were started under, newest first (without their text)."""
         with self._read() as conn:
@@ -322,10 +333,16 @@ class Store:
             row = conn.execute(_OPERATION_BY_ID, {"b_id": operation_id}).first()
         return OperationRecord(**row._mapping) if row is not None else None
 
-    def operations(self, run_id: str | None = None) -> list[OperationRecord]:
+    def operations(
+        self, run_id: str | None = None, *, runs_in: Sequence[str] | None = None
+    ) -> list[OperationRecord]:
+        """The operations of ``run_id`` (None: of every run; ``runs_in``: of those runs), in
+        the order they were registered."""
         query = select(operations).order_by(operations.c.created_at, operations.c.operation_id)
         if run_id is not None:
             query = query.where(operations.c.run_id == run_id)
+        if runs_in is not None:
+            query = query.where(operations.c.run_id.in_(list(runs_in)))
         with self._read() as conn:
             return [OperationRecord(**row._mapping) for row in conn.execute(query)]
 

@@ -4,8 +4,9 @@
 input, context, lease), ``events`` (each run's append-only history, plain JSON), ``operations``
 (one row per operation ID, under a primary key: idempotency is data), ``approvals``, ``timers``,
 ``signals``, ``duplicates`` (each time a lookup found more than one change made under one
-operation ID), and ``meta`` (what the store recorded about itself when it was created: whether
-it is a practice store).
+operation ID), ``evidence_keys`` (the input values a spec relates its runs by, for the evidence
+an approver is shown), and ``meta`` (what the store recorded about itself when it was created:
+whether it is a practice store).
 """
 
 from __future__ import annotations
@@ -165,6 +166,27 @@ duplicates = _run_rows(
 )
 Index("ix_duplicates_run", duplicates.c.run_id)
 
+#: The value each run was started with at an input path its spec relates runs by (an approval's
+#: ``evidence.related_runs.by``): ``value`` is a digest of the value's normalised JSON, so any
+#: value compares exactly and the row's width is fixed. A table of its own, indexed, rather than
+#: a query into the ``input`` column: JSON paths are read differently on SQLite and PostgreSQL,
+#: and no index can serve a path a spec declares; here finding the other runs of an order is an
+#: index lookup on both, however many runs the store holds.
+evidence_keys = _run_rows(
+    "evidence_keys",
+    Column("workflow", String(200), nullable=False),
+    Column("path", String(200), nullable=False),
+    Column("value", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+Index(
+    "ix_evidence_keys_lookup",
+    evidence_keys.c.workflow,
+    evidence_keys.c.path,
+    evidence_keys.c.value,
+    evidence_keys.c.created_at,
+)
+
 #: What a store records about itself, once, when it is created: ``created_at`` (epoch seconds)
 #: and, for a practice store, ``practice`` (``true``): the one kind of store on which the
 #: command line honours ``RATCHET_NOW``. A key/value table, so that later facts need no new one.
@@ -187,7 +209,17 @@ signals = Table(
 
 #: Every table but ``meta``, children before the runs they belong to (the order a reset empties
 #: them in).
-RUN_TABLES = (events, operations, approvals, timers, signals, duplicates, runs, spec_versions)
+RUN_TABLES = (
+    events,
+    operations,
+    approvals,
+    timers,
+    signals,
+    duplicates,
+    evidence_keys,
+    runs,
+    spec_versions,
+)
 
 
 def free(db_now: Any) -> Any:
@@ -245,6 +277,25 @@ def runs_listed(
             query = query.where(column == value)
     if created_before is not None:
         query = query.where(runs.c.created_at < created_before)
+    return query
+
+
+def related_runs(workflow: str, path: str, value: str, exclude: str | None, limit: int) -> Any:
+    """The runs of ``workflow`` started with ``value`` (a digest) at the input ``path``, newest
+    first, but ``exclude``: at most ``limit``."""
+    query = (
+        select(runs)
+        .join(evidence_keys, evidence_keys.c.run_id == runs.c.id)
+        .where(
+            evidence_keys.c.workflow == workflow,
+            evidence_keys.c.path == path,
+            evidence_keys.c.value == value,
+        )
+        .order_by(evidence_keys.c.created_at.desc(), runs.c.id.desc())
+        .limit(limit)
+    )
+    if exclude is not None:
+        query = query.where(runs.c.id != exclude)
     return query
 
 

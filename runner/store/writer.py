@@ -54,6 +54,7 @@ from .tables import (
     create_schema,
     duplicates,
     events,
+    evidence_keys,
     free,
     meta,
     operations,
@@ -240,6 +241,9 @@ class Writer:
             )
             for timer in new.timers:
                 conn.execute(insert(timers).values(run_id=new.id, created_at=new.at, **timer))
+            keys = new.key_rows()
+            if keys:
+                conn.execute(insert(evidence_keys), [{"run_id": new.id, **k} for k in keys])
             if wake:
                 self._notify_in(conn)
 

@@ -72,8 +72,9 @@ def serving(service: Service) -> Iterator[str]:
 
 
 class People:
-    """Three operators: an agent (may approve refunds), an ops engineer (operator actions), and
-    a viewer (may do neither)."""
+    """Four operators: an agent (may approve refunds up to 100), an ops engineer (operator
+    actions), a viewer (may do neither), and a team lead who is an agent too (may approve any
+    refund, in the role of team lead)."""
 
     def __init__(self, folder: Path) -> None:
         self.tokens: dict[str, str] = {}
@@ -82,6 +83,7 @@ class People:
             ("ana", ["agent"]),
             ("olu", ["payments_ops"]),
             ("vic", ["viewer"]),
+            ("lead", ["agent", "team_lead"]),
         ):
             token, digest = new_token()
             self.tokens[name] = token

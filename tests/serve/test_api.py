@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -84,6 +85,50 @@ def test_the_queue_shows_the_exact_arguments_and_digest_and_an_agent_approves_th
     assert (approved["actor"], approved["role"]) == ("ana", "agent")
     assert (approved["via"], approved["from"]) == ("http", "203.0.113.9")
     assert client.get("/api/queue", headers=people.auth("vic")).json()["decisions"] == []
+
+
+def test_the_queue_weighs_each_of_the_operators_roles_and_shows_the_earlier_refund_of_the_order(
+    client: httpx.Client, people: People, double_charge: tuple[str, str]
+) -> None:
+    earlier, waiting = double_charge
+
+    def asked(name: str) -> dict[str, Any]:
+        [decision] = client.get("/api/queue", headers=people.auth(name)).json()["decisions"]
+        assert decision["run"] == waiting
+        return dict(decision)
+
+    refusal = (
+        "the guard `input.amount <= 100.0 || approval.role == 'team_lead'` refuses agent "
+        "(input.amount is 145)"
+    )
+    lead = asked("lead")
+    assert lead["verdicts"] == [
+        {"role": "agent", "may_approve": False, "reason": refusal},
+        {"role": "team_lead", "may_approve": True, "reason": None},
+    ]
+    assert asked("ana")["verdicts"] == [{"role": "agent", "may_approve": False, "reason": refusal}]
+    assert asked("vic")["verdicts"] == []  # holds no role that may decide
+    assert lead["pause_expires_at"] - lead["approval_expires_at"] == pytest.approx(48 * 3600, abs=5)
+    related = lead["evidence"]["related_runs"]
+    assert (related["by"], related["value"]) == ("input.order", "LK-512877")
+    [other] = related["runs"]
+    assert (other["run"], other["business_key"], other["state"]) == (earlier, "T-90602", "refunded")
+    [made] = other["effects"]
+    assert (made["effect"], made["status"], made["args"]["amount"]) == (
+        "request_refund",
+        "done",
+        45.95,
+    )
+    assert made["receipt"]["refund_id"].startswith("re_")
+
+    # As the verdicts say: refused for the agent, taken for the team lead.
+    refused = client.post(f"/api/runs/{waiting}/approve", headers=people.auth("ana"), json={})
+    assert refused.status_code == 409, refused.text
+    assert "does not hold for role 'agent'" in refused.json()["error"]["message"]
+    taken = client.post(
+        f"/api/runs/{waiting}/approve", headers=people.auth("lead"), json={"role": "team_lead"}
+    )
+    assert taken.status_code == 200, taken.text
 
 
 def test_a_role_the_spec_does_not_allow_changes_nothing_and_says_why(

@@ -61,7 +61,7 @@ def test_a_token_removed_from_the_file_is_refused_and_one_added_is_taken(
     assert _whoami(base, people, "ana") == 200
     zoe = httpx.get(f"{base}/api/whoami", headers={"authorization": f"Bearer {token}"})
     assert zoe.json() == {"name": "zoe", "roles": ["agent"]}
-    assert "read again: 3 operator(s)" in capsys.readouterr().err
+    assert "read again: 4 operator(s)" in capsys.readouterr().err
 
 
 def test_a_console_session_of_an_operator_given_other_roles_ends(

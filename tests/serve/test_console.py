@@ -189,6 +189,37 @@ def test_an_agent_sees_the_exact_arguments_and_digest_and_approves_them(
     assert approved["digest"] == asked["digest"]
 
 
+def test_no_approve_button_is_offered_in_a_role_the_guard_refuses_and_the_earlier_refund_shows(
+    served: tuple[str, Service], people: People, sign_in: Browsers, double_charge: tuple[str, str]
+) -> None:
+    base, _ = served
+    earlier, waiting = double_charge
+    guard = escape("input.amount <= 100.0 || approval.role == 'team_lead'")
+    refused = f"may not approve: the guard <code>{guard}</code> refuses agent (input.amount is 145)"
+    for path in ("/queue", f"/runs/{waiting}"):
+        agent = sign_in(base, people, "ana", then=path).get(path).text
+        forms = _forms(agent)
+        assert f"/runs/{waiting}/approve" not in forms  # the guard would refuse it
+        assert forms[f"/runs/{waiting}/reject"]["role"] == "agent"  # rejecting is theirs
+        assert refused in agent
+        assert 'class="verdict passes"' not in agent
+
+        lead = sign_in(base, people, "lead", then=path).get(path).text
+        forms = _forms(lead)
+        assert forms[f"/runs/{waiting}/approve"]["role"] == "team_lead"  # not agent
+        assert refused in lead
+        assert '<li class="verdict passes" data-role="team_lead">' in lead
+        assert "as team_lead</button>" in lead
+        for page in (agent, lead):
+            row = re.search(rf'<tr data-run="{earlier}">(.*?)</tr>', page, re.S)
+            assert row is not None, "the earlier refund of the order is not shown"
+            assert ">T-90602</a>" in row.group(1)
+            assert "<code>amount=45.95</code>" in row.group(1)
+            assert "refund_id=re_" in row.group(1)
+            assert 'class="expiry pause-expiry"><time datetime="' in page
+            assert "(in 23h 59m) if given now" in page or "(in 24h 0m) if given now" in page
+
+
 def test_a_viewer_sees_no_button_and_an_approval_they_post_changes_nothing(
     served: tuple[str, Service], people: People, sign_in: Browsers, waiting: str
 ) -> None:

@@ -4,9 +4,12 @@ ChromeDriver by Selenium, against the real ``ratchet serve`` command on a local 
 An operator signs in, finds T-90104 in the queue, sees the exact arguments and the digest, and
 approves them (by keyboard); the run page then shows ``done`` with one refund, one call and one
 reconcile lookup. An operator without the role sees no approve button, and a form posted from
-another site, in the browser of a signed-in agent, changes nothing. The tests save screenshots of
-the queue, a run page and a diagram page as artefacts (``$RATCHET_ARTEFACTS/console``, by default
-``build/artefacts/console``).
+another site, in the browser of a signed-in agent, changes nothing. For T-90603, a refund of
+145.00 on an order refunded once already, a team lead who is also an agent sees the earlier refund
+as evidence and the guard's verdict for each role: Approve as team lead, and why not as agent; an
+agent sees no Approve button at all. The tests save screenshots of the queue (T-90603's card: the
+one in the docs), T-90104's queue, a run page and a diagram page as artefacts
+(``$RATCHET_ARTEFACTS/console``, by default ``build/artefacts/console``).
 
 Nothing is downloaded: without ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (Debian's
 ``chromium`` and ``chromium-driver``) these tests are skipped, and in CI they fail.
@@ -79,6 +82,16 @@ def console(home: Path, people: People, waiting: str, tmp_path: Path) -> Iterato
         yield base
 
 
+@pytest.fixture
+def console_of_a_double_charge(
+    home: Path, people: People, double_charge: tuple[str, str], tmp_path: Path
+) -> Iterator[str]:
+    """The real ``ratchet serve`` (no worker), T-90603 waiting after T-90602's refund of the same
+    order; yields its base URL."""
+    with serve_command(home, people.path, tmp_path, "--spec", str(REFUND)) as base:
+        yield base
+
+
 def screenshot(driver: Any, name: str, whole: bool = True) -> Path:
     """Save the page as ``ARTEFACTS/name.png`` (``whole``: all of it, not only the window)."""
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
@@ -130,7 +143,7 @@ def test_an_operator_finds_t90104_sees_the_exact_arguments_and_approves_them_by_
     assert card.find_element(By.CSS_SELECTOR, "code.digest").text == asked["digest"]
     button = card.find_element(By.CSS_SELECTOR, "button.approve")
     assert button.text == f"Approve {asked['digest'][:12]}"
-    screenshot(browser, "queue")
+    screenshot(browser, "queue-t90104")
 
     # By keyboard: Tab from the top of the page reaches the button, which shows it has focus.
     browser.find_element(By.TAG_NAME, "body").click()
@@ -178,6 +191,52 @@ def test_an_operator_finds_t90104_sees_the_exact_arguments_and_approves_them_by_
     world = json.loads(out)
     assert [c["effect"] for c in world["changes"]] == ["request_refund"]
     assert [c["outcome"] for c in world["calls"]] == ["timeout_after_write", "lookup"]
+
+
+def test_an_approver_sees_the_earlier_refund_of_the_order_and_approves_only_where_the_guard_lets(
+    browser: Any, console_of_a_double_charge: str, people: People, double_charge: tuple[str, str]
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    console, (earlier, waiting) = console_of_a_double_charge, double_charge
+    refusal = (
+        "the guard input.amount <= 100.0 || approval.role == 'team_lead' refuses agent "
+        "(input.amount is 145)"
+    )
+    sign_in(browser, console, people.tokens["lead"])
+    card = browser.find_element(By.ID, f"decide-{waiting}")
+    assert "T-90603" in card.find_element(By.TAG_NAME, "h3").text
+    agent = card.find_element(By.CSS_SELECTOR, 'li.verdict.refused[data-role="agent"]')
+    assert agent.text == f"agent: may not approve: {refusal}"
+    lead = card.find_element(By.CSS_SELECTOR, 'li.verdict.passes[data-role="team_lead"]')
+    assert lead.text == "team_lead: may approve"
+    [button] = card.find_elements(By.CSS_SELECTOR, "button.approve")
+    assert button.text.endswith(" as team_lead")
+    form = button.find_element(By.XPATH, "./ancestor::form")
+    role = form.find_element(By.CSS_SELECTOR, 'input[name="role"]')
+    assert role.get_attribute("value") == "team_lead"
+    # The evidence: T-90602's refund of 45.95 on the same order, made, with its receipt.
+    row = card.find_element(By.CSS_SELECTOR, f'table.related-runs tr[data-run="{earlier}"]')
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:2] == ["T-90602", "refunded"]
+    assert "request_refund done" in cells[3]
+    assert "amount=45.95" in cells[3]
+    assert "refund_id=re_" in cells[3]
+    expiries = [e.text for e in card.find_elements(By.CSS_SELECTOR, "dd.expiry")]
+    assert "(in 2d 23h)" in expiries[0]
+    assert "(in 24h 0m) if given now" in expiries[1] or "(in 23h 59m)" in expiries[1]
+    path = screenshot(browser, "queue")
+    assert path.name == "queue.png"  # docs/images/console-queue.png is a copy of it
+
+    # An agent: the reason, a reject form, and no Approve button at all.
+    browser.find_element(By.CSS_SELECTOR, "form.who button.quiet").click()
+    sign_in(browser, console, people.tokens["ana"])
+    card = browser.find_element(By.ID, f"decide-{waiting}")
+    browser.implicitly_wait(0)
+    assert card.find_elements(By.CSS_SELECTOR, "button.approve") == []
+    assert card.find_elements(By.CSS_SELECTOR, "button.reject") != []
+    verdict = card.find_element(By.CSS_SELECTOR, 'li.verdict[data-role="agent"]')
+    assert verdict.text == f"agent: may not approve: {refusal}"
 
 
 def test_an_operator_without_the_role_sees_no_approve_button(

@@ -12,6 +12,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -537,6 +538,73 @@ def test_list_runs_narrows_by_workflow_business_key_and_age(store: Store) -> Non
     assert [(v.name, v.digest) for v in versions] == [("returns", "f" * 64), ("refund", DIGEST)]
 
 
+def test_the_runs_started_with_one_value_at_an_input_path_are_found_newest_first(
+    store: Store,
+) -> None:
+    """What an approver sees (``evidence.related_runs``): the runs of one workflow recorded with
+    one value at one input path, newest first, but the run asking, a page of ``limit``; with
+    the operations of several runs read at once."""
+    store.save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)
+    store.save_spec("f" * 64, "returns", 1, "1", "name: returns\n", T0)
+    order, other = {"input.order": "a" * 64}, {"input.order": "b" * 64}
+    made = [
+        ("run_a", "refund", DIGEST, order, T0),
+        ("run_b", "refund", DIGEST, other, T0 + 1),  # another order
+        ("run_c", "returns", "f" * 64, order, T0 + 2),  # another workflow
+        ("run_d", "refund", DIGEST, {"input.ticket": "a" * 64}, T0 + 3),  # another path
+        ("run_e", "refund", DIGEST, order, T0 + 4),
+        ("run_f", "refund", DIGEST, {}, T0 + 5),  # none
+        ("run_g", "refund", DIGEST, {**order, "input.ticket": "c" * 64}, T0 + 6),
+    ]
+    for run_id, workflow, digest, keys, at in made:
+        new = NewRun(run_id, workflow, digest, run_id, "proposed", "waiting", {}, at, keys=keys)
+        store.create_run(new)
+
+    def ids(value: str, **page: Any) -> list[str]:
+        return [r.id for r in store.related_runs("refund", "input.order", value, **page)]
+
+    assert ids("a" * 64) == ["run_g", "run_e", "run_a"]
+    assert ids("a" * 64, exclude="run_g", limit=1) == ["run_e"]
+    assert ids("b" * 64) == ["run_b"]
+    assert ids("c" * 64) == []
+    assert store.related_runs("refund", "input.ticket", "c" * 64)[0].id == "run_g"
+    for run_id in ("run_a", "run_e"):
+        change = Change(run_id, 1, T0 + 10)
+        change.new_operations.append(operation(f"op-{run_id}"))
+        store.commit(change)
+    assert [o.operation_id for o in store.operations(runs_in=["run_e", "run_b"])] == ["op-run_e"]
+    store.reset()
+    assert ids("a" * 64) == []
+
+
+def test_finding_the_related_runs_is_an_index_lookup(store: Store) -> None:
+    """However many runs the store holds: the query walks ``ix_evidence_keys_lookup``."""
+    from ratchet_runner.store.tables import related_runs
+
+    query = related_runs("refund", "input.order", "a" * 64, "run_1", 10)
+    sql = str(query.compile(store.engine, compile_kwargs={"literal_binds": True}))
+    explain = "EXPLAIN QUERY PLAN " if store.dialect.name == "sqlite" else "EXPLAIN "
+    with store.engine.begin() as conn:
+        if store.dialect.name != "sqlite":
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # an empty table: any plan
+        plan = "\n".join(str(row[-1]) for row in conn.exec_driver_sql(explain + sql))
+    assert "ix_evidence_keys_lookup" in plan, plan
+
+
+def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: str) -> None:
+    store = Store(store_url)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE evidence_keys")
+    store.close()
+
+    reopened = Store(store_url)
+    try:
+        assert "evidence_keys" in inspect(reopened.engine).get_table_names()
+        assert reopened.related_runs("refund", "input.order", "a" * 64) == []
+    finally:
+        reopened.close()
+
+
 # -- SQLite specifics and concurrency -------------------------------------------------------
 
 
@@ -734,6 +802,23 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
 
     change.consume_approvals.append(7)
     assert statements.commit(change, change.preview(base)) is None
+
+
+def test_a_new_postgresql_runs_evidence_keys_are_written_by_its_one_statement() -> None:
+    from ratchet_runner.store.postgres import Statements, Tables
+    from ratchet_runner.store.tables import approvals, events, operations, runs, signals, timers
+
+    statements = Statements(Tables(runs, events, operations, approvals, timers, signals))
+    new = NewRun("run_1", "refund", DIGEST, "T-1", "proposed", "waiting", {}, T0)
+    new = replace(new, keys={"input.order": "a" * 64})
+    sql, params = statements.create(new.record().__dict__, new.history(), (), None, new.key_rows())
+
+    line = next(line for line in sql.splitlines() if "INSERT INTO evidence_keys" in line)
+    assert line.startswith("ek AS (")
+    assert "FROM cas" in line  # written only with the run
+    assert (params["k0_path"], params["k0_value"]) == ("input.order", "a" * 64)
+    bare, _ = statements.create(new.record().__dict__, new.history(), ())
+    assert "evidence_keys" not in bare
 
 
 def _prepared_on_the_store_connection(store: Store) -> int:

@@ -127,7 +127,9 @@ def test_ops_are_refused_for_a_role_the_spec_does_not_declare_and_queue_lists_th
     code, _, err = run(capsys, "ops", "retry", "T-90605/reship", "--as", "x", "--role", "agent")
     assert (code, "may not retry" in err) == (1, True)
     code, out, _ = run(capsys, "queue", "--json")
-    (item,) = json.loads(out)
+    listed = json.loads(out)
+    assert listed["decisions"] == []
+    (item,) = listed["needs_person"]
     assert item["business_key"] == "T-90605/reship"
     assert "offer a refund or a substitute" in item["operator_action"]
     code, out, _ = run(capsys, "queue")
@@ -149,3 +151,79 @@ def test_ops_pause_and_resume_round_trip(capsys: pytest.CaptureFixture[str]) -> 
         capsys, "ops", "resume", "T-90104", "--as", "ops-1", "--role", "payments_ops", "--json"
     )
     assert (code, json.loads(out)["status"]) == (0, "waiting")
+
+
+def _refund(tmp_path: Path, capsys: pytest.CaptureFixture[str], ticket: str, amount: float) -> str:
+    """A double-charge refund of ``amount`` on order LK-512877, waiting for its decision."""
+    given = tmp_path / f"{ticket}.json"
+    data = {"ticket": ticket, "order": "LK-512877", "currency": "CAD", "reason": "RFD-DOUBLE"}
+    given.write_text(json.dumps({**data, "amount": amount}))
+    world = tmp_path / "world.json"
+    world.write_text(
+        json.dumps({"orders": [{"order": "LK-512877", "paid": 300, "currency": "CAD"}]})
+    )
+    code, out, err = run(
+        capsys, "run", REFUND, "--input", str(given), "--world", str(world), "--json"
+    )
+    assert code == 0, err
+    return str(json.loads(out)["run"])
+
+
+def test_the_queue_shows_both_expiries_each_roles_verdict_and_the_earlier_refund_of_the_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    earlier = _refund(tmp_path, capsys, "T-90602", 45.95)
+    assert run(capsys, "approve", "T-90602", "--as", "agent-7", "--role", "agent")[0] == 0
+    at(monkeypatch, 600)
+    waiting = _refund(tmp_path, capsys, "T-90603", 145.00)
+    at(monkeypatch, 600 + 72 * 60)  # 1h 12m later
+
+    code, out, err = run(capsys, "queue")
+
+    assert code == 0, err
+    lines = out.splitlines()
+    digest = lines[2].split()[-1]
+    receipt = lines[-1].split("refund_id=")[1].split()[0]
+    assert lines == [
+        f"{waiting} · refund T-90603 · proposed · waiting 72 min",
+        "  decide:   refund_approval: request_refund LK-512877 145 CAD RFD-DOUBLE",
+        f"  digest:   {digest}",
+        "  pause:    expires 2030-03-20 17:56:40Z (in 2d 22h)",
+        "  approval: given now, expires 2030-03-18 19:08:40Z (in 24h 0m)",
+        "  agent:     may not approve: the guard `input.amount <= 100.0 || approval.role == "
+        "'team_lead'` refuses agent (input.amount is 145)",
+        f"  team_lead: may approve: ratchet approve {waiting} --as NAME --role team_lead",
+        "  related: 1 other run(s) with input.order LK-512877",
+        f"    {earlier} · T-90602 · refunded (done) · started 2030-03-17 17:46:40Z",
+        "      request_refund done · order=LK-512877 amount=45.95 currency=CAD reason=RFD-DOUBLE"
+        f" · receipt refund_id={receipt} amount=45.95 currency=CAD",
+    ]
+
+    code, out, _ = run(capsys, "queue", "--as", "lee", "--role", "agent", "--json")
+    listed = json.loads(out)
+    assert listed["needs_person"] == []
+    [asked] = listed["decisions"]
+    assert asked["verdicts"] == [
+        {
+            "role": "agent",
+            "may_approve": False,
+            "reason": "the guard `input.amount <= 100.0 || approval.role == 'team_lead'` "
+            "refuses agent (input.amount is 145)",
+        }
+    ]
+    assert asked["pause_expires_at"] == NOW + 600 + 72 * 3600
+    assert asked["approval_expires_at"] == NOW + 600 + 72 * 60 + 24 * 3600
+    [other] = asked["evidence"]["related_runs"]["runs"]
+    assert other["run"] == earlier
+    assert [op["receipt"]["refund_id"] for op in other["effects"]] == [receipt]
+    code, _, err = run(capsys, "approve", waiting, "--as", "lee", "--role", "agent")
+    assert code == 1
+    assert "does not hold for role 'agent'" in err  # as the verdict said
+
+
+def test_an_empty_queue_says_so_and_its_json_has_both_lists(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(capsys, "queue") == (0, "", "nobody is needed: the queue is empty\n")
+    code, out, _ = run(capsys, "queue", "--json")
+    assert (code, json.loads(out)) == (0, {"decisions": [], "needs_person": []})

@@ -281,4 +281,4 @@ def test_a_practice_world_fixture_it_cannot_use_is_a_located_spec_error(
     assert code == 1
     assert "internal error" not in err
     assert "Traceback" not in out + err
-    assert f"{spec}:87:61: E203 /examples/T-90104/world/orders/0/paid is a string" in err
+    assert f"{spec}:89:61: E203 /examples/T-90104/world/orders/0/paid is a string" in err

@@ -281,3 +281,51 @@ def test_the_check_how_to_documents_every_kind_with_its_verdict_in_order() -> No
     page = (ROOT / "docs" / "how-to" / "check-a-spec.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z_]+)` \| `([^`]+)` \|", page, flags=re.M)
     assert rows == [(kind.value, views.VERDICTS[kind.value]) for kind in ViolationKind]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (45, "in 45 s"),
+        (720, "in 12m"),
+        (72 * 60, "in 1h 12m"),
+        (-72 * 60, "1h 12m ago"),
+        (24 * 3600, "in 24h 0m"),
+        (3 * 86400 + 4 * 3600 + 59, "in 3d 4h"),
+    ],
+)
+def test_a_moment_is_said_as_how_long_from_now_in_the_units_a_person_reads(
+    seconds: float, shown: str
+) -> None:
+    from ratchet_runner.review.decisions import relative
+
+    assert relative(seconds) == shown
+
+
+def test_a_related_run_that_made_nothing_says_so_and_a_cut_list_says_it_was_cut() -> None:
+    from ratchet_runner.review.decisions import related_lines
+
+    declared = {
+        "by": "input.order",
+        "value": "LK-1",
+        "effects": ["request_refund"],
+        "limit": 1,
+        "more": True,
+        "runs": [
+            {
+                "run": "run_2",
+                "business_key": "T-2",
+                "state": "rejected",
+                "status": "done",
+                "created_at": 1_900_000_000,
+                "waiting_for": None,
+                "effects": [],
+            }
+        ],
+    }
+    assert related_lines(declared) == [
+        "  related: 1 or more other run(s) with input.order LK-1",
+        "    run_2 · T-2 · rejected (done) · started 2030-03-17 17:46:40Z",
+        "      no request_refund",
+        "    (only the newest 1 are shown)",
+    ]

@@ -34,6 +34,7 @@ from .endings import check_saga_endings
 from .graph import check_event_names, check_events, check_graph
 from .inputs import check_example_worlds, check_input_reads
 from .references import (
+    check_evidence,
     check_expressions,
     check_input_schema,
     check_references,
@@ -45,6 +46,7 @@ __all__ = ["CHECKS", "Check", "lint"]
 
 CHECKS: tuple[Check, ...] = (
     check_references,
+    check_evidence,
     check_expressions,
     check_expression_types,
     check_input_schema,

@@ -118,6 +118,55 @@ def check_references(spec: Spec) -> Iterator[Diagnostic]:
             yield _unknown_approval(spec, state.pointer, state.approval)
 
 
+def check_evidence(spec: Spec) -> Iterator[Diagnostic]:
+    """An approval's declared evidence (``evidence.related_runs``) shows effects the spec
+    declares (E315) and relates runs by an input field the input schema declares (E316): what
+    the person deciding is shown must be what the runs record."""
+    for approval in spec.approvals.values():
+        related = approval.related_runs
+        if related is None:
+            continue
+        for i, name in enumerate(related.effects):
+            if name not in spec.effects:
+                yield at(
+                    spec,
+                    f"{related.pointer}/effects/{i}",
+                    "E315",
+                    f"approval {approval.name!r} shows the operations of effect {name!r} as "
+                    "evidence, but the spec declares no such effect: name a declared effect"
+                    f"{_suggest(name, spec.effects)}",
+                )
+        undeclared = _undeclared_input(spec.input_schema, related.by)
+        if undeclared is not None:
+            part, walked, known = undeclared
+            fields = ", ".join(sorted(known)) or "none"
+            close = difflib.get_close_matches(part, known, n=1)
+            hint = f" (did you mean {walked}.{close[0]}?)" if close else ""
+            yield at(
+                spec,
+                f"{related.pointer}/by",
+                "E316",
+                f"approval {approval.name!r} relates runs by {related.by}, but the input schema "
+                f"declares no field {part!r} under {walked} (fields: {fields}): relate them by "
+                f"a declared field{hint}, or declare it in the input schema",
+            )
+
+
+def _undeclared_input(schema: Any, path: str) -> tuple[str, str, list[str]] | None:
+    """Where the input schema stops declaring the field ``path`` (``input.order``) names: the
+    part it lacks, the path above it, and the fields declared there; None when it declares it.
+    Each level must list the next part under ``properties``: a free-form object declares no
+    field of its own."""
+    node, walked = schema, "input"
+    for part in path.split(".")[1:]:
+        props = node.get("properties") if isinstance(node, dict) else None
+        known = [str(name) for name in props] if isinstance(props, dict) else []
+        if not isinstance(props, dict) or part not in props:
+            return part, walked, known
+        node, walked = props[part], f"{walked}.{part}"
+    return None
+
+
 def _bind_instead(kind: str) -> str:
     """How an implementation a spec names as a kind (a plugin's, a factory's) is named instead."""
     return (
