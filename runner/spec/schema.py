@@ -232,7 +232,9 @@ COMPILED_FROM_NODES = 10_000
 
 @cache
 def _fast_check() -> Callable[[Any], Any]:
-    return fastjsonschema.compile(spec_schema())
+    # use_default=False: a check, never a change; fastjsonschema otherwise writes the schema's
+    # defaults into the document it checks, and what a spec leaves out would read as written
+    return fastjsonschema.compile(spec_schema(), use_default=False)
 
 
 def is_valid(data: Any) -> bool:

@@ -30,7 +30,8 @@ def test_many_threads_meeting_one_outage_make_one_outage_said_once_and_timed() -
     outages.answered(0)  # an answer from before the outage began says nothing
     assert report.unreachable is True
     outages.answered(1)  # a thread that caught up with the outage was answered
-    assert first.wake is not None and first.wake.is_set()
+    assert first.wake is not None
+    assert first.wake.is_set()
     assert (report.outages, report.unreachable, report.unreachable_seconds) == (1, False, 2.5)
     assert said == [
         "store unreachable (connection refused); retrying in 0.10 s",

@@ -181,3 +181,15 @@ def test_a_broken_document_has_the_same_findings_with_and_without_the_compiled_c
     assert not schema.is_valid(doc.data)  # compiles the check, which finds it broken too
     assert validate_document(doc) == direct
     assert [d.code for d in direct] == ["E203"]
+
+
+def test_the_compiled_check_changes_nothing_in_the_document_it_checks() -> None:
+    """Once compiled (a large spec validated first), the fast check checked every document;
+    fastjsonschema wrote the schema's defaults into each, so a spec that left
+    ``on_version_change`` out read as one that wrote it, and W520 was silent."""
+    from ratchet_runner.spec.schema import is_valid
+
+    doc = load_file(ROOT / "specs" / "returns.yaml")
+    before = json.dumps(doc.data, sort_keys=True)
+    assert is_valid(doc.data)
+    assert json.dumps(doc.data, sort_keys=True) == before
