@@ -110,6 +110,8 @@ NORMALISE = [
     (re.compile(r"\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?Z?"), "<time>"),
     (re.compile(r"\b[\w.-]+:\d+:[0-9a-f]{8}\b"), "<host:pid:nonce>"),
     (re.compile(r"\b\d+(?:\.\d+)? s\b"), "<n> s"),
+    # a time from now, in days and hours or hours and minutes ("in 2d 23h", "in 24h 0m")
+    (re.compile(r"\bin \d+[dh] \d+[hm]\b"), "in <duration>"),
 ]
 WILDCARD = re.compile(r"\.\.\.|…")
 #: The shell's own report of a command killed by a signal: each shell words it its own way.
