@@ -194,7 +194,6 @@ def _sources() -> list[Path]:
     return [
         *sorted((ROOT / "runner").rglob("*.py")),
         *sorted((ROOT / "adapters").rglob("*.py")),
-        ROOT / "cli.py",
     ]
 
 

@@ -1,9 +1,9 @@
 """The command line's serving commands: ``worker``, ``serve``, ``token`` and ``practice serve``
-(imported only by ``ratchet_runner.cli``, which adds them to its group).
+(:mod:`.main` adds them to its group).
 
 The commands that run until they are stopped, and the operator tokens of the service: each
 parses its options and hands them to the library (the worker pool, the HTTP service, the
-practice providers' server), as the rest of the command line does in ``cli.py``. Light to
+practice providers' server), as the rest of the command line does. Light to
 import: the library modules a command uses are imported when it runs.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .cli_options import (
+from .options import (
     JSON_OPTION,
     RUN_COMMAND,
     How,
@@ -125,9 +125,9 @@ def worker(
     met later that needs a longer lease is left, unchanged, to a worker that has one, with a
     warning once per spec version (docs/explanation/leases.md).
     """
-    from .review import views
-    from .session import Session
-    from .worker.passes import lease_refusal, unbound_warning, worker_pass
+    from ..review import views
+    from ..session import Session
+    from ..worker.passes import lease_refusal, unbound_warning, worker_pass
 
     with Session(how.db, bindings=how.bindings) as session:
         if once:
@@ -159,7 +159,7 @@ def worker(
         say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
         exporter = None
         if metrics_port is not None:
-            from .serve.metrics import serve_metrics
+            from ..serve.metrics import serve_metrics
 
             exporter = serve_metrics(session, metrics_host, metrics_port)
             say(f"worker {pool.owner}: metrics on {exporter.url}")
@@ -214,7 +214,7 @@ def serve_command(
     and recorded with the request's address; the run is then left to the workers. Create an
     operator with 'ratchet token'. The routes are in docs/reference/http-api.md.
     """
-    from .serve.run import serve
+    from ..serve.run import serve
 
     serve(
         host=host,
@@ -251,8 +251,8 @@ def token_command(name: str, roles: tuple[str, ...], token_file: str | None, as_
     token's SHA-256) and the token itself on stderr, once, or into --token-file: give it to NAME,
     keep it nowhere else.
     """
-    from .serve.operators import config_entry, new_token, save_token
-    from .settings import MAX_NAME, name_problem
+    from ..serve.operators import config_entry, new_token, save_token
+    from ..settings import MAX_NAME, name_problem
 
     for role in roles:
         problem = name_problem(role, MAX_NAME)
@@ -299,7 +299,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
     SIGTERM or Ctrl-C stops it. The routes, statuses and faults are in
     docs/reference/adapters.md ("The practice world over HTTP").
     """
-    from .session import Session
+    from ..session import Session
 
     with Session() as session:
         server = session.practice_server(host, port)
@@ -311,3 +311,7 @@ def serve(host: str, port: int, as_json: bool) -> None:
         )
         server.serve_until_signalled()
     say("stopped")
+
+
+#: The commands, as :mod:`.main` adds them to the group.
+COMMANDS = (worker, serve_command, token_command, practice)

@@ -1,13 +1,14 @@
-"""The command line's shared options and output (imported only by ``ratchet_runner.cli``).
+"""The command line's shared options and output (imported only by the command line's modules).
 
 The click options several commands share (``--db``, ``--json``, ``--bindings``, ``--lease``,
 ``--interrupt``), passed on to a command as one :class:`How` by :func:`with_options`; the
 helpers that print (JSON on stdout, text, messages on stderr, a file or stdout); and the steps
 every run command takes (its runner, its result shown). The commands themselves, with their
-``--help`` text, are ``cli.py``'s.
+``--help`` text, are :mod:`.specs`', :mod:`.runs`' and :mod:`.serving`'s.
 
-Light to import, as ``cli.py`` is: ``ratchet --version`` and every ``--help`` import this module,
-so the views, the session and the spec loader are imported by the helpers that use them.
+Light to import, as the command line is: ``ratchet --version`` and every ``--help`` import
+this module, so the views, the session and the spec loader are imported by the helpers that use
+them.
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import CommandLineError, UsageError
-from .settings import MAX_NAME, interrupt_point, is_unicode, name_problem, shown
+from ..errors import CommandLineError, UsageError
+from ..settings import MAX_NAME, interrupt_point, is_unicode, name_problem, shown
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
-    from .engine.commands import CommandResult
-    from .engine.runner import Runner
-    from .review.naive import Strategy
-    from .session import Session
+    from ..engine.commands import CommandResult
+    from ..engine.runner import Runner
+    from ..review.naive import Strategy
+    from ..session import Session
 
 #: A file a command writes (instead of stdout).
 OUTPUT = click.Path(dir_okay=False, writable=True)
+
+#: The command line's exit statuses (documented in docs/reference/cli.md, "Exit statuses").
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def emit_json(value: Any) -> None:
@@ -154,7 +158,7 @@ def show_usage_error(exc: click.ClickException) -> None:
 
 
 def _lease(seconds: float) -> float:
-    from .engine.lease import validate_lease
+    from ..engine.lease import validate_lease
 
     return validate_lease(seconds)
 
@@ -271,7 +275,7 @@ def report_result(
     runner: Runner, result: CommandResult, how: How, key: str, head: str | None = None
 ) -> None:
     """Show a command's result: what it did (and what happened after), then the run."""
-    from .review import views
+    from ..review import views
 
     summary = views.command_summary(runner, result, key)
     if how.as_json:
@@ -284,7 +288,7 @@ def drive(how: How, key: str, command: Callable[..., CommandResult], *args: Any,
     """Call the run command ``command`` (of :mod:`~ratchet_runner.engine.commands`) with the
     session's runner, ``args``, ``kw`` and the lease ``how`` gives, then show its result under
     ``key``."""
-    from .session import Session
+    from ..session import Session
 
     with Session(how.db, bindings=how.bindings) as session:
         runner = command_runner(session, how.interrupt)
@@ -301,7 +305,7 @@ def world_fixture(path: str, effects: Iterable[str]) -> dict[str, Any]:
     an effect that does not exist would wait for calls that never come)."""
     import difflib
 
-    from .spec.loader import load_file
+    from ..spec.loader import load_file
 
     fixture = load_file(path).data
     if not isinstance(fixture, dict):

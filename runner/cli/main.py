@@ -1,0 +1,89 @@
+"""The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
+
+The group and the entry point: every command is one click command in the module of the
+front it serves (:mod:`.specs`: the spec's commands; :mod:`.runs`: the run commands;
+:mod:`.serving`: ``worker``, ``serve``, ``token`` and ``practice serve``), sharing the options and
+the output helpers of :mod:`.options`; everything else is the library's. A command imports the
+library modules it uses when it runs, so that ``ratchet --version`` and every ``--help`` import
+no spec machinery, store or diagram (docs/performance.md, "Starting the command").
+
+Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
+request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
+3 internal error · 4 the run moved on (another process changed it first) · 5 another input for a
+business key that already names a run (nothing was written). With ``--json`` only JSON is
+printed on stdout; messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ratchet_runner import __version__
+from ratchet_runner.errors import RatchetError
+
+from . import runs, serving, specs
+from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ratchet")
+def cli() -> None:
+    """Ratchet runs workflows whose steps change the outside world, and makes each approved
+    change happen exactly once.
+
+    Workflows are YAML transition tables (see specs/). Start with:
+
+    \b
+      ratchet validate specs/*.yaml     check specs before they run
+      ratchet table specs/refund.yaml   the transition table, for a pull request
+      ratchet schema > spec.schema.json the JSON Schema editors autocomplete from
+      ratchet diagram specs/refund.yaml --view crash-windows -o crash.svg
+      ratchet check specs/refund.yaml   run every crash window, prove no duplicate
+      ratchet run specs/refund.yaml --example T-90104   run a workflow
+      ratchet trace RUN                 what happened, event by event
+
+    RUN is a run ID (run_...) or, when only one run has it, a business key such as T-90104.
+
+    The store is SQLite at .ratchet/ratchet.db (set RATCHET_HOME to move it, or --db /
+    RATCHET_DB to use PostgreSQL: postgresql+psycopg://USER@HOST/DB). The practice world,
+    which stands in for payment, warehouse and travel providers, is .ratchet/practice.db.
+    """
+
+
+for _command in (*specs.COMMANDS, *runs.COMMANDS, *serving.COMMANDS):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: no traceback ever reaches the user (each command's session has closed what
+    it opened by the time an error reaches here). Arguments that are not UTF-8 are refused
+    before any is read (R206)."""
+    arguments = sys.argv[1:] if argv is None else argv
+    try:
+        refused = not_utf8(arguments)
+        if refused is not None:
+            raise refused
+        cli.main(args=arguments, prog_name="ratchet", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        show_usage_error(exc)  # a malformed command line: Error: R206 ...
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except RatchetError as exc:  # its code and message, or a spec's diagnostics
+        echo_lines(exc.report(), err=True)
+        sys.exit(exc.exit_status)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # the last line of defence
+        if os.environ.get("RATCHET_DEBUG"):
+            raise
+        click.echo(
+            f"ratchet: internal error: {type(exc).__name__}: {exc} "
+            "(set RATCHET_DEBUG=1 to see the traceback, and please report it)",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)
