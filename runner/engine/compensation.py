@@ -283,6 +283,7 @@ def _found_for_undo(
         via="reconcile",
         receipt={field or "receipt": receipt.get(field or "")},
     )
+    extra = duplicates.unrecorded(run, forward.operation_id, extra)  # none recorded twice
     if extra:
         undo = _declared_undo(spec, forward.effect)
         duplicates.note(change, run, spec, forward, receipt, extra, via="reconcile", undo=undo)

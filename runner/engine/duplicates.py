@@ -56,6 +56,23 @@ def kept_and_extra(
     return every[0], every[1:]
 
 
+def unrecorded(
+    run: RunRecord, operation_id: str, extra: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The changes among ``extra`` that ``run`` has not recorded yet as made under
+    ``operation_id``. A change found twice is found twice again by every later lookup (the
+    retry's verification after a reconcile recorded it, a reconcile after the verification
+    did, an ``ops retry`` that looks it up once more): each records only what is new, a third
+    change, so that nothing is recorded, counted or undone twice."""
+    known = [
+        receipt
+        for found in run.context.get(FOUND, [])
+        if found.get("operation_id") == operation_id
+        for receipt in (found.get("kept"), *found.get("extra", []))
+    ]
+    return [receipt for receipt in extra if receipt not in known]
+
+
 def holding(run: RunRecord) -> bool:
     """Whether ``run`` is held for a duplicate (undoing the extra changes, or waiting for a
     person to look at them)."""

@@ -568,6 +568,11 @@ class EffectStep:
         while the extra ones are undone, where the spec says how; then a person decides
         (:mod:`.duplicates`). Nothing is called for it now."""
         kept, extra = duplicates.kept_and_extra(found, op.receipt, self.receipt_field)
+        extra = duplicates.unrecorded(self.run, op.operation_id, extra)
+        if not extra:
+            # recorded already (by the verification, or an earlier lookup): the person asked let
+            # the run go on (``ratchet ops retry``), and it goes on with the change it kept
+            return self._finish(op, kept, via="reconcile")
         change = self._done_change(op, kept, "reconcile")
         self._record_done(change, op, kept)
         duplicates.note(

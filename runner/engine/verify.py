@@ -10,7 +10,8 @@ operation up again at twice the provider's window, then at doubling intervals, f
 :data:`VERIFY_FOR` seconds. Each check is a lookup and nothing else. One that finds the change
 made more than once records the duplicate (:mod:`.duplicates`): the extra change is undone where
 the spec says how, and the run waits for a person, whatever it has done since (a run that ended
-is held again). The last check records ``verified``.
+is held again). A duplicate the run has recorded already (a reconcile found it first) is looked
+past, and the checks go on for a third change. The last check records ``verified``.
 """
 
 from __future__ import annotations
@@ -92,8 +93,12 @@ def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
     field = _receipt_field(spec, op.effect)
     proves = isinstance(found, Found) and (field is None or bool(found.receipt.get(field)))
     entry: dict[str, Any] = dict(run.context.get(VERIFYING, {}).get(operation_id, {}))
-    if isinstance(found, Found) and proves and found.others:
+    kept: dict[str, Any] = {}
+    extra: list[dict[str, Any]] = []
+    if isinstance(found, Found) and proves:
         kept, extra = duplicates.kept_and_extra(found, op.receipt, field)
+        extra = duplicates.unrecorded(run, operation_id, extra)  # one recorded is looked past
+    if extra:
         _done_with(change, run, operation_id)
         duplicates.note(
             change, run, spec, op, kept, extra, via="verify", undo=_undo_of(spec, op.effect)

@@ -20,11 +20,12 @@ A new run and a claim (``FOR UPDATE SKIP LOCKED``) are one statement each too. A
 the notification is sent when, and only if, the statement commits having written the run.
 
 Changes this form cannot express exactly (consuming an approval or firing a timer, whose "exactly
-one row" checks need a transaction, taking a lease, or two writes to one operation) go through
-the transactional :class:`~ratchet_runner.store.writer.Writer` this writer extends.
-:class:`Statements` builds the SQL text; :class:`PostgresWriter` runs it. Leases expire by the
-server's clock (:data:`DB_NOW`). Over 500 lines: one concern, the text of every one-statement
-write (a change, a new run with its evidence keys, a claim) and the writer that sends them.
+one row" checks need a transaction, taking a lease, two writes to one operation, or recording a
+duplicate, rare enough to need no statement of its own) go through the transactional
+:class:`~ratchet_runner.store.writer.Writer` this writer extends. :class:`Statements` builds
+the SQL text; :class:`PostgresWriter` runs it. Leases expire by the server's clock
+(:data:`DB_NOW`). Over 500 lines: one concern, the text of every one-statement write (a change,
+a new run with its evidence keys, a claim) and the writer that sends them.
 """
 
 from __future__ import annotations
@@ -240,6 +241,8 @@ class Statements:
     def shape(change: Change) -> Shape | None:
         """The shape of ``change``, or None when one statement cannot apply it exactly."""
         if change.consume_approvals or change.fire_timer is not None or change.take_lease:
+            return None
+        if change.new_duplicates:  # no part of the statement writes them: the writer's do
             return None
         updated = [operation_id for operation_id, _ in change.operation_updates]
         inserted = {op["operation_id"] for op in change.new_operations}

@@ -37,7 +37,7 @@ from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
-from ratchet_runner.worker.passes import worker_pass
+from ratchet_runner.worker.passes import fire_due, worker_pass
 from tests.conftest import PRACTICE_BINDING, ROOT, spec_and_text
 from tests.conftest import run_cli as run
 from tests.integration.test_http_binding import binding as binding  # the served practice world
@@ -265,3 +265,120 @@ def test_an_undo_waits_out_the_window_of_a_hold_that_may_still_commit_and_releas
     assert {c.args["hold_id"] for c in releases} == {h.result["hold_id"] for h in holds}
     kinds = [e.kind for e in store.history(run.id)]
     assert "reconcile_unsettled" in kinds
+
+
+# -- a duplicate found again by a later lookup -------------------------------------------------
+
+
+class HeldCourier:
+    """A courier that keeps no key register and declares a 1 s ``commits_within``, whose
+    booking requests it holds, unanswered, until the test commits them (``commit_held``), later
+    than it declared; a cancel it makes at once."""
+
+    def __init__(self) -> None:
+        self.held: list[Call] = []
+        self.made: list[tuple[str, str, dict[str, Any]]] = []
+
+    def commit_held(self) -> None:
+        for request in self.held:
+            number = sum(1 for _, op, _ in self.made if op == request.operation) + 1
+            receipt = {f"{request.operation}_id": f"{request.operation}_{number}"}
+            self.made.append((request.operation_id, request.operation, receipt))
+        self.held = []
+
+    def call(self, request: Call) -> Outcome:
+        self.held.append(request)
+        if request.operation == "book":
+            return Ambiguous("timeout: no reply")
+        self.commit_held()
+        return Done(self.made[-1][2])
+
+    def lookup(self, operation: str, operation_id: str, effect: str = "") -> LookupResult:
+        made = [receipt for oid, _, receipt in self.made if oid == operation_id]
+        return Found(made[0], tuple(made[1:])) if made else NotFound()
+
+    def semantics(self, operation: str, lookup: str | None = None) -> Semantics:
+        return Semantics(dedupe=False, commits_within=1.0)
+
+    def cancels(self) -> list[dict[str, Any]]:
+        return [receipt for _, op, receipt in self.made if op == "cancel"]
+
+
+def booked_twice(store: Store) -> tuple[Runner, FakeClock, HeldCourier, RunRecord]:
+    """Order O-1 booked twice: the first request held past the courier's window, the run's
+    lookup believed after it, a second request sent (its verification armed) and held too; then
+    both committed, and the run waiting to look again."""
+    clock, courier = FakeClock(), HeldCourier()
+    options = RunnerOptions(inline_wait=0.0, monotonic=clock.now)
+    runner = Runner(store, lambda adapter: courier, clock, options=options)
+    spec = load_spec(COURIER)
+    run, _ = runner.start(spec, COURIER.read_text(encoding="utf-8"), {"order": "O-1"})
+    for _ in range(6):  # not found yet; believed after the window (and a back-off): sent again
+        run = runner.advance(run.id)
+        if len(courier.held) == 2:
+            break
+        clock.advance(3.0)
+    assert [request.attempt for request in courier.held] == [1, 2]
+    assert run.context.get("verifying")  # the retry's verification is armed
+    courier.commit_held()
+    return runner, clock, courier, run
+
+
+def test_a_duplicate_a_reconcile_finds_is_recorded_in_the_stores_duplicates_on_every_store(
+    store: Store,
+) -> None:
+    """The run looks again once the courier's window has passed and finds both bookings: the
+    duplicate is recorded (the event and the store's row, which ``/metrics`` counts), the extra
+    booking cancelled, and the run handed to a person where it stood. Before the fix, on
+    PostgreSQL, the commit that recorded it went out as one statement that left the row out."""
+    runner, clock, courier, run = booked_twice(store)
+    clock.advance(1.5)  # past the courier's window, before the verification is due
+    run = runner.advance(run.id)
+    assert (run.state, run.status) == ("booking", "needs_person")  # held where it stood
+    (found,) = store.duplicates(run.id)
+    assert (found.via, found.receipts) == (
+        "reconcile",
+        [{"book_id": "book_1"}, {"book_id": "book_2"}],
+    )
+    assert [e.kind for e in store.history(run.id)].count("duplicate_detected") == 1
+    assert courier.cancels() == [{"cancel_id": "cancel_1"}]
+
+
+def test_a_duplicate_a_reconcile_found_is_not_recorded_again_by_the_retrys_verification(
+    store: Store,
+) -> None:
+    """After the reconcile recorded the duplicate, the verification armed by the retry finds
+    the same two bookings. Before the fix it recorded them again, registered the same undo a
+    second time, and every worker pass died on that timer (DuplicateOperation) from then on;
+    now it knows them, and looks again later for a third."""
+    runner, clock, courier, run = booked_twice(store)
+    clock.advance(1.5)
+    run = runner.advance(run.id)
+    clock.advance(60.0)  # the verification is due
+    fired = fire_due(runner)
+    assert [f.outcome for f in fired] == ["again"]
+    assert [e.kind for e in store.history(run.id)].count("duplicate_detected") == 1
+    assert len(courier.cancels()) == 1
+    after = store.get_run(run.id)
+    assert (after.state, after.status) == ("booking", "needs_person")
+
+
+def test_a_duplicate_the_verification_found_is_not_recorded_again_when_ops_retry_reconciles(
+    store: Store,
+) -> None:
+    """The verification finds both bookings first, before the run looked again: the duplicate
+    is recorded, the extra cancelled, the run handed to a person. ``ops retry`` takes it on from
+    where it was, which looks the booking up: the same two. Before the fix that recorded them
+    again and the step failed (DuplicateOperation); now the run is booked with the one it kept."""
+    runner, clock, courier, run = booked_twice(store)
+    clock.advance(60.0)  # the verification is due before the run looks again
+    assert [f.outcome for f in fire_due(runner)] == ["duplicate"]
+    run = runner.advance(run.id)  # the extra booking cancelled, then a person asked
+    assert run.status == "needs_person"
+    outcome = operate(runner, run.id, "retry", "dana", "dispatcher")
+    assert outcome.then is None, outcome.then
+    after = store.get_run(run.id)
+    assert (after.state, after.status) == ("booked", "done")
+    assert after.context["receipts"]["book_courier"] == {"book_id": "book_1"}
+    assert len(store.duplicates(run.id)) == 1
+    assert courier.cancels() == [{"cancel_id": "cancel_1"}]

@@ -34,6 +34,8 @@ class Driver:
     point: str = "starts"
     ready: Callable[[], bool] | None = None
     wake: float | None = None
+    stall: str | None = None  # where it stands, if between a lease check and its send
+    call_deadline: float | None = None  # the deadline of the call it is about to make
     started: bool = False
     killed: bool = False
     done: bool = False

@@ -44,6 +44,7 @@ class Profile:
     resumes: tuple[int, ...] = (0, 0, 1, 1, 2)
     workers: tuple[int, ...] = (1, 1, 2, 2, 3)
     passes: tuple[int, ...] = (1, 1, 2, 4, 8)  # how many passes a worker makes, polling
+    polls: tuple[float, float] = (0.2, 2.0)  # the shortest and longest poll between passes
     # How many rescues a schedule may make: while a request is in flight and a run is leased,
     # the clock jumps just past every lease on record and a worker arrives (a request sent
     # under a lease that expires before the request's timeout is then still in flight).
@@ -66,11 +67,76 @@ class Profile:
         (0.03, 2 * 3600.0, 5 * 3600.0),
     )
 
+    # -- late commits at drawn moments (the late-commit profiles) --------------------------
+    # What a provider that does not deduplicate declares as its commits_within, one per
+    # schedule. Empty: it declares 15 s, and a late request is committed at a moment the
+    # scheduler picks, within the call's timeout (the other profiles). Given: each late request
+    # is committed at a moment drawn when it arrives, its delay up to ``delay_spread`` (one per
+    # schedule) of the declared window, which may be past the caller's timeout, or, with the
+    # chance ``beyond`` (one per schedule), beyond the window, up to ``beyond_factor`` times it:
+    # a provider breaking the contract its binding declares.
+    commits_within: tuple[float, ...] = ()
+    delay_spread: tuple[float, ...] = (1.0,)
+    beyond: tuple[float, ...] = (0.0,)
+    beyond_factor: float = 3.0
+    # -- stalls (SIGSTOP) between the lease check and the send -------------------------------
+    # ``stall_points``: a driver yields at every point between securing its lease for an
+    # attempt and sending it (before and after each lease check, before and after the
+    # attempt's commit), not only before its store calls and the send. At any of them the
+    # scheduler may stall it: the clock moves on by a moment, just past every lease on record
+    # (then, with the chance ``stall_rescue``, a rescuer arrives) or just past the call's
+    # deadline, while the driver stays where it is. ``stalls``: how many a schedule may make;
+    # ``stall_weight``: the weight of stalling a driver that stands at such a point.
+    stall_points: bool = False
+    stalls: tuple[int, ...] = (0,)
+    stall_weight: float = 0.0
+    stall_rescue: float = 0.6
+    # How long a runner waits in the process (``RunnerOptions.inline_wait``) before it leaves a
+    # back-off or a settle window to a stored wake-up time for a worker, one per schedule.
+    inline_waits: tuple[float, ...] = (0.0, 5.0)
+    # How many workers a schedule may call in once its arrivals are spent and nothing is left
+    # to move but the clock, while a run is still running or a request in flight: each arrives
+    # at the next moment something is due (a run's wake-up, a lease's end, a provider's
+    # commit), as a pool of workers polling would, instead of the final passes jumping past
+    # them all at once.
+    standby: int = 0
+
+    @property
+    def timed(self) -> bool:
+        """Whether late requests are committed at drawn moments (the late-commit profiles)."""
+        return bool(self.commits_within)
+
     def faults_for(self, effect: str) -> Faults:
         return dict(self.effect_faults).get(effect, self.faults)
 
 
-#: Every kind of schedule: the broad mix CI and the soak run, and two focused ones.
+#: Faults of the late-commit profiles: most requests are committed late, few fail outright.
+LATE_FAULTS = Faults(
+    unavailable=0.03, refuse=0.01, lost_request=0.04, late=0.6, reply_lost=0.25, lookup_fails=0.05
+)
+
+#: What the late-commit profiles share: a travel provider (never deduplicating) that commits
+#: most requests late, holders stalled between their lease check and the send, rescuers
+#: arriving once the leases have run out, kills.
+_LATE: dict[str, Any] = {
+    "workflows": ("booking", "booking", "booking", "refund"),
+    "faults": LATE_FAULTS,
+    "kills": (0, 0, 1),
+    "second_start": 0.1,
+    "second_decision": 0.1,
+    "operator": 0.1,
+    "rescues": (0, 1, 2),
+    "delay_spread": (0.3, 1.0, 1.0),
+    "stall_points": True,
+    "stalls": (2, 4, 6),
+    "stall_weight": 0.6,
+    "standby": 6,
+    "max_steps": 320,
+    "jumps": ((0.4, 0.1, 3.0), (0.35, 3.0, 20.0), (0.22, 20.0, 65.0), (0.03, 600.0, 3600.0)),
+}
+
+#: Every kind of schedule: the broad mix CI and the soak run, focused ones, and the two
+#: late-commit ones.
 PROFILES = {
     "mixed": Profile("mixed"),
     # A command's call in flight while workers and resumes come and go (bug 1).
@@ -151,7 +217,24 @@ PROFILES = {
         operator=0.0,
         jumps=((0.4, 0.1, 3.0), (0.35, 3.0, 20.0), (0.25, 20.0, 65.0)),
     ),
+    # A provider that keeps its contract: every late request committed within the commits_within
+    # it declares (15 s, the call's timeout; or 25 or 45 s, past the caller's timeout), at a
+    # moment drawn per request; holders stalled at every point between their lease check and
+    # the send. No change may be made twice.
+    "late-commits": Profile("late-commits", commits_within=(15.0, 25.0, 45.0), **_LATE),
+    # A provider that breaks it: some late requests committed beyond the commits_within it
+    # declares, up to three times it. A change may then be made twice, but never silently:
+    # every duplicate is detected, its run handed to a person, its extra change undone.
+    "late-commits-beyond": Profile(
+        "late-commits-beyond",
+        commits_within=(15.0, 25.0),
+        beyond=(0.15, 0.35, 0.6),
+        **_LATE,
+    ),
 }
+
+#: The late-commit profiles, which ``python -m bench.simulate --profile late`` runs in turn.
+LATE_PROFILES = ("late-commits", "late-commits-beyond")
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,11 @@ drivers see it (see :mod:`tests.property.simulation`)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import event
 
@@ -109,21 +110,40 @@ def simulation_store(directory: str) -> Iterator[Store]:
 
 @dataclass(eq=False)
 class Request:
-    """One request at a provider, from the moment it arrives until the provider settles it."""
+    """One request at a provider, from the moment it arrives until the provider settles it.
+
+    In the late-commit profiles a late request has its commit moment drawn when it arrives
+    (``commit_at``): the caller hears of it then if that is within its timeout, else it gives
+    up at its ``deadline`` (a timeout) while the provider still holds the request, and commits
+    it later, unheard. Otherwise (``commit_at`` None) the provider settles it at a moment the
+    scheduler picks, by the call's timeout at the latest."""
 
     seq: int
     provider: Provider
     call: Call
     caller: str
     sent_at: float
-    deadline: float  # by when the provider has settled it: the call's timeout
+    deadline: float  # when the caller gives up: the call's timeout
     fate: str  # now · late · lost_request · unavailable · refuse
     reply_lost: bool
-    settled: bool = False
+    settled: bool = False  # the provider is done with it
+    answered: bool = False  # the caller has its outcome (a reply, or its own timeout)
     outcome: Outcome | None = None
+    commit_at: float | None = None  # when a late request is committed (late-commit profiles)
 
     def describe(self) -> str:
         return f"{self.call.effect} op {self.call.operation_id[:8]} #{self.call.attempt}"
+
+    def due(self) -> float:
+        """The next moment this request changes: the caller gives up, or the provider commits
+        (or drops) it."""
+        if self.commit_at is None:
+            return self.deadline
+        return self.commit_at if self.answered else min(self.commit_at, self.deadline)
+
+    def last(self) -> float:
+        """By when the provider is done with it."""
+        return self.deadline if self.commit_at is None else max(self.commit_at, self.deadline)
 
 
 class Provider:
@@ -162,6 +182,8 @@ class Provider:
             fate,
             reply_lost,
         )
+        if fate == "late" and sim.profile.timed:
+            request.commit_at = now + self._delay()
         if fate == "unavailable":
             self._settle(request, Transient("503: service unavailable"))
         elif fate == "refuse":
@@ -172,33 +194,74 @@ class Provider:
             sim.in_flight.append(request)
         return request
 
+    def _delay(self) -> float:
+        """How long after it arrives a late request is committed (late-commit profiles): within
+        the declared commits_within, or, with the schedule's chance of it, beyond it."""
+        sim = self.sim
+        window = sim.commits_within
+        if sim.fates.random() < sim.beyond:
+            return window * (1.0 + sim.fates.uniform(0.01, sim.profile.beyond_factor - 1.0))
+        return sim.fates.uniform(0.0, sim.delay_spread * window)
+
     def settle(self, request: Request) -> str:
-        """Settle a request the provider holds: commit it (late), or drop it (lost)."""
+        """Settle a request the provider holds: commit it (late), or drop it (lost); in the
+        late-commit profiles, what happens to it at its next moment (:meth:`Request.due`)."""
+        gives_up = request.commit_at is not None and request.deadline < request.commit_at
+        if gives_up and not request.answered:
+            timeout = request.call.timeout or 10.0
+            self._answer(request, Ambiguous(f"timeout: no reply in {timeout:g} s"))
+            return (
+                f"{request.caller} gives up on {request.describe()} (its {timeout:g} s "
+                f"timeout); {self.name} still holds it"
+            )
         self.sim.in_flight.remove(request)
         if request.fate == "late":
+            heard = not request.answered
             self._commit(request)
-            return f"{self.name} commits {request.describe()} (late, sent by {request.caller})"
+            delay = self.sim.clock.now() - request.sent_at
+            said = f"{delay:.1f} s after it arrived"
+            if request.commit_at is not None and not self.dedup:
+                if delay > self.sim.commits_within:
+                    said += f", beyond its commits_within ({self.sim.commits_within:g} s)"
+                elif delay > (request.call.timeout or 10.0):
+                    said += ", after the caller's timeout"
+            if not heard:
+                said += ", unheard"
+            return (
+                f"{self.name} commits {request.describe()} (late, sent by {request.caller}, {said})"
+            )
         self._settle(request, Ambiguous("timeout: no reply (the request was lost)"))
         return f"{self.name} never got {request.describe()} (sent by {request.caller}: lost)"
 
     def _commit(self, request: Request) -> None:
         call = request.call
+        sim = self.sim
         made = self.changes.setdefault(call.operation_id, [])
         if made and self.dedup:
             receipt = dict(made[0]["receipt"])
         else:
-            field_name = self.sim.receipt_fields.get(call.effect) or "receipt"
+            field_name = sim.receipt_fields.get(call.effect) or "receipt"
             receipt = {field_name: f"{self.name}-{call.operation_id[:8]}-{len(made) + 1}"}
+            delay = sim.clock.now() - request.sent_at
             made.append(
                 {
                     "effect": call.effect,
                     "args": call.args,
                     "receipt": receipt,
                     "by": request.caller,
-                    "step": self.sim.step_no,
+                    "step": sim.step_no,
+                    "delay": delay,
+                    # committed later than the provider declared it would: its contract broken
+                    "beyond": delay > sim.commits_within + 1e-9,
                 }
             )
-            if call.effect in self.sim.undoing:
+            if self.dedup:
+                pass  # a second request there makes no second change, whenever it comes
+            elif delay > sim.commits_within + 1e-9:
+                sim.seen["late commit beyond the window"] += 1
+            elif delay > (call.timeout or 10.0):
+                sim.seen["late commit after the caller's timeout"] += 1
+            if call.effect in sim.undoing:
                 self.undone.update(v for v in call.args.values() if isinstance(v, str))
         if request.reply_lost:
             self._settle(request, Ambiguous("timeout: the reply was lost"))
@@ -207,8 +270,15 @@ class Provider:
 
     @staticmethod
     def _settle(request: Request, outcome: Outcome) -> None:
-        request.outcome = outcome
         request.settled = True
+        Provider._answer(request, outcome)
+
+    @staticmethod
+    def _answer(request: Request, outcome: Outcome) -> None:
+        """Give the caller its outcome, unless it has had one (it gave up on its timeout)."""
+        if not request.answered:
+            request.outcome = outcome
+            request.answered = True
 
     def lookup(self, operation_id: str, effect: str) -> LookupResult:
         if self.sim.fates.random() < self.sim.profile.faults_for(effect).lookup_fails:
@@ -224,9 +294,11 @@ class SimAdapter:
     """The adapter protocol over a simulated provider: the caller may stall (a yield point, at
     which the scheduler may move the clock) between the runner's last lease check and the send;
     as a real adapter does, it sends nothing once the call's deadline has passed. A call is then
-    in flight until the provider settles it; a lookup is one step. It declares its provider's
-    semantics: a provider that does not deduplicate commits every request within the call's
-    timeout (:attr:`Request.deadline`), which is its ``commits_within``."""
+    in flight until the provider settles it (or, in the late-commit profiles, until the caller's
+    timeout); a lookup is one step. It declares its provider's semantics: a provider that does
+    not deduplicate declares the schedule's ``commits_within`` (15 s, the call's timeout, within
+    which it then commits every request; in the late-commit profiles, drawn per schedule, and in
+    ``late-commits-beyond`` not always kept)."""
 
     def __init__(self, sim: Simulation, provider: Provider) -> None:
         self.sim = sim
@@ -239,13 +311,21 @@ class SimAdapter:
 
     def call(self, request: Call) -> Outcome:
         sim = self.sim
-        sim.park(f"about to send {request.effect} op {request.operation_id[:8]}")
+        sim.park(
+            f"about to send {request.effect} op {request.operation_id[:8]}",
+            stall="about to send",
+            deadline=request.deadline,
+        )
         if request.deadline is not None and sim.clock.now() > request.deadline:
             sim.note("; past the call's deadline: not sent")
+            sim.seen["not sent: past the call's deadline"] += 1
             return not_sent(request)
         sent = self.provider.receive(request, sim.current_name())
         sim.note(f"; call {sent.describe()} → {_fate(sent)}")
-        sim.park(f"awaits {sent.describe()}", ready=lambda: sent.settled)
+        # a late request committed at a drawn moment: the caller sleeps until then, or until
+        # its timeout
+        wake = sent.due() if sent.commit_at is not None and not sent.answered else None
+        sim.park(f"awaits {sent.describe()}", ready=lambda: sent.answered, wake=wake)
         assert sent.outcome is not None
         sim.note(f"← {_outcome(sent.outcome)}")
         return sent.outcome
@@ -259,7 +339,12 @@ class SimAdapter:
 
 def _fate(request: Request) -> str:
     if request.fate == "late":
-        return "in flight (commits late)" + (", reply to be lost" if request.reply_lost else "")
+        when = "late"
+        if request.commit_at is not None:
+            when = f"in {request.commit_at - request.sent_at:.1f} s"
+            if request.commit_at - request.sent_at > request.provider.sim.commits_within:
+                when += ", beyond its commits_within"
+        return f"in flight (commits {when})" + (", reply to be lost" if request.reply_lost else "")
     if request.fate == "lost_request":
         return "in flight (request lost)"
     if request.fate == "now":
@@ -296,7 +381,11 @@ class StoreProxy:
         sim = self._sim
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            sim.park(_describe(name, args))
+            attempt = name == "commit" and _records_a_call(args)
+            if attempt:  # the commit of an attempt: between its lease check and its send
+                sim.park(_describe(name, args), stall="before committing the attempt")
+            else:
+                sim.park(_describe(name, args))
             try:
                 result = attr(*args, **kwargs)
             except Exception as exc:
@@ -308,9 +397,19 @@ class StoreProxy:
             summary = _summary(result)
             if summary:
                 sim.note(summary)
+            if attempt:
+                sim.pause_point("after committing the attempt")
             return result
 
         return call
+
+
+def _records_a_call(args: tuple[Any, ...]) -> bool:
+    """Whether a commit's change records an attempt (a ``call`` event): its request is sent
+    next, unless its deadline passes first."""
+    return (
+        bool(args) and isinstance(args[0], Change) and any(k == "call" for k, _ in args[0].events)
+    )
 
 
 def short(run_id: str) -> str:
@@ -346,7 +445,33 @@ def _summary(result: Any) -> str:
 
 class SimRunner(Runner):
     """The real runner, with each shipped spec parsed once per process rather than once per
-    driver (parsing is pure; the store still records the spec's text as always)."""
+    driver (parsing is pure; the store still records the spec's text as always), and, in the
+    profiles that stall drivers (``Profile.stall_points``), a yield point before and after each
+    lease check an effect step makes between fixing an attempt's deadline and sending it: when
+    it secures its lease for the attempt, before the attempt commits
+    (``EffectStep._secure_and_fix``), and its last check before the send (``EffectStep._call``).
+    The store's proxy yields before and after the attempt's commit, and the adapter before the
+    send."""
+
+    sim: Simulation | None = None
+
+    #: The effect step's methods whose lease checks stand between an attempt and its send.
+    CHECKS: ClassVar[dict[str, str]] = {
+        "_secure_and_fix": "securing its lease for the attempt",
+        "_call": "its last lease check",
+    }
+
+    def secure_lease(self, run_id: str, timeout: float | None) -> None:
+        sim = self.sim
+        check = self.CHECKS.get(sys._getframe(1).f_code.co_name)
+        if sim is None or check is None:
+            super().secure_lease(run_id, timeout)
+            return
+        # called with the call's time (then its deadline is being fixed) or what is left of it
+        deadline = None if timeout is None else self.monotonic() + timeout
+        sim.pause_point(f"before {check}", deadline)
+        super().secure_lease(run_id, timeout)
+        sim.pause_point(f"after {check}")
 
     def spec_for_digest(self, digest: str) -> Spec:
         for spec in loaded():

@@ -7,9 +7,11 @@ One *schedule* interleaves several drivers — ``ratchet run``
 the clock has jumped past every lease — over one or two runs of the shipped specs, against simulated
 providers that commit late, lose replies, are unavailable, refuse and fail lookups. Between any two
 steps the scheduler may let another driver go on, let a provider commit a request it holds, jump the
-clock, or kill a driver. Then it drains the schedule and checks its invariants (see
-:meth:`Simulation.check`): no effect made twice, every run ends or waits for a person, every change
-a compensated saga made is undone or declared kept, no driver crashed.
+clock, stall a driver between its lease check and its send, or kill a driver. Then it drains the
+schedule and checks its invariants (see :meth:`Simulation.check`): no effect made twice, every run
+ends or waits for a person, every change a compensated saga made is undone or declared kept, no
+driver crashed, and no change made twice by a provider that broke its commits_within went
+undetected.
 
 How it is deterministic:
 
@@ -29,8 +31,10 @@ How it is deterministic:
 A **kill** is SIGKILL: the driver never runs again; every later store or adapter call from its
 thread raises :class:`Killed` before touching anything (so ``finally:`` blocks that would give a
 lease back give nothing back), and the thread unwinds. A request it had sent stays at the
-provider, which still commits it within the call's timeout. A **clock jump** first settles every
-request whose deadline it passes.
+provider, which still commits it within the call's timeout (in the late-commit profiles, at the
+moment drawn for it). A **stall** is SIGSTOP between a lease check and the send: the clock moves
+on while the driver stays where it is. A **clock jump** first settles every request whose moment
+it passes.
 
 The parts: this module schedules, drains and checks; :mod:`tests.property.sim_world` holds the
 clock, the providers and the store as the drivers see it; :mod:`tests.property.sim_drivers` the
@@ -48,11 +52,12 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ratchet_runner.engine import commands as real_commands
 from ratchet_runner.engine.runner import Runner, RunnerOptions
+from ratchet_runner.engine.verify import is_verification
 from ratchet_runner.errors import RatchetError
 from ratchet_runner.spec.model import Adapter as AdapterSpec
 from ratchet_runner.spec.model import Spec
@@ -127,6 +132,14 @@ class Result:
 class Simulation:
     """One schedule: plans its drivers, runs them under the seeded scheduler, drains, checks."""
 
+    #: Whether invariant 3 passes over a change a provider committed beyond its commits_within
+    #: after the saga had given its operation up (exhausted, its undo skipped because a lookup
+    #: after the window found nothing), counting it instead ("change made beyond the window
+    #: after its saga gave it up"). Nothing in the engine tells anyone of such a change
+    #: yet: the retry's verification finds it, but records only a change made twice. A test
+    #: that sets this False is marked as an expected failure until it does.
+    late_changes_excused = True
+
     def __init__(
         self, seed: int, store: Store, profile: Profile | str = "mixed", commands: Any = None
     ) -> None:
@@ -167,8 +180,16 @@ class Simulation:
         self.inline_wait = 5.0
         self.dedup_kinds: frozenset[str] = DEDUPLICATING
         #: What the providers that do not deduplicate declare as their commits_within: they
-        #: commit every request within the call's timeout (the shipped specs' longest is 15 s).
+        #: commit every request within the call's timeout (the shipped specs' longest is 15 s);
+        #: in the late-commit profiles, one drawn per schedule (``Profile.commits_within``).
         self.commits_within = 15.0
+        #: The late-commit profiles' draws: the longest delay within the window (a fraction of
+        #: it), and the chance a late request is committed beyond it.
+        self.delay_spread = 1.0
+        self.beyond = 0.0
+        self._stalls_left = 0
+        self._finals = 0
+        self._standbys = 0
 
     # -- yield points (called from driver threads) --------------------------------------------
 
@@ -181,20 +202,38 @@ class Simulation:
         return driver.name if driver is not None else "scheduler"
 
     def park(
-        self, point: str, ready: Callable[[], bool] | None = None, wake: float | None = None
+        self,
+        point: str,
+        ready: Callable[[], bool] | None = None,
+        wake: float | None = None,
+        stall: str | None = None,
+        deadline: float | None = None,
     ) -> None:
         """Hand control back to the scheduler and wait for this driver's next turn (which comes
-        only once ``ready()`` holds). A killed driver raises :class:`Killed` instead."""
+        only once ``ready()`` holds). A killed driver raises :class:`Killed` instead. ``stall``:
+        this is a point between a lease check and the send, where the scheduler may stall the
+        driver (:meth:`_stall`); ``deadline``: the deadline of the call it is about to make, as
+        far as it is known here."""
         driver = self.current()
         if driver is None:
             return
         if driver.killed:
             raise Killed
         driver.point, driver.ready, driver.wake = point, ready, wake
+        driver.stall = stall
+        if deadline is not None:
+            driver.call_deadline = deadline
         self._back.release()
         driver.go.acquire()
         if driver.killed:
             raise Killed
+
+    def pause_point(self, point: str, deadline: float | None = None) -> None:
+        """A yield point between a lease check and the send, where the scheduler may stall the
+        driver: only in the profiles that stall drivers there (``Profile.stall_points``); the
+        others keep their schedules as they were."""
+        if self.profile.stall_points:
+            self.park(point, stall=point, deadline=deadline)
 
     def note(self, text: str) -> None:
         """Add to the line of the step being taken."""
@@ -216,7 +255,7 @@ class Simulation:
         return SimAdapter(self, provider)
 
     def runner(self, name: str) -> Runner:
-        return SimRunner(
+        runner = SimRunner(
             StoreProxy(self.store, self),  # type: ignore[arg-type]
             self.adapter,
             self.clock,
@@ -227,6 +266,8 @@ class Simulation:
                 heartbeat=False,  # renewed by a companion driver (``sim_drivers.heartbeat``)
             ),
         )
+        runner.sim = self
+        return runner
 
     def command_options(self, name: str) -> dict[str, Any]:
         """A command's lease, owner and patience: none, as a command that waited would only
@@ -273,7 +314,7 @@ class Simulation:
             if rng.random() < profile.operator:
                 add(Arrival(f"ops-{n}", operator(workload, key, rng)))
         for w in range(rng.choice(profile.workers)):
-            passes, poll = rng.choice(profile.passes), rng.uniform(0.2, 2.0)
+            passes, poll = rng.choice(profile.passes), rng.uniform(*profile.polls)
             add(Arrival(f"worker-{w + 1}", worker(rng.random() < 0.7, passes, poll)))
         self._rescues_left = rng.choice(profile.rescues)
         self._kills_left = rng.choice(profile.kills)
@@ -281,8 +322,14 @@ class Simulation:
         self.settle_weight = rng.choice(profile.settle_weights)
         # Back-offs waited in the process (up to 5 s, the default) or all stored as ``wake_at``
         # for a worker to pick up
-        self.inline_wait = rng.choice((0.0, 5.0))
+        self.inline_wait = rng.choice(profile.inline_waits)
         self.jump_weight = rng.choice(profile.jump_weights)
+        if profile.timed or profile.stall_points:  # drawn last: the other profiles' draws stay
+            self._stalls_left = rng.choice(profile.stalls)
+            if profile.timed:
+                self.commits_within = rng.choice(profile.commits_within)
+                self.delay_spread = rng.choice(profile.delay_spread)
+                self.beyond = rng.choice(profile.beyond)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -297,6 +344,7 @@ class Simulation:
             self._explore()
             self._drain(f"the schedule's {self.step_no} steps are over")
             self._final_passes()
+            self._final_verifications()
             self.check()
         finally:
             uuid.uuid4 = saved
@@ -341,7 +389,15 @@ class Simulation:
         choices: list[tuple[float, str, Any]] = [
             (1.0, "step", d) for d in self._live() if self._runnable(d)
         ]
-        choices += [(self.settle_weight, "settle", r) for r in self.in_flight]
+        # A request committed at a drawn moment settles when the clock comes to it: while its
+        # caller waits for it and the schedule explores, the scheduler may move the clock there
+        # (the caller's timeout, or the commit before it); else only the clock's own moves do
+        # (jumps, stalls, a sleeping driver's wake-up), so that a caller that gave up goes on.
+        choices += [
+            (self.settle_weight, "settle", r)
+            for r in self.in_flight
+            if r.commit_at is None or (exploring and not r.answered)
+        ]
         if exploring and self.arrivals:
             choices.append((self.profile.spawn_weight, "spawn", None))
         if not choices or not exploring:
@@ -354,6 +410,13 @@ class Simulation:
             choices += [
                 (weight, "kill", d) for d in self._live() if d.started and d.companion_of is None
             ]
+        if self._stalls_left:
+            weight = self.profile.stall_weight
+            choices += [
+                (weight, "stall", d)
+                for d in self._live()
+                if d.started and d.stall is not None and not d.killed and d.ready is None
+            ]
         return choices
 
     def _pick(self, choices: list[tuple[float, str, Any]]) -> tuple[str, Any]:
@@ -363,7 +426,7 @@ class Simulation:
         while self.step_no < self.profile.max_steps:
             choices = self._choices(exploring=True)
             if not choices:
-                if not self._wake_sleepers():
+                if not self._wake_sleepers() and not self._standby():
                     return
                 continue
             kind, subject = self._pick(choices)
@@ -377,8 +440,32 @@ class Simulation:
                 self._jump()
             elif kind == "rescue":
                 self._rescue()
+            elif kind == "stall":
+                self._stall(subject)
             else:
                 self._kill(subject)
+
+    def _standby(self) -> bool:
+        """Nothing is left to move but the clock: while the schedule may (``Profile.standby``)
+        and a run is running or a request in flight, move the clock to the next moment
+        something is due (a running run's wake-up or lease end, a provider's next moment for a
+        request) and call a worker in there. False: nothing to do."""
+        if self._standbys >= self.profile.standby:
+            return False
+        now = self.clock.now()
+        running = self.store.list_runs("running", limit=100)
+        moments = [q.due() for q in self.in_flight]
+        moments += [r.wake_at for r in running if r.wake_at is not None]
+        moments += [r.lease_expires_at for r in running if r.lease_expires_at is not None]
+        if not running and not moments:
+            return False
+        self._standbys += 1
+        self.seen["standby worker"] += 1
+        self._line("every driver is done: clock to the next moment something is due")
+        self._advance_noted(max(now, min(moments) + 0.01) if moments else now)
+        passes = self.rng.choice((1, 2, 4))
+        self._spawn(Arrival(f"standby-{self._standbys}", worker(False, passes)))
+        return True
 
     def _drain(self, why: str, budget: int = 5000) -> None:
         """Run every live driver to its end: no more arrivals, jumps or kills; the clock moves
@@ -411,7 +498,7 @@ class Simulation:
         """Move the clock past every lease, back-off and request deadline, and let a final
         worker fire the timers due and take every runnable run as far as it goes; again, while
         any run is running or a timer is due."""
-        for n in range(1, 9):
+        for _ in range(8):
             running = self.store.list_runs("running", limit=100)
             due = self.store.due_timers(self.clock.now())
             if not running and not due and not self.in_flight:
@@ -419,11 +506,40 @@ class Simulation:
             moments = [self.clock.now()]
             moments += [r.lease_expires_at for r in running if r.lease_expires_at is not None]
             moments += [r.wake_at for r in running if r.wake_at is not None]
-            moments += [q.deadline for q in self.in_flight]
+            moments += [q.last() for q in self.in_flight]
             self._advance(max(moments) + 1.0, "past every lease")
             if running or due:
-                self._spawn(Arrival(f"final-worker-{n}", worker(False)))
-                self._drain(f"final worker {n}")
+                self._finals += 1
+                self._spawn(Arrival(f"final-worker-{self._finals}", worker(False)))
+                self._drain(f"final worker {self._finals}")
+
+    def _final_verifications(self, rounds: int = 40) -> None:
+        """While a change some provider made twice has not been detected, move the clock to
+        the next verification that is due (a timer of state ``*``, armed by a retry made on a
+        "not found" believed after the provider's window: :mod:`ratchet_runner.engine.verify`)
+        and past every lease, and let a final worker fire it and take the runs as far as they
+        go; until none is left (the engine arms none a day after the retry) or ``rounds`` have
+        passed. A schedule in which nothing was made twice needs none."""
+        for _ in range(rounds):
+            if not self._undetected():
+                return
+            timers = [
+                timer
+                for run in self.store.list_runs(limit=100)
+                for timer in self.store.timers(run.id)
+                if timer.fired_at is None and is_verification(timer)
+            ]
+            if not timers:
+                return
+            self.seen["final verification"] += 1
+            leases = [r.lease_expires_at for r in self.store.list_runs(limit=100)]
+            moments = [self.clock.now(), min(t.due_at for t in timers)]
+            moments += [moment + 1.0 for moment in leases if moment is not None]
+            self._advance(max(moments), "to the next verification")
+            self._finals += 1
+            self._spawn(Arrival(f"final-worker-{self._finals}", worker(False)))
+            self._drain(f"final worker {self._finals}")
+            self._final_passes()
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -432,6 +548,10 @@ class Simulation:
         self.log.append(f"step {self.step_no}: {text}")
 
     def _settle(self, request: Request) -> None:
+        if request.commit_at is not None:  # its moment is drawn: the clock goes there
+            self._line(f"clock to {request.provider.name}'s next moment for {request.describe()}")
+            self._advance_noted(max(self.clock.now(), request.due()))
+            return
         self._line("")
         self.log[-1] += request.provider.settle(request)
 
@@ -455,6 +575,34 @@ class Simulation:
         self._advance_noted(max(self._lease_ends) + self.rng.uniform(0.1, 5.0))
         rescuers = sum(d.name.startswith("rescuer") for d in self.drivers)
         self._spawn(Arrival(f"rescuer-{rescuers + 1}", worker(False)))
+
+    def _stall(self, driver: Driver) -> None:
+        """Stall ``driver`` where it stands, between a lease check and its send (SIGSTOP, a
+        long pause, a slow commit): the clock moves on by a moment, just past every lease on
+        record (and a rescuer may arrive), or just past the deadline of the call it is about to
+        make, while the driver stays where it is."""
+        self._stalls_left -= 1
+        now = self.clock.now()
+        self._runs_now()
+        options: list[tuple[float, tuple[str, float]]] = [
+            (0.25, ("by a moment", now + self.rng.uniform(0.1, 4.0)))
+        ]
+        if self._lease_ends:
+            ends = max(now, *self._lease_ends)
+            options.append((0.45, ("just past every lease", ends + self.rng.uniform(0.1, 3.0))))
+        deadline = driver.call_deadline
+        if deadline is not None and deadline >= now:
+            options.append((0.3, ("just past the call's deadline", deadline + 0.001)))
+        how, moment = _draw(self.rng, options)
+        point = driver.stall or driver.point
+        self.seen["stall before sending"] += 1
+        self.seen[f"stall {point}"] += 1
+        self.seen[f"stall {how}"] += 1
+        self._line(f"{driver.name} stalls {point} (SIGSTOP): clock {how}")
+        self._advance_noted(moment)
+        if how == "just past every lease" and self.rng.random() < self.profile.stall_rescue:
+            rescuers = sum(d.name.startswith("rescuer") for d in self.drivers)
+            self._spawn(Arrival(f"rescuer-{rescuers + 1}", worker(False)))
 
     def _spawn(self, arrival: Arrival) -> None:
         self._line(f"{arrival.name} arrives")
@@ -521,14 +669,18 @@ class Simulation:
         self._advance_noted(moment)
 
     def _settle_until(self, moment: float) -> list[str]:
-        """Settle, in deadline order, every request whose deadline ``moment`` passes: the
-        provider commits (or drops) a request within the caller's timeout."""
-        settled = []
-        for request in sorted(self.in_flight, key=lambda q: (q.deadline, q.seq)):
-            if request.deadline <= moment:
-                self.clock.set(request.deadline)
-                settled.append(request.provider.settle(request))
-        return settled
+        """Settle, in the order of their moments, every request whose next moment ``moment``
+        passes (:meth:`Request.due`): the provider commits (or drops) a request by the caller's
+        timeout; in the late-commit profiles, at its drawn moment, which may come after the
+        caller has given up on its timeout."""
+        settled: list[str] = []
+        while True:
+            due = [q for q in self.in_flight if q.due() <= moment]
+            if not due:
+                return settled
+            request = min(due, key=lambda q: (q.due(), q.seq))
+            self.clock.set(request.due())
+            settled.append(request.provider.settle(request))
 
     def _wake_sleepers(self) -> bool:
         """Move the clock to the earliest wake-up of a sleeping driver, if any sleeps."""
@@ -555,8 +707,18 @@ class Simulation:
         """The invariants, once the schedule has drained.
 
         1. No effect made twice: a provider that does not deduplicate by idempotency key has at
-           most one committed change per operation ID (and every change it made belongs to an
-           operation a run recorded).
+           most one committed change per operation ID among the changes it committed within the
+           commits_within it declares (and every change it made belongs to an operation a run
+           recorded). With every commit within it, as in every profile but
+           ``late-commits-beyond``: at most one change per operation ID.
+        5. No duplicate undetected: an operation ID whose change such a provider made more
+           than once (a request committed beyond its commits_within among them) has every one
+           of its changes named by a detection (a ``duplicate_detected`` event in its run's
+           history, or a row in :meth:`Store.duplicates`); its run was then handed to a person
+           (a ``queued`` event naming it); and each extra change was undone where the row
+           declares a compensation effect (a compensation the provider made named its
+           receipt), or a person was told to undo it by hand (its undo failed, or there is
+           none).
         2. Every run ends or waits for a person: ``done``, ``cancelled`` or ``needs_person``, or
            ``waiting`` in a ``pause`` state (for a decision or a signal).
         3. A saga that ends compensated undid what it did: in a ``compensated`` state, every
@@ -568,6 +730,7 @@ class Simulation:
         """
         operations = {op.operation_id: op for op in self.store.operations()}
         committed: dict[str, tuple[Provider, list[dict[str, Any]]]] = {}
+        detections = self._detections()
         for provider in self.providers.values():
             for op_id, made in provider.changes.items():
                 committed[op_id] = (provider, made)
@@ -577,12 +740,7 @@ class Simulation:
                         f"{provider.name} made a change for op {op_id[:8]}, which no run recorded"
                     )
                 if len(made) > 1 and not provider.dedup:
-                    steps = ", ".join(f"step {m['step']} by {m['by']}" for m in made)
-                    where = f" of {short(op.run_id)}" if op is not None else ""
-                    self.violations.append(
-                        f"{made[0]['effect']} (op {op_id[:8]}{where}) was made {len(made)} "
-                        f"times at {provider.name}, which does not deduplicate: {steps}"
-                    )
+                    self._check_twice(provider, op_id, made, op, detections.get(op_id))
         for run in self.store.list_runs(limit=100):
             spec = load(run.workflow)[0]
             kind = spec.states[run.state].kind
@@ -596,6 +754,118 @@ class Simulation:
         for driver in self.drivers:
             if driver.crash is not None:
                 self.violations.append(f"{driver.name} crashed:\n{driver.crash}")
+
+    def _detections(self) -> dict[str, Detection]:
+        """What the runs recorded of changes found made more than once, by operation ID."""
+        found: dict[str, Detection] = {}
+        for run in self.store.list_runs(limit=100):
+            history = self.store.history(run.id)
+            for n, event in enumerate(history):
+                if event.kind != "duplicate_detected":
+                    continue
+                data = event.data
+                seen = found.setdefault(str(data["operation_id"]), Detection(run))
+                seen.receipts.append(dict(data.get("kept") or {}))
+                undos = list(data.get("undo_operations") or [])
+                for index, receipt in enumerate(data.get("extra") or []):
+                    undo = undos[index] if index < len(undos) else None
+                    seen.extra.append((dict(receipt), undo, data.get("cannot_undo")))
+                    seen.receipts.append(dict(receipt))
+                seen.handed |= any(
+                    later.kind == "queued"
+                    and data["operation_id"] in later.data.get("duplicates", ())
+                    for later in history[n + 1 :]
+                )
+        for row in self.store.duplicates():
+            seen = found.setdefault(row.operation_id, Detection(self.store.get_run(row.run_id)))
+            seen.receipts += [dict(r) for r in row.receipts]
+        return found
+
+    def _undetected(self) -> list[str]:
+        """The operation IDs whose change a provider that does not deduplicate made more than
+        once, and which no detection names every change of."""
+        detections = self._detections()
+        missing = []
+        for provider in self.providers.values():
+            if provider.dedup:
+                continue
+            for op_id, made in provider.changes.items():
+                seen = detections.get(op_id)
+                if len(made) > 1 and (
+                    seen is None or any(m["receipt"] not in seen.receipts for m in made)
+                ):
+                    missing.append(op_id)
+        return missing
+
+    def _check_twice(
+        self,
+        provider: Provider,
+        op_id: str,
+        made: list[dict[str, Any]],
+        op: OperationRecord | None,
+        seen: Detection | None,
+    ) -> None:
+        """Invariants 1 and 5 for an operation ID whose change ``provider`` made more than
+        once."""
+        steps = ", ".join(
+            f"step {m['step']} by {m['by']}"
+            + (" (beyond its commits_within)" if m["beyond"] else "")
+            for m in made
+        )
+        where = f" of {short(op.run_id)}" if op is not None else ""
+        what = (
+            f"{made[0]['effect']} (op {op_id[:8]}{where}) was made {len(made)} times at "
+            f"{provider.name}, which does not deduplicate: {steps}"
+        )
+        within = [m for m in made if not m["beyond"]]
+        if len(within) > 1:
+            self.violations.append(
+                what + f"; {len(within)} of them committed within its commits_within "
+                f"({self.commits_within:g} s)"
+            )
+            return
+        self.seen["change made twice"] += 1
+        missing = [m["receipt"] for m in made if seen is None or m["receipt"] not in seen.receipts]
+        if missing or seen is None:
+            self.violations.append(
+                what + f"; never detected: no duplicate_detected names {_receipts(missing)}"
+            )
+            return
+        self.seen["change made twice, detected"] += 1
+        if not seen.handed:
+            self.violations.append(
+                what + "; detected, but its run was never handed to a person for it"
+            )
+        if op is None:
+            return
+        undo = _undo_effect(load(seen.run.workflow)[0], op.effect) if op.role == "forward" else None
+        undone = set().union(*(p.undone for p in self.providers.values()))
+        for receipt, undo_id, cannot in seen.extra:
+            if undo is None or cannot:
+                continue  # no undo to make: the person is told to undo it by hand
+            if any(v in undone for v in receipt.values()):
+                continue
+            undo_op = self.store.operation(undo_id) if undo_id else None
+            if undo_op is not None and undo_op.status != "done" and seen.handed:
+                self.seen["extra change left to a person (its undo failed)"] += 1
+                continue
+            self.violations.append(
+                what + f"; the extra change {_receipts([receipt])} was never undone by {undo} "
+                f"(its undo {undo_id[:8] if undo_id else 'never registered'}"
+                f"{', ' + undo_op.status if undo_op is not None else ''})"
+            )
+
+    def _left_to_person(self, op_id: str, receipt: dict[str, Any]) -> bool:
+        """Whether ``receipt``, an extra change of ``op_id``, was handed to a person to undo
+        by hand (its undo failed, or none can be made)."""
+        seen = self._detections().get(op_id)
+        if seen is None or not seen.handed:
+            return False
+        for extra, undo_id, cannot in seen.extra:
+            if extra == receipt:
+                undo_op = self.store.operation(undo_id) if undo_id else None
+                return bool(cannot) or (undo_op is not None and undo_op.status != "done")
+        return False
 
     def _check_saga(
         self,
@@ -618,12 +888,42 @@ class Simulation:
             provider, made = committed[op.operation_id]
             for change in made:
                 kept = [v for v in change["receipt"].values() if v not in provider.undone]
+                if kept and self._left_to_person(op.operation_id, change["receipt"]):
+                    continue  # an extra change whose undo failed: a person was told
+                if kept and change["beyond"] and op.status != "done":
+                    self.seen["change made beyond the window after its saga gave it up"] += 1
+                    if self.late_changes_excused:
+                        continue
                 if kept:
                     self.violations.append(
                         f"run {short(run.id)} ({run.business_key}) ended {run.state} "
                         f"(compensated) but {op.effect} (op {op.operation_id[:8]}) still holds "
                         f"{kept[0]} at {provider.name}: no compensation undid it"
                     )
+
+
+@dataclass
+class Detection:
+    """What a run recorded of one operation ID's change found made more than once: every
+    receipt its detections named, each extra change with its undo (and why none can be made),
+    and whether the run was handed to a person after it."""
+
+    run: RunRecord
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+    extra: list[tuple[dict[str, Any], str | None, Any]] = field(default_factory=list)
+    handed: bool = False
+
+
+def _receipts(receipts: list[dict[str, Any]]) -> str:
+    return ", ".join("/".join(str(v) for v in r.values()) for r in receipts) or "them"
+
+
+def _undo_effect(spec: Spec, effect: str) -> str | None:
+    """The compensation effect the row performing ``effect`` declares, if it declares one."""
+    for row in spec.transitions:
+        if row.external_effect == effect and row.compensation is not None:
+            return row.compensation.effect
+    return None
 
 
 def _draw(rng: random.Random, options: list[tuple[float, T]]) -> T:

@@ -3,7 +3,10 @@
 Each schedule interleaves commands, workers and rescuers over shared runs of the shipped specs,
 with providers that commit late, lose replies and fail lookups, and kills and clock jumps between
 any two steps; after it drains, no effect may have been made twice, every run must have ended or
-wait for a person, and a saga that ends compensated must have undone everything it did.
+wait for a person, and a saga that ends compensated must have undone everything it did. The
+late-commit profiles draw each late commit's moment, past the caller's timeout, and stall
+drivers between their lease check and their send; where a provider commits beyond the
+commits_within it declares, every change made twice must have been detected.
 
 ``RATCHET_SIM_SEED=N`` replays schedule ``N`` in each test (with ``-s``, its schedule is
 printed); ``RATCHET_SIM_SCHEDULES=K`` runs ``K`` schedules from there instead. The long soak is
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from ratchet_runner.engine import protocol
 from ratchet_runner.engine.approvals import decide as record_decision
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.engine.versions import migrate
@@ -29,7 +34,7 @@ from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from tests.conftest import SUMMARY
 from tests.property.sim_world import SimAdapter
-from tests.property.simulation import Result, run_schedule, simulation_store
+from tests.property.simulation import Result, Simulation, run_schedule, simulation_store
 
 #: The first seed CI runs (schedule ``BASE_SEED + i`` is the ``i``-th); fixed, so a failure in
 #: CI is a seed anyone can replay.
@@ -51,9 +56,16 @@ def seeds(default: int) -> range:
     return range(first, first + count)
 
 
-def explore(store: Store, profile: str, default: int, drivers: Any = None) -> list[Result]:
+def explore(
+    store: Store,
+    profile: str,
+    default: int,
+    drivers: Any = None,
+    seen: Counter[str] | None = None,
+) -> list[Result]:
     """Run the schedules of ``profile``; return those that broke an invariant. Prints how many
-    ran, from which seed, and how fast (shown with ``-s``), and a replayed schedule in full."""
+    ran, from which seed, and how fast (shown with ``-s``), and a replayed schedule in full.
+    ``seen``: counts, for each kind of event, the schedules in which it happened."""
     chosen = seeds(default)
     began = time.perf_counter()
     failed = []
@@ -63,6 +75,8 @@ def explore(store: Store, profile: str, default: int, drivers: Any = None) -> li
             print(result.report())
         if not result.ok:
             failed.append(result)
+        if seen is not None:
+            seen.update(kind for kind, times in result.seen.items() if times)
     took = time.perf_counter() - began
     line = (
         f"simulation ({profile}): {len(chosen)} schedules from seed {chosen.start} in "
@@ -115,6 +129,108 @@ def test_a_holder_that_stalls_before_sending_never_lets_a_rescuer_call_again(
     must not be sent under a lease that no longer covers it."""
     failed = explore(store, "stalled-holder", 150)
     assert not failed, first_failure(failed)
+
+
+# -- late commits -------------------------------------------------------------------------------
+
+#: Where a driver may stall between its lease check and its send (``Profile.stall_points``).
+STALL_POINTS = (
+    "before securing its lease for the attempt",
+    "after securing its lease for the attempt",
+    "before committing the attempt",
+    "after committing the attempt",
+    "before its last lease check",
+    "after its last lease check",
+    "about to send",
+)
+
+
+def late(seen: Counter[str]) -> str:
+    """What the late-commit schedules explored, for the run's closing summary."""
+    after_timeout = seen["late commit after the caller's timeout"]
+    return (
+        f"  {seen['stall before sending']} stalled a driver before it sent; {after_timeout} had "
+        f"a commit after the caller's timeout, {seen['late commit beyond the window']} one "
+        f"beyond the declared commits_within; {seen['change made twice']} made a change twice, "
+        f"{seen['change made twice, detected']} of them detected"
+    )
+
+
+def test_late_commits_within_commits_within_never_make_a_change_twice(store: Store) -> None:
+    """Providers that keep no key register commit requests late, at moments drawn per request,
+    past the caller's timeout but within the commits_within they declare; drivers stall
+    (SIGSTOP) at every point between their lease check and their send, past every lease and
+    past their call's deadline, while rescuers arrive. No change is made twice."""
+    seen: Counter[str] = Counter()
+    failed = explore(store, "late-commits", 200, seen=seen)
+    SUMMARY.append(late(seen))
+    assert not failed, first_failure(failed)
+    if len(seeds(200)) > 1:  # a replay runs one schedule: it need not have seen them all
+        assert seen["late commit after the caller's timeout"] > 0
+        assert seen["not sent: past the call's deadline"] > 0
+        assert not [point for point in STALL_POINTS if not seen[f"stall {point}"]]
+
+
+def test_late_commits_beyond_commits_within_are_all_detected_and_handed_to_a_person(
+    store: Store,
+) -> None:
+    """Some late requests are committed beyond the commits_within their provider declares,
+    up to three times it: a change can then be made twice. Every one is detected (a reconcile,
+    a saga's lookup, or the retry's verification, which the final worker runs until none is
+    left), its run handed to a person, and its extra change undone where the spec says how.
+
+    The harness's own check: such schedules make changes twice, and detect them, so that the
+    invariant cannot hold for want of duplicates."""
+    seen: Counter[str] = Counter()
+    failed = explore(store, "late-commits-beyond", 200, seen=seen)
+    SUMMARY.append(late(seen))
+    assert not failed, first_failure(failed)
+    if len(seeds(200)) > 1:
+        assert seen["change made twice, detected"] > 0, "no schedule made a change twice"
+        assert seen["change made twice, detected"] == seen["change made twice"]
+
+
+def test_the_simulation_reports_a_change_made_twice_that_no_verification_looks_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harness's own check: with retries no longer verified (detection disabled), changes
+    made twice beyond the window go unnoticed by the runs, and the simulation says so: which
+    change, made by whom, and the schedule's seed."""
+    monkeypatch.setattr(protocol, "schedule_verification", lambda *args, **kwargs: None)
+    with simulation_store(str(tmp_path)) as fresh:
+        failed = [
+            result
+            for seed in range(BASE_SEED, BASE_SEED + 100)
+            if not (result := run_schedule(seed, fresh, "late-commits-beyond")).ok
+        ]
+    assert failed, "100 schedules with retries unverified and no undetected duplicate found"
+    report = failed[0].report()
+    assert "never detected" in report
+    assert "beyond its commits_within" in report
+    assert f"seed {failed[0].seed}" in report
+
+
+#: A schedule of ``late-commits-beyond`` in which a saga's given-up hold is made later.
+LATE_GIVEN_UP = 20_260_230
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a change committed beyond commits_within after the saga gave its operation up is "
+    "found by the retry's verification, which records only changes made twice",
+)
+def test_a_change_committed_beyond_the_window_after_its_saga_gave_it_up_is_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``hold_hotel``'s third attempt is committed 69 s after it was sent, its provider having
+    declared 25 s: the run's lookups after the window found nothing, it gave the hold up
+    (exhausted), its saga found nothing either and skipped the undo, and the booking ended
+    ``released``; then the hold was made. The verification of that retry finds it, and says
+    nothing: the hold stays held, and nobody is told."""
+    monkeypatch.setattr(Simulation, "late_changes_excused", False)
+    with simulation_store(str(tmp_path)) as fresh:
+        result = run_schedule(LATE_GIVEN_UP, fresh, "late-commits-beyond")
+    assert result.ok, result.report()
 
 
 # -- the simulation can fail ------------------------------------------------------------------
