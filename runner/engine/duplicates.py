@@ -89,16 +89,17 @@ def note(
     run: RunRecord,
     spec: Spec,
     op: OperationRecord,
-    kept: dict[str, Any],
+    kept: dict[str, Any] | None,
     extra: list[dict[str, Any]],
     *,
     via: str,
     undo: Compensation | None,
 ) -> None:
-    """Record in ``change`` that ``op``'s change was found made ``1 + len(extra)`` times: the
-    event, the store's row, an undo registered for each extra change where ``undo`` (the
-    forward row's compensation) is an effect, and the run held (running, so that whoever drives
-    it next makes the undos, then hands it to a person)."""
+    """Record in ``change`` that ``op``'s change was found made ``1 + len(extra)`` times (the
+    run keeps ``kept``), or, with ``kept`` None, made ``len(extra)`` times after the run gave it
+    up: the event, the store's row, an undo registered for each extra change where ``undo``
+    (the forward row's compensation) is an effect, and the run held (running, so that whoever
+    drives it next makes the undos, then hands it to a person)."""
     context = dict(change.context if change.context is not None else run.context)
     undos: list[str] = []
     why_not = _why_no_undo(op, undo)
@@ -134,7 +135,7 @@ def note(
             "workflow": run.workflow,
             "effect": op.effect,
             "role": op.role,
-            "receipts": [kept, *extra],
+            "receipts": [*([kept] if kept is not None else []), *extra],
             "via": via,
         }
     )
@@ -143,7 +144,8 @@ def note(
         operation_id=op.operation_id,
         effect=op.effect,
         role=op.role,
-        changes=1 + len(extra),
+        changes=len(extra) + (1 if kept is not None else 0),
+        given_up=kept is None,
         kept=kept,
         extra=extra,
         undo=undo.effect if undo is not None and undo.effect is not None and undos else None,
@@ -212,11 +214,19 @@ def action(run: RunRecord, failed: dict[str, str]) -> str:
     parts = []
     for found in run.context.get(FOUND, []):
         extra = ", ".join(_brief(r) for r in found.get("extra", []))
-        said = (
-            f"{found['effect']} was made {1 + len(found.get('extra', []))} times under operation "
-            f"{found['operation_id']} (a provider that does not deduplicate committed a request "
-            f"later than its commits_within): kept {_brief(found.get('kept', {}))}; extra {extra}"
-        )
+        if found.get("kept") is None:
+            said = (
+                f"{found['effect']} was made under operation {found['operation_id']} after the "
+                "run gave it up (its provider committed a request later than its "
+                f"commits_within, after every lookup found nothing): {extra}"
+            )
+        else:
+            said = (
+                f"{found['effect']} was made {1 + len(found.get('extra', []))} times under "
+                f"operation {found['operation_id']} (a provider that does not deduplicate "
+                "committed a request later than its commits_within): kept "
+                f"{_brief(found.get('kept') or {})}; extra {extra}"
+            )
         undone = [u for u in found.get("undo", []) if u not in failed]
         if found.get("cannot_undo"):
             said += f"; not undone ({found['cannot_undo']}): undo it by hand"

@@ -10,8 +10,12 @@ operation up again at twice the provider's window, then at doubling intervals, f
 :data:`VERIFY_FOR` seconds. Each check is a lookup and nothing else. One that finds the change
 made more than once records the duplicate (:mod:`.duplicates`): the extra change is undone where
 the spec says how, and the run waits for a person, whatever it has done since (a run that ended
-is held again). A duplicate the run has recorded already (a reconcile found it first) is looked
-past, and the checks go on for a third change. The last check records ``verified``.
+is held again). A change found under an operation the run gave up (its lookups found nothing,
+even after the window, and it stopped trying; or its saga skipped the undo as not made) is
+recorded the same way: every change found is one the run believes was never made, each undone
+where the spec says how, and a person asked. A duplicate the run has recorded already (a
+reconcile found it first) is looked past, and the checks go on for a third change. The last
+check records ``verified``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ratchet_runner.adapters.base import Found
 
 from ..errors import VersionConflict
 from ..spec.model import Compensation, Spec
-from ..store.records import Change, RunRecord, TimerRecord
+from ..store.records import Change, OperationRecord, RunRecord, TimerRecord
 from . import duplicates
 from .providers import ask
 from .resolution import refusal
@@ -93,9 +97,14 @@ def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
     field = _receipt_field(spec, op.effect)
     proves = isinstance(found, Found) and (field is None or bool(found.receipt.get(field)))
     entry: dict[str, Any] = dict(run.context.get(VERIFYING, {}).get(operation_id, {}))
-    kept: dict[str, Any] = {}
+    kept: dict[str, Any] | None = {}
     extra: list[dict[str, Any]] = []
-    if isinstance(found, Found) and proves:
+    if isinstance(found, Found) and proves and _given_up(run, op):
+        # made after the run gave it up (its lookups found nothing, even after the window):
+        # every change found is one the run believes was never made
+        kept = None
+        extra = duplicates.unrecorded(run, operation_id, [found.receipt, *found.others])
+    elif isinstance(found, Found) and proves:
         kept, extra = duplicates.kept_and_extra(found, op.receipt, field)
         extra = duplicates.unrecorded(run, operation_id, extra)  # one recorded is looked past
     if extra:
@@ -126,6 +135,19 @@ def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
         "sent again",
     )
     return _commit(runner, change, "verified")
+
+
+#: The statuses of an operation a run has given up (no further attempt): a change found made
+#: under it after all is one the run believes was never made.
+GIVEN_UP = frozenset({"exhausted", "expired", "unknown", "refused"})
+
+
+def _given_up(run: RunRecord, op: OperationRecord) -> bool:
+    """Whether ``run`` believes ``op`` was never made: it gave it up, or its saga skipped its
+    undo as not made."""
+    if op.status == "done":
+        return False
+    return op.status in GIVEN_UP or op.operation_id in run.context.get("skipped_undo", [])
 
 
 def _commit(runner: Runner, change: Change, outcome: str) -> str:

@@ -107,8 +107,13 @@ def describe(event: EventRecord) -> str:
         "settle_scheduled": lambda: f"{when(d.get('wake_at'))}, with no call before · {_op(d)}",
         "not_sent": lambda: f"{d.get('reason')} · {_op(d)}",
         "duplicate_detected": lambda: (
-            f"{d.get('effect')} made {d.get('changes')} times under {_op(d)} (found by "
-            f"{d.get('via')}): kept {_receipt({'receipt': d.get('kept')})}; extra "
+            (
+                f"{d.get('effect')} made under {_op(d)} after the run gave it up (found by "
+                f"{d.get('via')}): "
+                if d.get("given_up")
+                else f"{d.get('effect')} made {d.get('changes')} times under {_op(d)} (found by "
+                f"{d.get('via')}): kept {_receipt({'receipt': d.get('kept')})}; extra "
+            )
             + "; ".join(_receipt({"receipt": r}) for r in d.get("extra") or [])
             + (
                 f" · {d.get('undo')} undoes each extra ({len(d.get('undo_operations') or [])})"
