@@ -289,7 +289,7 @@ def kinds_unserved(spec: Spec, looked: str) -> list[Diagnostic]:
     ``http`` adapter needs a binding, even on a practice store); a kind no implementation has is
     the spec's error (``E304``), not reported again here."""
     from ratchet_runner.adapters import KINDS
-    from ratchet_runner.adapters.practice_services import PRACTICE_SERVICES
+    from ratchet_runner.adapters.practice.services import PRACTICE_SERVICES
 
     return [
         _at_spec(

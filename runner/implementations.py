@@ -3,7 +3,7 @@
 Built in:
 
 - ``http``: :class:`~ratchet_runner.adapters.http.HttpAdapter`, its settings exactly as
-  :func:`~ratchet_runner.adapters.http_settings.parse_settings` reads them;
+  :func:`~ratchet_runner.adapters.http.settings.parse_settings` reads them;
 - ``python``: a factory named by ``factory = "package.module:callable"``, called with the other
   settings (a plain dict) and returning an adapter;
 - ``noop``: :class:`~ratchet_runner.adapters.noop.NoopAdapter`, which changes nothing (no
@@ -97,7 +97,7 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
     """What implementation ``kind`` with ``settings`` offers for the spec's ``adapter``."""
     if kind == "http":
         from ratchet_runner.adapters.http import settle_of
-        from ratchet_runner.adapters.http_settings import parse_settings
+        from ratchet_runner.adapters.http.settings import parse_settings
 
         parsed = parse_settings(dict(settings), name=adapter.name, base_dir=place.base_dir)
         return Offer(
@@ -117,7 +117,7 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
         _no_settings(kind, settings, adapter)
         return Offer(None, None, semantics=lambda operation, lookup: NOOP_SEMANTICS)
     if kind == "practice":
-        from ratchet_runner.adapters.practice_services import operation_names, semantics_of
+        from ratchet_runner.adapters.practice.services import operation_names, semantics_of
 
         service = _service(settings, adapter)
         names = operation_names(service, adapter.config)
@@ -202,7 +202,7 @@ def _no_settings(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec) -
 
 def _service(settings: Mapping[str, Any], adapter: AdapterSpec) -> str:
     """The practice service a ``practice`` binding stands for: ``service``, else the kind."""
-    from ratchet_runner.adapters.practice_services import PRACTICE_SERVICES
+    from ratchet_runner.adapters.practice.services import PRACTICE_SERVICES
 
     unknown = [key for key in settings if key != "service"]
     if unknown:

@@ -33,7 +33,7 @@ from .errors import StoreError
 from .settings import ENV_DB, home_folder
 
 if TYPE_CHECKING:
-    from ratchet_runner.adapters.practice_http import PracticeServer
+    from ratchet_runner.adapters.practice.http import PracticeServer
 
     from .bindings import Binding
     from .engine.resolution import Resolution
@@ -312,7 +312,7 @@ class Session:
     def practice_server(self, host: str = "127.0.0.1", port: int = 0) -> PracticeServer:
         """The practice world served over HTTP on ``host``:``port`` (0: a free port), listening
         once made (``ratchet practice serve``)."""
-        from ratchet_runner.adapters.practice_http import PracticeServer
+        from ratchet_runner.adapters.practice.http import PracticeServer
 
         return PracticeServer(self.writable_world(), host, port)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ratchet_runner.adapters.practice_faults import FAULT_KINDS, parse_fault
+from ratchet_runner.adapters.practice.faults import FAULT_KINDS, parse_fault
 from ratchet_runner.settings import (
     OPERATOR_ACTIONS,
     RUN_STATUSES,

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from ratchet_runner.adapters.base import Adapter
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.adapters.practice_http import EFFECT_HEADER, PracticeServer
+from ratchet_runner.adapters.practice.http import EFFECT_HEADER, PracticeServer
 
 from .. import implementations
 from ..bindings import Binding, find, load, place_for

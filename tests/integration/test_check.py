@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ratchet_runner import cli as cli_module
-from ratchet_runner.adapters import practice
 from ratchet_runner.adapters.base import Call, Done
+from ratchet_runner.adapters.practice import world as practice
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.review.check import Case, cases, run_case
 from ratchet_runner.review.invariants import ViolationKind

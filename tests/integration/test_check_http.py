@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from ratchet_runner.adapters import practice_http
 from ratchet_runner.adapters.base import Ambiguous, Call
 from ratchet_runner.adapters.http import HttpAdapter
-from ratchet_runner.adapters.http_settings import parse_settings
+from ratchet_runner.adapters.http.settings import parse_settings
+from ratchet_runner.adapters.practice import http as practice_http
 from ratchet_runner.errors import BindingError
 from ratchet_runner.review import check
 from ratchet_runner.review.check import Case, run_case

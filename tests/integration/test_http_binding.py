@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.adapters.practice_http import PracticeServer
+from ratchet_runner.adapters.practice.http import PracticeServer
 from tests.conftest import ROOT
 from tests.conftest import run_cli as run
 

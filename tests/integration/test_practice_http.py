@@ -25,7 +25,7 @@ from ratchet_runner.adapters.practice import (
     SLOW_REPLY_SECONDS,
     PracticeWorld,
 )
-from ratchet_runner.adapters.practice_http import PracticeServer
+from ratchet_runner.adapters.practice.http import PracticeServer
 from ratchet_runner.errors import UsageError
 from tests.conftest import RATCHET, ROOT
 

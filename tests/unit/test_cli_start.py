@@ -46,7 +46,9 @@ NOT_FOR_VALIDATE = (
     "ratchet_runner.engine",
     "ratchet_runner.worker",
     "ratchet_runner.session",
-    "ratchet_runner.adapters.practice",
+    "ratchet_runner.adapters.practice.world",  # the practice world's database
+    "ratchet_runner.adapters.practice.db",
+    "ratchet_runner.adapters.practice.http",
 )
 
 #: What a command that only prints its own text must not import: nothing ``validate`` needs

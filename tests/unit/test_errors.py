@@ -42,7 +42,7 @@ REFUND = ROOT / "specs" / "refund.yaml"
 NOT_USER_FACING = {
     ("runner/review/check.py", "Crash"): "the in-process stand-in for a killed process: a "
     "BaseException that no `except Exception` may catch, and that `ratchet check` always catches",
-    ("adapters/practice_http.py", "_Refusal"): "a request the practice HTTP server refuses before "
+    ("adapters/practice/http.py", "_Refusal"): "a request the practice HTTP server refuses before "
     "it reaches the world: always caught in the request's handler and answered as a JSON error",
     ("runner/serve/acting.py", "Refusal"): "a request the service refuses before it asks the "
     "library (a malformed body, a role the operator does not hold): always caught by the "

@@ -8,8 +8,8 @@ from urllib.parse import quote
 
 import pytest
 
-from ratchet_runner.adapters.http_secrets import Credentials
-from ratchet_runner.adapters.http_settings import parse_settings
+from ratchet_runner.adapters.http.secrets import Credentials
+from ratchet_runner.adapters.http.settings import parse_settings
 
 #: base64's '+', '/' and '='; a space; characters beyond ASCII and beyond the BMP.
 TOKEN = "sk_live_SENTINEL+7f/3a== é😀 x"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ratchet_runner.adapters.http import HttpAdapter
-from ratchet_runner.adapters.http_settings import (
+from ratchet_runner.adapters.http.settings import (
     EndpointLookup,
     ListingLookup,
     SecretSource,

@@ -38,7 +38,7 @@ ALLOWED = {
     "catches a saga released with a hold in place; no public seam may offer that",
     (
         "tests/integration/test_check_http.py",
-        "ratchet_runner.adapters.practice_http._Handler",
+        "ratchet_runner.adapters.practice.http._Handler",
     ): "counts the POSTs the practice server receives, from this process or a check's killed "
     "child, to prove every call of a case went over the wire; the server's request handler is "
     "the one place that sees them all",

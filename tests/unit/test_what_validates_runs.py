@@ -28,8 +28,8 @@ import pytest
 
 from ratchet_runner.adapters import KINDS, practice
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.adapters.practice_faults import FAULT_KINDS
-from ratchet_runner.adapters.practice_services import PRACTICE_SERVICES
+from ratchet_runner.adapters.practice.faults import FAULT_KINDS
+from ratchet_runner.adapters.practice.services import PRACTICE_SERVICES
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import Diagnostic, RunError, WorldError

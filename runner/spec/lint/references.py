@@ -14,7 +14,7 @@ import jsonschema
 from jsonschema import Draft7Validator
 
 from ratchet_runner.adapters import KINDS
-from ratchet_runner.adapters.practice_services import GENERIC, operation_names, receipt_field
+from ratchet_runner.adapters.practice.services import GENERIC, operation_names, receipt_field
 
 from ...errors import Diagnostic, ExpressionError
 from ..expressions import APPROVAL_FIELDS, RUN_FIELDS, Scope, check

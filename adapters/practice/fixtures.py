@@ -15,7 +15,7 @@ from typing import Any
 
 from ratchet_runner.errors import WorldError
 
-from .practice_faults import check_fault_calls
+from .faults import check_fault_calls
 
 #: The keys of a fixture, of an order, and of a fault.
 FIXTURE_KEYS = ("orders", "stock", "faults")

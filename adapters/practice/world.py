@@ -3,8 +3,8 @@ one SQLite file.
 
 It stands in for the outside world in examples, tests and practice runs. It keeps its own
 database (the "practice database"), separate from the runner's store. What each operation does
-is :mod:`~ratchet_runner.adapters.practice_services`'s, and which fault a call meets
-:mod:`~ratchet_runner.adapters.practice_faults`'s; this module owns the database, the fixtures,
+is :mod:`~ratchet_runner.adapters.practice.services`'s, and which fault a call meets
+:mod:`~ratchet_runner.adapters.practice.faults`'s; this module owns the database, the fixtures,
 the keys and the changes committed late. A provider that deduplicates by operation ID (the
 idempotency key: payments, ``noop``, a generic operation declared ``dedupe: true``) writes once
 and returns the first result for the same ID, and refuses the same ID with other arguments (as
@@ -23,7 +23,7 @@ later, and until then the same operation ID is "still being processed").
 
 :meth:`PracticeWorld.handle` is what the provider does with a request (a :class:`Handled`);
 :meth:`PracticeWorld.call` is how an in-process caller sees it, and
-:mod:`~ratchet_runner.adapters.practice_http` serves the same over HTTP.
+:mod:`~ratchet_runner.adapters.practice.http` serves the same over HTTP.
 
 Over 500 lines: one concern, the practice world's provider behaviour (its database, the
 faults on each request, the keys it deduplicates by, and the changes it commits late).
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .base import (
+from ..base import (
     Ambiguous,
     Call,
     Done,
@@ -52,8 +52,8 @@ from .base import (
     Transient,
     not_sent,
 )
-from .practice_db import PracticeDatabase
-from .practice_faults import (
+from .db import PracticeDatabase
+from .faults import (
     COMMITS_LATE_SECONDS,
     COMMITS_WITHIN_SECONDS,
     FAULT_KINDS,
@@ -63,13 +63,13 @@ from .practice_faults import (
     next_fault,
     parse_fault,
 )
-from .practice_fixtures import check_fixture
-from .practice_services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
+from .fixtures import check_fixture
+from .services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
 
 practice_operation = operation  # by another name where ``operation`` names an argument
 
 if TYPE_CHECKING:  # annotations only
-    from .base import LookupResult, Outcome
+    from ..base import LookupResult, Outcome
 
 __all__ = [
     "COMMITS_LATE_SECONDS",
@@ -227,7 +227,7 @@ class PracticeWorld:
     def seed(self, fixture: Mapping[str, Any]) -> None:
         """Add the orders, stock and faults of an example's ``world:`` fixture, all or nothing:
         a fixture the world cannot use is a :class:`WorldError` before anything is written
-        (:func:`~ratchet_runner.adapters.practice_fixtures.check_fixture`)."""
+        (:func:`~ratchet_runner.adapters.practice.fixtures.check_fixture`)."""
         check_fixture(fixture)
         with self._tx() as db:
             for order in fixture.get("orders", []):

@@ -1,16 +1,16 @@
 """The HTTP adapter: an effect's operation sent to a real provider over HTTP, on httpx.
 
 :class:`HttpAdapter` implements the :class:`~ratchet_runner.adapters.base.Adapter` protocol for
-a provider that a binding describes (:mod:`~ratchet_runner.adapters.http_settings`): per
+a provider that a binding describes (:mod:`~ratchet_runner.adapters.http.settings`): per
 operation, the method, the path template and whether the arguments go as the JSON body or the
 query; the operation ID in the idempotency header; the receipt at a JSON pointer of the reply;
 per lookup, a lookup endpoint or a listing of recent changes (a lookup without its own receipt
 field takes a receipt holding any operation's, and the runner checks the effect's). Each call
 runs under one wall-clock deadline, the effect's timeout, over connecting, sending and reading
-the whole reply (:mod:`~ratchet_runner.adapters.http_transport`), and every outcome is
+the whole reply (:mod:`~ratchet_runner.adapters.http.transport`), and every outcome is
 classified at the boundary by what the client observed
-(:mod:`~ratchet_runner.adapters.http_classify`). Secrets come from the environment or files and
-never appear in an outcome (:mod:`~ratchet_runner.adapters.http_secrets`).
+(:mod:`~ratchet_runner.adapters.http.classify`). Secrets come from the environment or files and
+never appear in an outcome (:mod:`~ratchet_runner.adapters.http.secrets`).
 
 The adapter remembers, in memory, when it first sent each operation ID, which bounds how late a
 retry may reuse a key the provider keeps for ``key_retention`` seconds. A listing lookup's
@@ -38,7 +38,7 @@ import httpx
 
 from ratchet_runner.errors import BindingError
 
-from .base import (
+from ..base import (
     Ambiguous,
     Call,
     Escalate,
@@ -48,7 +48,7 @@ from .base import (
     Semantics,
     not_sent,
 )
-from .http_classify import (
+from .classify import (
     Reply,
     endpoint_result,
     is_the_operation,
@@ -59,15 +59,15 @@ from .http_classify import (
     reply_outcome,
     transport_outcome,
 )
-from .http_secrets import Credentials
-from .http_settings import (
+from .secrets import Credentials
+from .settings import (
     EndpointLookup,
     HttpSettings,
     ListingLookup,
     OperationSettings,
     parse_settings,
 )
-from .http_transport import DeadlineTransport, deadline
+from .transport import DeadlineTransport, deadline
 
 #: The largest reply body read; a longer one is not taken as an answer.
 MAX_REPLY_BYTES = 1 << 20

@@ -1,7 +1,7 @@
 """The HTTP adapter's secrets: read them, put them on a request, and keep them out of any text.
 
 :class:`Credentials` reads the bearer token, the basic-auth password and the HMAC signing key
-that a binding names (:class:`~ratchet_runner.adapters.http_settings.SecretSource`: an
+that a binding names (:class:`~ratchet_runner.adapters.http.settings.SecretSource`: an
 environment variable or a file, never the binding itself), builds the headers that carry them,
 and redacts them from every text the adapter keeps: reasons, evidence bodies, receipts,
 exception messages. It redacts each secret's value (and, for basic auth, its base64 form)
@@ -23,7 +23,7 @@ from typing import Any
 
 from ratchet_runner.errors import BindingError
 
-from .http_settings import HttpSettings, SecretSource
+from .settings import HttpSettings, SecretSource
 
 REDACTED = "[redacted]"
 #: How much of a provider's reply body evidence keeps, after redaction.

@@ -5,7 +5,7 @@ strings, numbers, booleans, tables, arrays) and returns :class:`HttpSettings`, o
 :class:`~ratchet_runner.errors.BindingError` (R203) naming the first setting that is missing,
 unknown, of the wrong type or out of range. Secrets are named here, never held: a
 :class:`SecretSource` says which environment variable or file holds one, and
-:mod:`~ratchet_runner.adapters.http_secrets` reads it when the adapter is made. The settings are
+:mod:`~ratchet_runner.adapters.http.secrets` reads it when the adapter is made. The settings are
 listed, with the classification table they feed, in ``docs/reference/adapters.md`` ("The HTTP
 adapter").
 

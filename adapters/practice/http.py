@@ -39,9 +39,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ratchet_runner.errors import UsageError
 
-from .base import Call, Done, Found, LookupFailed, Refused
-from .practice import COMMITS_LATE_SECONDS, SLOW_REPLY_SECONDS, Handled, PracticeWorld
-from .practice_services import GENERIC, PRACTICE_SERVICES, operation, operation_names
+from ..base import Call, Done, Found, LookupFailed, Refused
+from .services import GENERIC, PRACTICE_SERVICES, operation, operation_names
+from .world import COMMITS_LATE_SECONDS, SLOW_REPLY_SECONDS, Handled, PracticeWorld
 
 #: The request header that carries the operation ID, and the one that names the effect.
 KEY_HEADER, EFFECT_HEADER = "Idempotency-Key", "Ratchet-Effect"

@@ -29,7 +29,7 @@ receipt (holding the lookup's ``receipt_field``, or, without one, an operation's
 :class:`Found`; anything else, and every transport error, :class:`LookupFailed`. A
 listing that does not list the operation ID is :class:`NotFound` only once the settle time
 after the call has passed. Every text kept (reasons, evidence, receipts) is redacted by the
-binding's :class:`~ratchet_runner.adapters.http_secrets.Credentials`.
+binding's :class:`~ratchet_runner.adapters.http.secrets.Credentials`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from .base import (
+from ..base import (
     Ambiguous,
     Done,
     Escalate,
@@ -56,8 +56,8 @@ from .base import (
     Refused,
     Transient,
 )
-from .http_secrets import Credentials
-from .http_settings import EndpointLookup, ListingLookup, OperationSettings, Remap
+from .secrets import Credentials
+from .settings import EndpointLookup, ListingLookup, OperationSettings, Remap
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 503})
 CONFIG_STATUSES = frozenset({401, 403, 404})

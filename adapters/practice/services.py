@@ -25,7 +25,7 @@ from typing import Any
 
 from ratchet_runner.errors import WorldError
 
-from .base import Call, Done, Outcome, Refused, Semantics
+from ..base import Call, Done, Outcome, Refused, Semantics
 
 #: The services the practice world serves (adapter kinds it stands in for).
 PRACTICE_SERVICES = ("payments", "warehouse", "travel", "service", "noop")
@@ -68,7 +68,7 @@ def semantics_of(service: str, name: str, config: Mapping[str, Any] | None) -> S
     """What the practice ``service``'s operation ``name`` does with a second request under one
     operation ID (None: no such operation). Those that do not deduplicate commit a request
     within ``COMMITS_WITHIN_SECONDS`` of receiving it, or abandon it."""
-    from .practice_faults import COMMITS_WITHIN_SECONDS
+    from .faults import COMMITS_WITHIN_SECONDS
 
     try:
         declared = declared_operations(config) if service == GENERIC else None
