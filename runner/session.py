@@ -6,7 +6,7 @@ practice store, else the system clock; or one the caller gives), and the practic
 the home; :meth:`Session.runner` is the one place a :class:`~ratchet_runner.engine.runner.Runner`
 is built. On exit it closes every store (and every adapter) it opened, also when the body raised.
 
-A runner's adapters resolve through the session's **binding** (:mod:`ratchet_runner.bindings`):
+A runner's adapters resolve through the session's **binding** (:mod:`ratchet_runner.binding.files`):
 the file given (``bindings``), else ``$RATCHET_BINDINGS``, else ``ratchet.toml`` beside the spec
 (``spec``), else ``ratchet.toml`` in the working directory. Without one, only a practice store
 runs a spec's adapters as their kinds (the practice world); on any other store every run is
@@ -35,7 +35,8 @@ from .settings import ENV_DB, home_folder
 if TYPE_CHECKING:
     from ratchet_runner.adapters.practice.http import PracticeServer
 
-    from .bindings import Binding
+    from .binding.files import Binding
+    from .binding.implementations import Place
     from .engine.resolution import Resolution
     from .engine.runner import (
         AdapterFactory,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
         Runner,
         RunnerOptions,
     )
-    from .implementations import Place
     from .review.naive import Strategy
     from .store.records import RunRecord
     from .store.store import Store
@@ -178,7 +178,7 @@ class Session:
         :class:`~ratchet_runner.errors.BindingInvalid` for a file that is no binding), or None
         when no binding file is given or found."""
         if self._binding is None:
-            from .bindings import find, load
+            from .binding.files import find, load
 
             path = find(self._bindings, spec=self._spec_path, environ=self._environ)
             self._binding = (None if path is None else load(path),)
@@ -320,8 +320,8 @@ class Session:
         """How a runner on ``store`` (default: the session's) resolves adapters: through the
         session's binding; else, on a practice store, the spec's kinds in the practice world;
         else not at all (every run refused before it is created, none driven)."""
-        from .bindings import place_for, searched
-        from .resolve import resolve
+        from .binding.files import place_for, searched
+        from .binding.resolve import resolve
         from .store.dialects import redact
 
         on = self.store if store is None else store

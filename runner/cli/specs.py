@@ -64,7 +64,7 @@ def validate(
     adapter). Exit status: 0 valid, 1 invalid (with --strict, also when there are warnings),
     2 usage error.
     """
-    from ratchet_runner.binding_check import Checker
+    from ratchet_runner.binding.check import Checker
     from ratchet_runner.review import views
 
     done = Checker(bindings, os.environ).validate(specs, debug=bool(os.getenv("RATCHET_DEBUG")))

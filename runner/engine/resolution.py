@@ -1,9 +1,9 @@
 """How a runner resolves its adapters: the binding a run records, and who may drive a run.
 
 A runner is made with a :class:`Resolution`, which the session builds from the binding it found
-(``ratchet_runner.bindings``): the **stamp** every run it starts records (the binding's name and
-digest; on a practice store without a binding, ``{"name": None, "digest": None}``: the spec's own
-kinds), why it can resolve **no adapter at all** (a store that is not a practice store, and no
+(``ratchet_runner.binding.files``): the **stamp** every run it starts records (the binding's name
+and digest; on a practice store without a binding, ``{"name": None, "digest": None}``: the spec's
+own kinds), why it can resolve **no adapter at all** (a store that is not a practice store, and no
 binding), and the check (**admit**) a spec must pass before a run of it is created (every adapter
 bound, every operation and lookup implemented). A runner made with the default resolution (a test,
 a benchmark, ``ratchet check``, an embedding that passes its own adapter factory) records nothing
@@ -12,9 +12,9 @@ and drives any run.
 :func:`refusal` says why a runner must not drive a run: the run recorded another binding
 (:class:`~ratchet_runner.errors.BindingMismatch`: a worker leaves the run to a worker that has it,
 a command changes nothing), or the runner has no binding at all
-(:class:`~ratchet_runner.errors.BindingError`: a worker parks the run for a person with the
-reason, a command changes nothing). A run that recorded no binding (one started by a runner with
-the default resolution) is driven by whoever drives it, through its own adapters.
+(:class:`~ratchet_runner.errors.BindingError`: a worker parks the run for a person with the reason,
+a command changes nothing). A run that recorded no binding (one started by a runner with the
+default resolution) is driven by whoever drives it, through its own adapters.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """``ratchet check`` over HTTP: a spec's adapters that its binding binds to ``http``, reached
 through the real HTTP adapter and a real socket.
 
-:func:`over_http` reads the binding found for the spec (``--bindings``, ``$RATCHET_BINDINGS``,
-or beside the spec) and says how a check reaches each adapter: ``http`` over the wire,
-``practice`` and ``noop`` in-process (the case's practice world, by the adapter's kind, as
-without a binding); a ``python`` factory or a plugin is refused, since what it reaches cannot be
-given a fresh practice world with faults injected per case. For each case, :func:`served` serves
-the case's practice world over HTTP on 127.0.0.1 (a free port) for the whole case, so that the
-provider outlives the crash; its slow reply waits on the case's fake clock, so nothing sleeps.
-Each process of the case (the one that crashes, the one that resumes) makes its own HTTP
-adapters (:func:`reaching`) with :func:`~ratchet_runner.implementations.make`, as a run makes
-them, from the binding's settings with two changes: ``base_url`` on the case's server (its path
-kept) and the effect header the server injects faults by. A check never calls the host a
-binding names.
+:func:`over_http` reads the binding found for the spec (``--bindings``, ``$RATCHET_BINDINGS``, or
+beside the spec) and says how a check reaches each adapter: ``http`` over the wire, ``practice``
+and ``noop`` in-process (the case's practice world, by the adapter's kind, as without a binding); a
+``python`` factory or a plugin is refused, since what it reaches cannot be given a fresh practice
+world with faults injected per case. For each case, :func:`served` serves the case's practice world
+over HTTP on 127.0.0.1 (a free port) for the whole case, so that the provider outlives the crash;
+its slow reply waits on the case's fake clock, so nothing sleeps. Each process of the case (the one
+that crashes, the one that resumes) makes its own HTTP adapters (:func:`reaching`) with
+:func:`~ratchet_runner.binding.implementations.make`, as a run makes them, from the binding's
+settings with two changes: ``base_url`` on the case's server (its path kept) and the effect header
+the server injects faults by. A check never calls the host a binding names.
 """
 
 from __future__ import annotations
@@ -30,11 +29,11 @@ from ratchet_runner.adapters.base import Adapter
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.adapters.practice.http import EFFECT_HEADER, PracticeServer
 
-from .. import implementations
-from ..bindings import Binding, find, load, place_for
+from ..binding import implementations
+from ..binding.files import Binding, find, load, place_for
+from ..binding.implementations import Place
 from ..clock import FakeClock
 from ..errors import UsageError
-from ..implementations import Place
 from ..session import WORLD_FILE, Session
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec

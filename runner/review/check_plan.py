@@ -28,7 +28,7 @@ def load_checkable(
     which a check runs anyway to show what they cause; any other error is a :class:`SpecError`.
     A binding file (``bindings``, or the one found for the spec) that does not cover the spec is
     a :class:`~ratchet_runner.errors.BindingInvalid`."""
-    from ..binding_check import Checker
+    from ..binding.check import Checker
     from ..spec.validate import validate_path
 
     report = validate_path(spec_path)

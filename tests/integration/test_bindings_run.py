@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.bindings import load
+from ratchet_runner.binding.files import load
 from ratchet_runner.session import Session
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import RunRecord

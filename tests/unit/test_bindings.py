@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_runner import implementations
-from ratchet_runner.binding_check import check
-from ratchet_runner.bindings import CODES, find, load, place_for
+from ratchet_runner.binding import implementations
+from ratchet_runner.binding.check import check
+from ratchet_runner.binding.files import CODES, find, load, place_for
 from ratchet_runner.errors import BindingInvalid, Diagnostic
 from ratchet_runner.spec.validate import load_spec
 from tests.conftest import ROOT, SPECS

@@ -171,7 +171,7 @@ def test_an_internal_error_is_one_line_with_exit_three(
     def explode(*_: object, **__: object) -> None:
         raise RuntimeError("boom")
 
-    from ratchet_runner import binding_check  # where ratchet validate validates each file
+    from ratchet_runner.binding import check as binding_check  # where validate validates each file
 
     monkeypatch.setattr(binding_check, "validate_path", explode)
     monkeypatch.delenv("RATCHET_DEBUG", raising=False)

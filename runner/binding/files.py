@@ -16,11 +16,11 @@ A binding file is TOML (``docs/reference/bindings.md``)::
 
 :func:`find` looks for it: ``--bindings FILE``; else ``$RATCHET_BINDINGS``; else ``ratchet.toml``
 beside the spec; else ``ratchet.toml`` in the working directory. :func:`load` reads it (``B100``,
-``B101`` for a file that is no binding, located in the file); :mod:`~ratchet_runner.binding_check`
+``B101`` for a file that is no binding, located in the file); :mod:`~ratchet_runner.binding.check`
 checks it against what a spec's effects use (``B102`` to ``B205``). A binding is identified by
 its name and its digest, the SHA-256 of its canonical JSON: secrets never live in the file (its
 settings name environment variables and files), so the digest holds none.
-:mod:`~ratchet_runner.resolve` resolves a runner's adapters through it.
+:mod:`~ratchet_runner.binding.resolve` resolves a runner's adapters through it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 from ratchet_runner.adapters.base import Semantics
 
-from .errors import BindingInvalid, Diagnostic
+from ..errors import BindingInvalid, Diagnostic
 from .implementations import Place
 
 #: The environment variable naming a binding file, and the file looked for beside the spec and

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import BindingError, RatchetError
+from ..errors import BindingError, RatchetError
 
 if TYPE_CHECKING:  # imported where used: `ratchet validate` reads no installed metadata
     from importlib.metadata import EntryPoint
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # imported where used: `ratchet validate` reads no installed 
     from ratchet_runner.adapters.base import Adapter, Semantics
     from ratchet_runner.adapters.practice import PracticeWorld
 
-    from .spec.model import Adapter as AdapterSpec
+    from ..spec.model import Adapter as AdapterSpec
 
 #: The entry-point group under which an installed distribution registers adapter kinds.
 GROUP = "ratchet.adapters"

@@ -1,16 +1,15 @@
 """Checking a binding against a spec: every adapter bound, every operation and lookup implemented.
 
-:func:`check` finds what stops a :class:`~ratchet_runner.bindings.Binding` from running a spec,
-each finding a located :class:`~ratchet_runner.errors.Diagnostic` with a ``B`` code
-(:data:`~ratchet_runner.bindings.CODES`): in the binding file, at the line of the adapter's table
-(``B102`` to ``B205``), or, for an adapter the file does not bind, at the spec's adapter
+:func:`check` finds what stops a :class:`~ratchet_runner.binding.files.Binding` from running a
+spec, each finding a located :class:`~ratchet_runner.errors.Diagnostic` with a ``B`` code
+(:data:`~ratchet_runner.binding.files.CODES`): in the binding file, at the line of the adapter's
+table (``B102`` to ``B205``), or, for an adapter the file does not bind, at the spec's adapter
 (``B201``). What an implementation offers is asked of
-:func:`~ratchet_runner.implementations.offer`. :class:`Checker` is ``ratchet validate
+:func:`~ratchet_runner.binding.implementations.offer`. :class:`Checker` is ``ratchet validate
 --bindings`` (and ``ratchet check``): each spec against the binding found for it, each file read
 once; a spec with no binding found, against the practice world (an adapter of a kind it does not
 serve is ``B201``, as ``ratchet run`` would say). :func:`admit` raises the findings as
-:class:`~ratchet_runner.errors.BindingInvalid`, which is how a run is refused before it is
-created.
+:class:`~ratchet_runner.errors.BindingInvalid`, which is how a run is refused before it is created.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import BindingError, BindingInvalid, Diagnostic
+from ..spec.model import Adapter as AdapterSpec
+from ..spec.model import Spec
+from ..spec.validate import Report, spec_files, validate_path
 from . import implementations
-from .bindings import Binding, Entry, find, load, place_for, searched
-from .errors import BindingError, BindingInvalid, Diagnostic
+from .files import Binding, Entry, find, load, place_for, searched
 from .implementations import NOT_REAL, Offer, Place
-from .spec.model import Adapter as AdapterSpec
-from .spec.model import Spec
-from .spec.validate import Report, spec_files, validate_path
 
 
 def admit(found: list[Diagnostic]) -> None:

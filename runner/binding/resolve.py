@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 from ratchet_runner.adapters.base import Adapter
 
+from ..engine.resolution import SPEC_KINDS, Resolution
+from ..errors import BindingError
+from ..spec.model import Adapter as AdapterSpec
 from . import implementations
-from .binding_check import admit, check, kinds_unserved, unbound
-from .bindings import Binding
-from .engine.resolution import SPEC_KINDS, Resolution
-from .errors import BindingError
+from .check import admit, check, kinds_unserved, unbound
+from .files import Binding
 from .implementations import Place
-from .spec.model import Adapter as AdapterSpec
 
 AdapterFactory = Callable[[AdapterSpec], Adapter]
 
