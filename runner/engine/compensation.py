@@ -21,6 +21,7 @@ from . import duplicates
 from .host import StepHost
 from .protocol import EffectStep
 from .providers import DEFAULT_CALL_SECONDS, ask, conclusive_from, why_unsettled
+from .verify import schedule as schedule_verification
 
 #: The statuses of a forward operation whose change may have been made without the runner
 #: knowing: ``unknown`` (its lookup failed), ``pending`` with a call on record (the process
@@ -229,6 +230,11 @@ def _reconcile_for_undo(
                 f"op {forward.operation_id[:12]} is not on the provider's record: "
                 f"it was not made, so {registered.effect} has nothing to undo"
             ),
+        )
+        # should the provider make it later still (past the window it promised), a lookup
+        # later on finds it, and the saga's undo is made then (:mod:`.verify`)
+        schedule_verification(
+            change, run, forward.operation_id, semantics.window if semantics is not None else 0.0
         )
         return host.store.commit(change)
     reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"

@@ -1,4 +1,5 @@
-"""Verifying a retry at a provider that keeps no key register: later lookups of the operation.
+"""Verifying a retry at a provider that keeps no key register, and a saga's undo skipped as not
+made: later lookups of the operation.
 
 A provider that does not deduplicate (``dedupe = false``) is sent a request again only once a
 lookup has found nothing for longer than its ``commits_within`` (:mod:`.providers`). If it breaks
@@ -16,6 +17,10 @@ recorded the same way: every change found is one the run believes was never made
 where the spec says how, and a person asked. A duplicate the run has recorded already (a
 reconcile found it first) is looked past, and the checks go on for a third change. The last
 check records ``verified``.
+
+A saga's undo skipped because its lookup found nothing (after the provider's window, where it
+declared one) rests on the same promise, and arms the same verification
+(:func:`~ratchet_runner.engine.compensation.compensate`).
 """
 
 from __future__ import annotations

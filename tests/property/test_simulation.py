@@ -229,6 +229,26 @@ def test_a_change_committed_beyond_the_window_after_its_saga_gave_it_up_is_undon
     assert result.ok, result.report()
 
 
+#: A schedule of ``late-commits-beyond`` in which a saga skips, as not made, the undo of a hold
+#: whose outcome was unknown (never retried), and the hold is made later.
+LATE_SKIPPED_UNDO = 20_261_283
+
+
+def test_a_hold_committed_beyond_the_window_after_its_saga_skipped_the_undo_is_undone(
+    tmp_path: Path,
+) -> None:
+    """``hold_hotel`` times out and its lookup fails: its outcome unknown, the saga compensates.
+    Its lookups before the undo find nothing, before and after the hotel's 25 s window, so the
+    undo is skipped as not made and the booking ends ``released``; the hold is made 72 s after
+    it was sent. There was no retry, so no retry's verification: before the fix nothing looked
+    again, and the hold stayed held. The skip now arms a verification of its own: it finds the
+    hold, releases it, and hands the run to a person."""
+    with simulation_store(str(tmp_path)) as fresh:
+        result = run_schedule(LATE_SKIPPED_UNDO, fresh, "late-commits-beyond")
+    assert result.ok, result.report()
+    assert result.seen["duplicate_detected"] > 0  # the change found made after the skip
+
+
 # -- the simulation can fail ------------------------------------------------------------------
 
 
