@@ -111,30 +111,6 @@ def operation_names(kind: str, config: Mapping[str, Any] | None) -> tuple[str, .
     return names or None
 
 
-#: The reply field that identifies the change each operation of a fixed practice service makes.
-_RECEIPT_FIELDS = {
-    ("payments", "refund"): "refund_id",
-    ("payments", "charge"): "charge_id",
-    ("warehouse", "create_label"): "label_id",
-    ("warehouse", "reship"): "reship_id",
-    ("travel", "hold_flight"): "hold_id",
-    ("travel", "hold_hotel"): "hold_id",
-    ("travel", "confirm"): "itinerary_id",
-    ("travel", "release"): "release_id",
-}
-
-
-def receipt_field(kind: str, name: str) -> str | None:
-    """The reply field that identifies the change ``kind``'s operation ``name`` makes in the
-    practice world (``noop``: ``id``; a generic operation: ``<name>_id``), as the validator
-    checks a contract's ``receipt`` against it; None for no practice service."""
-    if kind == "noop":
-        return "id"
-    if kind == GENERIC:
-        return f"{name}_id"
-    return _RECEIPT_FIELDS.get((kind, name))
-
-
 # -- payments -------------------------------------------------------------------------------------
 
 

@@ -514,14 +514,16 @@ class Simulation:
                 self._drain(f"final worker {self._finals}")
 
     def _final_verifications(self, rounds: int = 40) -> None:
-        """While a change some provider made twice has not been detected, move the clock to
-        the next verification that is due (a timer of state ``*``, armed by a retry made on a
-        "not found" believed after the provider's window: :mod:`ratchet_runner.engine.verify`)
-        and past every lease, and let a final worker fire it and take the runs as far as they
-        go; until none is left (the engine arms none a day after the retry) or ``rounds`` have
-        passed. A schedule in which nothing was made twice needs none."""
+        """While a change some provider made twice has not been detected, or a change was made
+        under an operation its run does not believe made (given up, or its undo skipped as not
+        made) and no detection names it, move the clock to the next verification that is due (a
+        timer of state ``*``, armed by a retry made on a "not found" believed after the
+        provider's window, or by a skipped undo: :mod:`ratchet_runner.engine.verify`) and past
+        every lease, and let a final worker fire it and take the runs as far as they go; until
+        none is left (the engine arms none a day after) or ``rounds`` have passed. A schedule
+        in which nothing was made twice or unbelieved needs none."""
         for _ in range(rounds):
-            if not self._undetected():
+            if not self._undetected() and not self._unbelieved():
                 return
             timers = [
                 timer
@@ -794,6 +796,21 @@ class Simulation:
                 if len(made) > 1 and (
                     seen is None or any(m["receipt"] not in seen.receipts for m in made)
                 ):
+                    missing.append(op_id)
+        return missing
+
+    def _unbelieved(self) -> list[str]:
+        """The operation IDs under which a provider made a change that the operation's run does
+        not record as made (the operation not ``done``), and which no detection names."""
+        detections = self._detections()
+        missing = []
+        for provider in self.providers.values():
+            for op_id, made in provider.changes.items():
+                op = self.store.operation(op_id)
+                if not made or op is None or op.status == "done":
+                    continue
+                seen = detections.get(op_id)
+                if seen is None or any(m["receipt"] not in seen.receipts for m in made):
                     missing.append(op_id)
         return missing
 

@@ -12,8 +12,8 @@ import pytest
 
 from ratchet_runner.adapters.base import Call, Done
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.adapters.practice.services import receipt_field
 from ratchet_runner.errors import Diagnostic
+from ratchet_runner.spec.kinds import receipt_field
 from ratchet_runner.spec.validate import load_spec, validate_text
 from tests.conftest import run_cli
 

@@ -10,7 +10,7 @@ spec that imported the store would break the first rule::
     >>> where
     'ratchet_runner.spec.model imports ratchet_runner.store'
     >>> rule
-    'spec imports nothing from engine, store, worker, review'
+    'spec imports nothing from adapters, engine, store, worker, review, binding, serve, cli'
 """
 
 from __future__ import annotations
@@ -29,12 +29,16 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "ratchet_runner.spec",
         (
+            "ratchet_runner.adapters",
             "ratchet_runner.engine",
             "ratchet_runner.store",
             "ratchet_runner.worker",
             "ratchet_runner.review",
+            "ratchet_runner.binding",
+            "ratchet_runner.serve",
+            "ratchet_runner.cli",
         ),
-        "spec imports nothing from engine, store, worker, review",
+        "spec imports nothing from adapters, engine, store, worker, review, binding, serve, cli",
     ),
     (
         "ratchet_runner.store",
@@ -186,6 +190,11 @@ def test_every_installed_module_is_read() -> None:
             "spec imports",
         ),
         ("ratchet_runner.spec.lint.graph", "import ratchet_runner.engine.runner", "spec imports"),
+        (
+            "ratchet_runner.spec.lint.references",
+            "from ratchet_runner.adapters.practice.services import operation_names",
+            "spec imports nothing from adapters",
+        ),
         ("ratchet_runner.store.store", "from ratchet_runner.spec import model", "store imports"),
         ("ratchet_runner.engine.runner", "from ratchet_runner.worker.pool import Pool", "engine"),
         ("ratchet_runner.engine.lifecycle", "from ratchet_runner import cli", "engine"),

@@ -26,13 +26,15 @@ from typing import Any
 
 import pytest
 
-from ratchet_runner.adapters import KINDS, practice
-from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.adapters import practice
+from ratchet_runner.adapters.practice import PracticeWorld, services
 from ratchet_runner.adapters.practice.faults import FAULT_KINDS
 from ratchet_runner.adapters.practice.services import PRACTICE_SERVICES
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import Diagnostic, RunError, WorldError
+from ratchet_runner.spec import kinds
+from ratchet_runner.spec.kinds import KINDS
 from ratchet_runner.spec.schema import spec_schema
 from ratchet_runner.spec.validate import load_spec_text, validate_text
 from ratchet_runner.store.store import Store
@@ -422,6 +424,21 @@ def test_an_input_lacking_a_field_a_has_test_guards_is_not_refused(tmp_path: Pat
 
 def test_every_kind_a_spec_may_name_is_served_by_the_practice_world_or_needs_a_binding() -> None:
     assert set(KINDS) - set(PRACTICE_SERVICES) == {"http"}
+
+
+def test_the_spec_languages_practice_operations_are_the_ones_the_practice_world_implements() -> (
+    None
+):
+    """The validator's vocabulary (``spec/kinds.py``, which loads no adapter) and the practice
+    world's handlers name the same operations, kind by kind, and the generic service's are the
+    ones its adapter declares."""
+    for kind in PRACTICE_SERVICES:
+        assert kinds.operation_names(kind, None) == services.operation_names(kind, None), kind
+    declared = {"operations": {"enrol": {"dedupe": True}, "page": {"dedupe": False}}}
+    assert kinds.operation_names("service", declared) == services.operation_names(
+        "service", declared
+    )
+    assert kinds.receipt_field("service", "enrol") == "enrol_id"
 
 
 def test_an_unknown_kind_is_refused_by_validate_located_and_by_run_before_any_run(

@@ -13,11 +13,9 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft7Validator
 
-from ratchet_runner.adapters import KINDS
-from ratchet_runner.adapters.practice.services import GENERIC, operation_names, receipt_field
-
 from ...errors import Diagnostic, ExpressionError
 from ..expressions import APPROVAL_FIELDS, RUN_FIELDS, Scope, check
+from ..kinds import GENERIC, KINDS, operation_names, receipt_field
 from ..model import Adapter, Contract, Effect, Spec
 from .support import at, at_field, at_name, col, only_undoes
 
