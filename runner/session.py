@@ -18,6 +18,7 @@ The store and the runner are imported when first used, so that ``ratchet validat
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -53,8 +54,12 @@ if TYPE_CHECKING:
 WORLD_FILE, STORE_FILE = "practice.db", "ratchet.db"
 
 
+LOG = logging.getLogger(__name__)
+
+
 def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """Where the session says what it did when nobody said where (the command line does)."""
+    LOG.info("%s", line)
 
 
 class Session:
@@ -272,7 +277,7 @@ class Session:
         concurrency: int = 1,
         lease_seconds: float = 30.0,
         poll: float = 0.5,
-        log: Callable[[str], None] = _to_stderr,
+        log: Callable[[str], None] | None = None,
         listen_url: str | None = None,
         refuse_short_lease: bool = False,
     ) -> Pool:

@@ -48,7 +48,12 @@ def postgres_url() -> str:
     except Exception as exc:
         if os.environ.get("CI"):
             pytest.fail(f"PostgreSQL at {PG_URL} is required in CI: {exc}")
-        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
+        reason = str(exc).splitlines()[0]
+        pytest.skip(
+            f"no PostgreSQL at {PG_URL} ({reason}): install it with 'apt-get install postgresql' "
+            "(Debian, Ubuntu) or 'brew install postgresql' (macOS), with a database 'test' that "
+            "user 'postgres' reaches by trust, or set RATCHET_TEST_PG to a server of yours"
+        )
     finally:
         engine.dispose()
     _SCHEMAS.append(schema)

@@ -25,6 +25,7 @@ same practice database file the commands use, so ``ratchet effects`` shows what 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import socket
 import struct
@@ -42,6 +43,8 @@ from ratchet_runner.errors import UsageError
 from ..base import Call, Done, Found, LookupFailed, Refused
 from .services import GENERIC, PRACTICE_SERVICES, operation, operation_names
 from .world import COMMITS_LATE_SECONDS, SLOW_REPLY_SECONDS, Handled, PracticeWorld
+
+LOG = logging.getLogger(__name__)
 
 #: The request header that carries the operation ID, and the one that names the effect.
 KEY_HEADER, EFFECT_HEADER = "Idempotency-Key", "Ratchet-Effect"
@@ -125,7 +128,7 @@ class PracticeServer(ThreadingHTTPServer):
         """One line on stderr, not a traceback (a client that went away is no error)."""
         error = sys.exc_info()[1]
         if not isinstance(error, ConnectionError):
-            print(f"practice server: {type(error).__name__}: {error}", file=sys.stderr)
+            LOG.error("practice server: %s: %s", type(error).__name__, error)
 
 
 def index() -> dict[str, Any]:

@@ -25,6 +25,7 @@ from ratchet_runner import __version__
 from ratchet_runner.errors import RatchetError
 
 from . import runs, serving, specs
+from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
 
@@ -51,6 +52,7 @@ def cli() -> None:
     RATCHET_DB to use PostgreSQL: postgresql+psycopg://USER@HOST/DB). The practice world,
     which stands in for payment, warehouse and travel providers, is .ratchet/practice.db.
     """
+    configure()  # the library's log to stderr (worker, serve: --log-level, --log-format)
 
 
 for _command in (*specs.COMMANDS, *runs.COMMANDS, *serving.COMMANDS):

@@ -10,12 +10,14 @@ import: the library modules a command uses are imported when it runs.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from .logs import log_options
 from .options import (
     JSON_OPTION,
     RUN_COMMAND,
@@ -25,7 +27,6 @@ from .options import (
     finite_seconds,
     lease_option,
     named,
-    say,
     with_options,
 )
 
@@ -93,6 +94,7 @@ def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         "worker refuses to start if it is too short for a live run's spec.",
     ),
 )
+@log_options
 def worker(
     once: bool,
     concurrency: int,
@@ -137,7 +139,7 @@ def worker(
                 raise refused
             warning = unbound_warning(runner)
             if warning is not None:
-                say(warning)
+                logging.getLogger("ratchet_runner.worker.pool").warning("%s", warning)
             passed = worker_pass(runner, lease_seconds=how.lease_seconds)
             if how.as_json:
                 click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
@@ -150,19 +152,18 @@ def worker(
             concurrency=concurrency,
             lease_seconds=how.lease_seconds,
             poll=poll,
-            log=say,
             listen_url=listen_db,
             refuse_short_lease=True,
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: pool.stop.set())
-        say(f"worker {pool.owner}: {concurrency} thread(s); SIGTERM or Ctrl-C stops")
+        pool.note(f"{concurrency} thread(s); SIGTERM or Ctrl-C stops")
         exporter = None
         if metrics_port is not None:
             from ..serve.metrics import serve_metrics
 
             exporter = serve_metrics(session, metrics_host, metrics_port)
-            say(f"worker {pool.owner}: metrics on {exporter.url}")
+            pool.note(f"metrics on {exporter.url}")
         try:
             report = pool.run()
         finally:
@@ -171,7 +172,7 @@ def worker(
     if how.as_json:
         emit_json(views.pool_json(pool.owner, report))
     else:
-        say(views.pool_line(report))
+        logging.getLogger("ratchet_runner.worker.pool").info("%s", views.pool_line(report))
 
 
 @click.command("serve")
@@ -198,6 +199,7 @@ def worker(
     help="Worker threads to run in the service's process (0: leave runs to 'ratchet worker').",
 )
 @with_options("db", "bindings")
+@log_options
 def serve_command(
     host: str, port: int, config: str | None, specs: tuple[str, ...], workers: int, how: How
 ) -> None:
@@ -224,7 +226,7 @@ def serve_command(
         config=config,
         specs=specs,
         workers=workers,
-        say=lambda line: click.echo(line, err=True),
+        say=logging.getLogger("ratchet_runner.serve.run").info,
     )
 
 
@@ -287,6 +289,7 @@ def practice() -> None:
 @practice.command("serve")
 @listening(8765)
 @JSON_OPTION
+@log_options
 def serve(host: str, port: int, as_json: bool) -> None:
     """Serve the practice world's providers (payments, warehouse, travel, the generic service,
     noop) as an HTTP JSON API, over the same practice database the commands use.
@@ -305,12 +308,13 @@ def serve(host: str, port: int, as_json: bool) -> None:
         server = session.practice_server(host, port)
         shown = {"url": server.url, "practice_world": str(session.world.path)}
         click.echo(json.dumps(shown) if as_json else server.url)
-        say(
+        logging.getLogger("ratchet_runner.adapters.practice.http").info(
+            "%s",
             f"serving the practice world {session.world.path} at {server.url}; "
-            "SIGTERM or Ctrl-C stops"
+            "SIGTERM or Ctrl-C stops",
         )
         server.serve_until_signalled()
-    say("stopped")
+    logging.getLogger("ratchet_runner.adapters.practice.http").info("stopped")
 
 
 #: The commands, as :mod:`.main` adds them to the group.

@@ -3,8 +3,8 @@ error becomes an HTTP answer (its status, and the JSON body with the CLI's code)
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -26,6 +26,8 @@ from ..errors import (
 )
 from .operators import Config
 from .sessions import Sessions
+
+LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..engine.runner import Runner
@@ -83,18 +85,20 @@ class Service:
             try:
                 fresh = load_config(path)
             except UsageError as exc:
-                print(
-                    f"ratchet serve: {path} changed but was not taken ({exc.message}); "
-                    "the configuration before it stays",
-                    file=sys.stderr,
+                LOG.warning(
+                    "ratchet serve: %s changed but was not taken (%s); the configuration before "
+                    "it stays",
+                    path,
+                    exc.message,
                 )
                 return
             self.config = fresh
             self.sessions.keep_only(fresh.operators)
-        print(
-            f"ratchet serve: {path} read again: {len(fresh.operators)} operator(s), "
-            f"{len(fresh.senders)} sender(s)",
-            file=sys.stderr,
+        LOG.info(
+            "ratchet serve: %s read again: %d operator(s), %d sender(s)",
+            path,
+            len(fresh.operators),
+            len(fresh.senders),
         )
 
     def count(self, what: str) -> None:
@@ -127,10 +131,11 @@ def log_bug(exc: Exception) -> None:
     re-raised)."""
     if os.environ.get("RATCHET_DEBUG"):
         raise exc
-    print(
-        f"ratchet serve: internal error: {type(exc).__name__}: {exc} "
-        "(set RATCHET_DEBUG=1 to see the traceback, and please report it)",
-        file=sys.stderr,
+    LOG.error(
+        "ratchet serve: internal error: %s: %s (set RATCHET_DEBUG=1 to see the traceback, and "
+        "please report it)",
+        type(exc).__name__,
+        exc,
     )
 
 

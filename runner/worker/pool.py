@@ -39,8 +39,8 @@ report and its back-off; a step itself is :mod:`~ratchet_runner.worker.passes`'s
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +64,8 @@ from ..store.records import RunRecord
 from ..store.watch import Watch, watch_for
 from .outages import Outages
 from .passes import advance_leased, fire_due, lease_refusal, unbound_warning
+
+LOG = logging.getLogger(__name__)
 
 #: The longest wait, in seconds, between two attempts to reach a store that does not answer.
 MAX_BACKOFF = 5.0
@@ -165,9 +167,10 @@ class Pool:
     ``make_runner(options=...)`` makes each thread's runner with the options the pool sets: stop
     after the current step once the pool stops, and look for a newer spec version once per poll
     interval. ``log`` receives one line at a time about the store's outages and about unexpected
-    errors (default: standard error). ``refuse_short_lease``: check at start that the lease
-    covers the spec of every live run, and stop before claiming anything if not (:attr:`refused`,
-    raised by :meth:`run`)."""
+    errors (default: the module's :mod:`logging` logger, ``ratchet_runner.worker.pool``: the
+    store's outages and the errors at ``warning``, the rest at ``info``). ``refuse_short_lease``:
+    check at start that the lease covers the spec of every live run, and stop before claiming
+    anything if not (:attr:`refused`, raised by :meth:`run`)."""
 
     def __init__(
         self,
@@ -193,14 +196,14 @@ class Pool:
         # SIGTERM: finish the current step, release; a new spec version is seen within a poll
         self.options = RunnerOptions(stopping=self.stop.is_set, spec_check_interval=poll)
         self.report = PoolReport()
-        self._log = log or _to_stderr
+        self._log = log  # None: the module's logger
         # run ID -> the lease a worker thread holds on it, and the leases of its runner, where
         # the heartbeat records each renewal
         self._held: dict[str, tuple[Lease, Leases]] = {}
         self._unreleased: dict[str, str] = {}  # leases an outage kept this pool from giving back
         self._foreign: dict[str, float] = {}  # runs of another binding -> skipped until when
         self._lock = threading.Lock()
-        self.outages = Outages(self.report, self._say)
+        self.outages = Outages(self.report, self._warn)
         self._warned = False  # that it has no binding at all (said once)
         self._short: set[str] = set()  # spec versions it warned its lease is too short for
         self.refuse_short_lease = refuse_short_lease
@@ -312,7 +315,7 @@ class Pool:
                 self._short.add(digest)
             if first:
                 spec = f"spec {short.spec}" if short.spec else "a spec"
-                self._say(
+                self._warn(
                     f"warning: the runs of {spec} are left, unchanged, to a worker with a longer "
                     f"--lease (the first: {claimed.id}): {short}"
                 )
@@ -451,7 +454,7 @@ class Pool:
             if warning is None or self._warned:
                 return
             self._warned = True
-        self._say(warning)
+        self._warn(warning)
 
     def _pause(self, link: _Link, seconds: float) -> None:
         """Back off for ``seconds``; less if the pool stops, or if the store answers another
@@ -501,7 +504,7 @@ class Pool:
                 with self._lock:
                     self.report.failed.append((run_id, what))
                 run = f" with run {run_id}" if run_id else ""
-                self._say(f"{link.name}{run}: {what}; the thread goes on in {_s(delay)} s")
+                self._warn(f"{link.name}{run}: {what}; the thread goes on in {_s(delay)} s")
             return delay
         delay = self._backoff(link.failures)
         met = self.outages.met(link.epoch, link.began, _short(str(exc)), _s(delay))
@@ -518,13 +521,19 @@ class Pool:
         link.unexpected = None
         self.outages.answered(link.epoch)
 
-    def _say(self, line: str) -> None:
+    def _say(self, line: str, level: int = logging.INFO) -> None:
         with contextlib.suppress(Exception):  # a log that cannot be written stops no work
-            self._log(f"worker {self.owner}: {line}")
+            if self._log is None:
+                LOG.log(level, "worker %s: %s", self.owner, line)
+            else:
+                self._log(f"worker {self.owner}: {line}")
 
+    def note(self, line: str) -> None:
+        """A line about this pool in its log (at ``info``), as ``worker OWNER: LINE``."""
+        self._say(line)
 
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    def _warn(self, line: str) -> None:
+        self._say(line, logging.WARNING)
 
 
 def _s(seconds: float) -> str:
