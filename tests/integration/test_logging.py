@@ -53,10 +53,12 @@ def test_a_worker_logs_plain_lines_by_default_and_only_warnings_at_warning(
     """At ``warning`` the info lines (its start, its passes) are not shown, and a warning is: a
     store it cannot open (its folder is missing) is retried, and said so, until it stops."""
     plain = _worker_lines(tmp_path, "--poll", "0.1")
-    assert plain[0].startswith("worker ") and plain[0].endswith("SIGTERM or Ctrl-C stops")
+    assert plain[0].startswith("worker ")
+    assert plain[0].endswith("SIGTERM or Ctrl-C stops")
     missing = tmp_path / "no such folder"
     quiet = _worker_lines(missing, "--poll", "0.1", "--log-level", "warning")
-    assert quiet and all("store unreachable" in line for line in quiet), quiet
+    assert quiet
+    assert all("store unreachable" in line for line in quiet), quiet
 
 
 def test_the_log_format_is_read_from_the_environment(
@@ -80,7 +82,8 @@ def test_a_pool_logs_under_its_module_and_a_given_log_receives_lines_instead(
         record = json.loads(capsys.readouterr().err.strip())
         assert record["logger"] == "ratchet_runner.worker.pool"
         assert record["message"] == f"worker {pool.owner}: a line"
-        assert len(said) == 1 and said[0].endswith(": another")
+        assert len(said) == 1
+        assert said[0].endswith(": another")
     finally:
         configure()
 
