@@ -31,11 +31,15 @@ FORMATS = ("text", "json")
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler that writes to whatever ``sys.stderr`` is when a record is emitted (a test's
-    capture, a redirected stream), not the one there was when it was made."""
+    capture, a redirected stream), not the one there was when it was made, which may be closed
+    by then: the standard library's last-resort handler does the same."""
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stderr)
-        super().emit(record)
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
 
 
 class JsonFormatter(logging.Formatter):

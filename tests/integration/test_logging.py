@@ -3,6 +3,7 @@ JSON lines (``--log-format``), at the level ``--log-level`` names (``runner/cli/
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import signal
@@ -109,5 +110,26 @@ def test_configured_twice_one_handler_remains() -> None:
         assert len(ours) == 1  # (pytest's own capture handlers aside)
         assert isinstance(ours[0].formatter, JsonFormatter)
         assert logger.level == logging.INFO
+    finally:
+        configure()
+
+
+def test_a_record_goes_to_the_stderr_of_its_moment_though_the_one_before_was_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The command line run in-process (a test's runner, an application calling ``main``)
+    leaves its handler behind; the stream it wrote to may be closed since. A record after that
+    is written to today's stderr, and logging it raises nothing (it made the service answer
+    500 to every request that logged)."""
+    configure()
+    try:
+        before = io.TextIOWrapper(io.BytesIO())  # as a capture is (a closed one cannot flush)
+        monkeypatch.setattr(sys, "stderr", before)
+        logging.getLogger("ratchet_runner.serve.service").error("the first")
+        before.close()
+        now = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", now)
+        logging.getLogger("ratchet_runner.serve.service").error("the second")
+        assert now.getvalue() == "the second\n"
     finally:
         configure()
