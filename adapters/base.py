@@ -150,12 +150,17 @@ class Semantics:
     nobody said. ``commits_within``: for ``dedupe = False``, the longest, in seconds, a request
     it was sent may take to commit (a request it could not commit by then it abandons).
     ``settle``: the longest its lookup may lag behind a change it made (a listing of recent
-    changes, say). Declared by a binding (``docs/reference/bindings.md``), or by the adapter
-    itself (:meth:`Adapter.semantics`); the binding's word wins."""
+    changes, say). ``sees_every_change``: whether its lookup answers with every change made
+    under one operation ID (a listing; an endpoint that lists them), so that a change a provider
+    that does not deduplicate made twice is found (:attr:`Found.others`); False: it answers with
+    one at most, and such a duplicate goes unseen; None: nobody said. Declared by a binding
+    (``docs/reference/bindings.md``), or by the adapter itself (:meth:`Adapter.semantics`); the
+    binding's word wins."""
 
     dedupe: bool | None = None
     commits_within: float | None = None
     settle: float = 0.0
+    sees_every_change: bool | None = None
 
     def over(self, theirs: Semantics | None) -> Semantics:
         """These semantics, with what they leave unsaid taken from ``theirs``."""
@@ -165,6 +170,7 @@ class Semantics:
             theirs.dedupe if self.dedupe is None else self.dedupe,
             theirs.commits_within if self.commits_within is None else self.commits_within,
             max(self.settle, theirs.settle),
+            theirs.sees_every_change if self.sees_every_change is None else self.sees_every_change,
         )
 
     @property

@@ -5,6 +5,6 @@ from the environment or files and never shown (:mod:`.secrets`)."""
 
 from __future__ import annotations
 
-from .adapter import MAX_REPLY_BYTES, HttpAdapter, settle_of
+from .adapter import MAX_REPLY_BYTES, HttpAdapter, lookup_semantics
 
-__all__ = ["MAX_REPLY_BYTES", "HttpAdapter", "settle_of"]
+__all__ = ["MAX_REPLY_BYTES", "HttpAdapter", "lookup_semantics"]

@@ -96,11 +96,17 @@ class _SendTimes:
             return self._times.get(operation_id)
 
 
-def settle_of(settings: HttpSettings, lookup: str | None) -> Semantics | None:
+def lookup_semantics(settings: HttpSettings, lookup: str | None) -> Semantics | None:
     """What a binding's HTTP settings say of the provider's lookup ``lookup``: how long a
-    listing may lag behind a change (None: nothing, an endpoint lookup does not lag)."""
+    listing may lag behind a change (an endpoint lookup does not lag), and whether the lookup
+    sees every change made under one operation ID (a listing does; an endpoint only with
+    ``every_change``). None: no such lookup."""
     found = settings.lookups.get(lookup or "")
-    return Semantics(settle=found.settle) if isinstance(found, ListingLookup) else None
+    if isinstance(found, ListingLookup):
+        return Semantics(settle=found.settle, sees_every_change=True)
+    if found is None:
+        return None
+    return Semantics(sees_every_change=found.every_change)
 
 
 def _text(value: Any) -> str:
@@ -275,10 +281,11 @@ class HttpAdapter:
         return endpoint_result(reply, lookup, fields, self._credentials)
 
     def semantics(self, operation: str, lookup: str | None = None) -> Semantics | None:
-        """What the binding's settings say of the provider: how long its listing ``lookup``
-        may lag behind a change. Whether it deduplicates, the binding's table says
-        (``dedupe``, ``commits_within``), beside the settings."""
-        return settle_of(self.settings, lookup)
+        """What the binding's settings say of the provider's ``lookup``: how long a listing
+        may lag behind a change, and whether it sees every change under one operation ID.
+        Whether the provider deduplicates, the binding's table says (``dedupe``,
+        ``commits_within``), beside the settings."""
+        return lookup_semantics(self.settings, lookup)
 
     # -- how -------------------------------------------------------------------------------
 

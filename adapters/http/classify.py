@@ -97,11 +97,16 @@ def resolve(data: Any, pointer: str) -> Any:
     return data
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_json(body: bytes) -> Any:
-    """The reply's JSON, or :data:`MISSING` when it is none (empty, cut short, not UTF-8)."""
+    """The reply's JSON, or :data:`MISSING` when it is none (empty, cut short, not UTF-8, a
+    ``NaN`` or ``Infinity`` that JSON does not have, nested deeper than Python can read)."""
     try:
-        return json.loads(body)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
+        return json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return MISSING
 
 
@@ -294,12 +299,44 @@ def endpoint_result(
         return NotFound()
     if not 200 <= reply.status < 300:
         return LookupFailed(f"the lookup was answered {_brief(reply, credentials)}")
-    receipt = lookup_receipt(parse_json(reply.body), lookup.receipt, fields)
+    data = parse_json(reply.body)
+    if lookup.every_change:
+        return _every_change(data, reply, lookup, fields, credentials)
+    receipt = lookup_receipt(data, lookup.receipt, fields)
     if isinstance(receipt, str):
         return LookupFailed(
             f"a lookup reply without the receipt ({receipt}): {_brief(reply, credentials)}"
         )
     return Found(credentials.redact_data(receipt))
+
+
+def _every_change(
+    data: Any,
+    reply: Reply,
+    lookup: EndpointLookup,
+    fields: tuple[str, ...],
+    credentials: Credentials,
+) -> LookupResult:
+    """A reply listing every change under the operation ID at ``lookup.receipt``: none is
+    "not found", one the receipt, more a change made more than once (:attr:`Found.others`)."""
+    listed = resolve(data, lookup.receipt)
+    if not isinstance(listed, list):
+        return LookupFailed(
+            f"a lookup reply without the list of changes at {lookup.receipt!r}: "
+            f"{_brief(reply, credentials)}"
+        )
+    receipts: list[dict[str, Any]] = []
+    for item in listed:
+        receipt = lookup_receipt(item, "", fields)
+        if isinstance(receipt, str):
+            return LookupFailed(
+                f"a change listed without its receipt ({receipt}): {_brief(reply, credentials)}"
+            )
+        receipts.append(credentials.redact_data(receipt))
+    if not receipts:
+        return NotFound()
+    first, *others = receipts
+    return Found(first, tuple(others))
 
 
 def listing_items(reply: Reply, lookup: ListingLookup, credentials: Credentials) -> list[Any] | str:

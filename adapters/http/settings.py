@@ -80,6 +80,8 @@ class EndpointLookup:
     with ``not_found_status`` (and, when set, ``not_found_equals`` at ``not_found_pointer`` of
     its body) means the provider has no change under that ID. Without ``receipt_field``, the
     receipt holds the receipt field of one of the operations (:meth:`HttpSettings.lookup_fields`).
+    ``every_change``: the reply holds, at ``receipt``, a list with one record for each change
+    the provider made under the ID (empty: none), so that a change made twice is seen.
     """
 
     method: str
@@ -89,6 +91,7 @@ class EndpointLookup:
     not_found_status: int = 404
     not_found_pointer: str | None = None
     not_found_equals: str | None = None
+    every_change: bool = False
     by: Literal["endpoint"] = field(default="endpoint", init=False)
 
 
@@ -346,7 +349,9 @@ def _lookup(table: _Table) -> Lookup:
     common = ("by", "method", "path", "receipt", "receipt_field")
     method = table.choice("method", METHODS, "GET")
     if by == "endpoint":
-        table.only(*common, "not_found_status", "not_found_pointer", "not_found_equals")
+        table.only(
+            *common, "not_found_status", "not_found_pointer", "not_found_equals", "every_change"
+        )
         path = _template(table, "path", frozenset({"operation_id"}))
         if "{operation_id}" not in path:
             table.fail(table.name("path"), f"must hold {{operation_id}}: {path!r}")
@@ -359,6 +364,7 @@ def _lookup(table: _Table) -> Lookup:
             not_found_status=table.integer("not_found_status", 404, 400, 499),
             not_found_pointer=pointer,
             not_found_equals=equals,
+            every_change=table.flag("every_change", False),
         )
     table.only(
         *common,

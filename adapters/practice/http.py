@@ -6,6 +6,8 @@ Routes (``docs/reference/adapters.md``, "The practice world over HTTP", is the c
     POST /{service}/{operation}              the arguments as a JSON object; the operation ID in
                                              the Idempotency-Key header → 200 and the receipt
     GET  /{service}/operations/{operation_id} the lookup → 200 and the receipt, or 404
+    GET  /{service}/changes/{operation_id}    every change made under the ID → 200 and
+                                             {"changes": [receipt, ...]} (empty: none)
     GET  /                                   the services and their operations
 
 ``{service}`` is ``payments``, ``warehouse``, ``travel``, ``service`` (the generic service: any
@@ -138,7 +140,11 @@ def index() -> dict[str, Any]:
         names = operation_names(service, None)
         services[service] = list(names) if names else "any operation"
     services[GENERIC] = "any operation (?dedupe=false: a second request makes a second change)"
-    return {"services": services, "lookup": "GET /{service}/operations/{operation_id}"}
+    return {
+        "services": services,
+        "lookup": "GET /{service}/operations/{operation_id}",
+        "every change": "GET /{service}/changes/{operation_id}",
+    }
 
 
 class _Refusal(Exception):
@@ -170,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, index())
             elif len(parts) == 3 and parts[0] in PRACTICE_SERVICES and parts[1] == "operations":
                 self._lookup(parts[0], parts[2])
+            elif len(parts) == 3 and parts[0] in PRACTICE_SERVICES and parts[1] == "changes":
+                self._lookup(parts[0], parts[2], every=True)
             else:
                 raise _Refusal(404, "no_such_route", f"no route GET {self.path}")
 
@@ -254,13 +262,19 @@ class _Handler(BaseHTTPRequestHandler):
             replayed = {"Idempotent-Replayed": "true"} if handled.verdict == "replayed" else None
             self._send(200, outcome.receipt, replayed)
 
-    def _lookup(self, service: str, operation_id: str) -> None:
+    def _lookup(self, service: str, operation_id: str, every: bool = False) -> None:
+        """The lookup: the first change under ``operation_id`` (404 for none), or, ``every``,
+        the list of every change under it (a provider that does not deduplicate may have made
+        it more than once), empty for none."""
         effect = self.headers.get(EFFECT_HEADER, "")
         found = self.server.world.lookup(service, "lookup", operation_id, effect)
-        if isinstance(found, Found):
-            self._send(200, found.receipt)
-        elif isinstance(found, LookupFailed):
+        if isinstance(found, LookupFailed):
             self._drop()
+        elif every:
+            changes = [found.receipt, *found.others] if isinstance(found, Found) else []
+            self._send(200, {"changes": changes})
+        elif isinstance(found, Found):
+            self._send(200, found.receipt)
         else:
             self._error(404, "not_found", f"{service} has no operation ID {operation_id}")
 

@@ -79,7 +79,7 @@ def semantics_of(service: str, name: str, config: Mapping[str, Any] | None) -> S
         return None
     if op.dedupe:
         return Semantics(dedupe=True)
-    return Semantics(dedupe=False, commits_within=COMMITS_WITHIN_SECONDS)
+    return Semantics(dedupe=False, commits_within=COMMITS_WITHIN_SECONDS, sees_every_change=True)
 
 
 def declared_operations(config: Mapping[str, Any] | None) -> dict[str, bool]:

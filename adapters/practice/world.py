@@ -510,10 +510,13 @@ class PracticeAdapter:
         """What this practice provider does with a second request: payments, ``noop`` and a
         generic operation declared ``dedupe: true`` return the first result; the others make a
         second change, and commit a request within :data:`COMMITS_WITHIN_SECONDS` of receiving
-        it or abandon it. Its lookups never lag behind a change."""
+        it or abandon it. Its lookups never lag behind a change, and answer with every change made
+        under the ID."""
         op = practice_operation(self.service, operation, self.declared)
         if op is None:
             return None
         if op.dedupe:
             return Semantics(dedupe=True)
-        return Semantics(dedupe=False, commits_within=COMMITS_WITHIN_SECONDS)
+        return Semantics(
+            dedupe=False, commits_within=COMMITS_WITHIN_SECONDS, sees_every_change=True
+        )

@@ -31,9 +31,11 @@ from .implementations import NOT_REAL, Offer, Place
 
 
 def admit(found: list[Diagnostic]) -> None:
-    """Raise ``found`` as :class:`BindingInvalid`, if there is anything in it."""
-    if found:
-        raise BindingInvalid(found)
+    """Raise the errors among ``found`` as :class:`BindingInvalid`, if there are any (a
+    warning, ``W207``, stops nothing: ``ratchet validate`` shows it)."""
+    errors = [d for d in found if d.severity == "error"]
+    if errors:
+        raise BindingInvalid(errors)
 
 
 def check(spec: Spec, binding: Binding, place: Place) -> list[Diagnostic]:
@@ -85,6 +87,7 @@ def _semantics(
     may still commit a request the runner gave up on."""
     undeclared: list[str] = []
     untimed: list[str] = []
+    blind: list[tuple[str, str, bool | None]] = []
     for effect in spec.effects.values():
         if effect.adapter != adapter.name:
             continue
@@ -94,7 +97,9 @@ def _semantics(
             undeclared.append(effect.name)
         elif said.dedupe is False and said.commits_within is None:
             untimed.append(effect.name)
-    found: list[Diagnostic] = []
+        if said and said.dedupe is False and effect.reconcile and not said.sees_every_change:
+            blind.append((effect.name, effect.reconcile, said.sees_every_change))
+    found: list[Diagnostic] = _unseen_duplicates(binding, entry, blind)
     name = entry.adapter
     if undeclared:
         found.append(
@@ -121,6 +126,37 @@ def _semantics(
                 "request was sent that it may still commit it (a lookup that finds nothing is "
                 "believed only after that)",
                 name,
+            )
+        )
+    return found
+
+
+def _unseen_duplicates(
+    binding: Binding, entry: Entry, blind: list[tuple[str, str, bool | None]]
+) -> list[Diagnostic]:
+    """``W207`` for each lookup of a provider that does not deduplicate which answers with one
+    change at most (or does not say): should the provider commit a request later than its
+    ``commits_within``, the change made twice is never seen, where a lookup that lists every
+    change under the ID would have it recorded, undone and handed to a person."""
+    found: list[Diagnostic] = []
+    for lookup in dict.fromkeys(name for _, name, _ in blind):
+        effects = ", ".join(e for e, named, _ in blind if named == lookup)
+        says = next(s for _, named, s in blind if named == lookup)
+        how = (
+            "answers with one change at most"
+            if says is False
+            else "does not say whether it answers with every change made under an operation ID"
+        )
+        found.append(
+            binding.at(
+                binding.line_of("adapters", entry.adapter, "lookups", lookup),
+                "W207",
+                f"adapter {entry.adapter!r}: its provider does not deduplicate, and lookup "
+                f"{lookup!r}, which {effects} reconcile with, {how}: a change the provider "
+                "commits later than its commits_within, made twice, would go unseen. A listing "
+                "lookup, or an endpoint whose reply lists every change (every_change = true), "
+                "lets the runner find it, undo the extra change and hand the run to a person",
+                entry.adapter,
             )
         )
     return found

@@ -57,6 +57,7 @@ CODES: dict[str, str] = {
     "B205": "a receipt field the bound operation or lookup returns that the effect does not expect",
     "B206": "an effect whose provider's semantics are not declared: dedupe, and commits_within "
     "when it does not deduplicate",
+    "W207": "a lookup of a provider that does not deduplicate that cannot see a change made twice",
 }
 
 #: The keys of an adapter's table that are the binding's own; every other key is a setting.

@@ -96,7 +96,7 @@ def known(kind: str) -> bool:
 def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: Place) -> Offer:
     """What implementation ``kind`` with ``settings`` offers for the spec's ``adapter``."""
     if kind == "http":
-        from ratchet_runner.adapters.http import settle_of
+        from ratchet_runner.adapters.http import lookup_semantics
         from ratchet_runner.adapters.http.settings import parse_settings
 
         parsed = parse_settings(dict(settings), name=adapter.name, base_dir=place.base_dir)
@@ -109,7 +109,7 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
                 for name, lookup in parsed.lookups.items()
                 if lookup.receipt_field is not None
             },
-            lambda operation, lookup: settle_of(parsed, lookup),
+            lambda operation, lookup: lookup_semantics(parsed, lookup),
         )
     if kind == "noop":
         from ratchet_runner.adapters.noop import NOOP_SEMANTICS

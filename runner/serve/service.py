@@ -3,6 +3,7 @@ error becomes an HTTP answer (its status, and the JSON body with the CLI's code)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -59,7 +60,7 @@ class Service:
     _local: threading.local = field(default_factory=threading.local)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _looked: float = 0.0
-    _stamp: tuple[int, int] | None = None
+    _stamp: str | None = None
 
     def __post_init__(self) -> None:
         self._stamp = _stamp(self.config.path)
@@ -113,13 +114,17 @@ class Service:
         return made
 
 
-def _stamp(path: Path | None) -> tuple[int, int] | None:
-    """When the file at ``path`` last changed, and its size (None: no file)."""
+def _stamp(path: Path | None) -> str | None:
+    """The SHA-256 of the file at ``path`` (None: no file it can read). Its content, not its
+    time and size: a change that keeps both (an edit of the same length copied in with its
+    time, as ``cp -p`` and ``rsync -t`` do) must count too, since a token revoked that way would
+    otherwise stay valid. The file is small, and read at most once a second."""
+    if path is None:
+        return None
     try:
-        found = path.stat() if path is not None else None
+        return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-    return (found.st_mtime_ns, found.st_size) if found is not None else None
 
 
 #: What a client is told of a bug (the log has its one line).

@@ -307,6 +307,22 @@ def test_a_success_with_malformed_json_is_ambiguous(serve: Any, body: bytes) -> 
     assert "malformed JSON" in outcome.reason
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b'{"refund_id": NaN}', b'{"refund_id": Infinity}', b"[" * 100_000 + b"]" * 100_000],
+    ids=["NaN", "Infinity", "nested 100,000 deep"],
+)
+def test_a_success_that_is_no_json_python_would_accept_is_malformed_and_ambiguous(
+    serve: Any, body: bytes
+) -> None:
+    """Python's JSON reader takes ``NaN`` (which JSON has not) and fails on deep nesting with a
+    RecursionError: both replies are malformed, reconciled as any other, not a step that fails
+    or an adapter that raised."""
+    outcome, _ = call_once(serve, Reply(200, body))
+    assert isinstance(outcome, Ambiguous)
+    assert "malformed JSON" in outcome.reason
+
+
 @pytest.mark.parametrize("body", [{"id": "re_1"}, {"refund_id": ""}, ["re_1"], {"refund": None}])
 def test_a_success_without_the_receipt_is_ambiguous(serve: Any, body: Any) -> None:
     outcome, _ = call_once(serve, Reply(200, body))
@@ -429,6 +445,49 @@ def test_a_lookup_that_cannot_tell_fails(serve: Any, behaviour: Any) -> None:
     assert isinstance(result, LookupFailed)
 
 
+def _every_change() -> dict[str, Any]:
+    lookups = settings("http://x")["lookups"]
+    lookups["lookup_refund"] |= {
+        "path": "/refunds/changes/{operation_id}",
+        "receipt": "/changes",
+        "every_change": True,
+    }
+    return lookups
+
+
+def test_an_endpoint_that_lists_every_change_reports_a_second_one_as_a_duplicate(
+    serve: Any,
+) -> None:
+    twice = Reply(200, {"changes": [{"refund_id": "re_1"}, {"refund_id": "re_2"}]})
+    found, server = lookup_with(serve, twice, lookups=_every_change())
+    assert found == Found({"refund_id": "re_1"}, ({"refund_id": "re_2"},))
+    assert server.received[0].path == "/refunds/changes/op%2F7"
+    once, _ = lookup_with(
+        serve, Reply(200, {"changes": [{"refund_id": "re_1"}]}), lookups=_every_change()
+    )
+    assert once == Found({"refund_id": "re_1"})
+    none, _ = lookup_with(serve, Reply(200, {"changes": []}), lookups=_every_change())
+    assert none == NotFound()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"changes": {"refund_id": "re_1"}}, {"changes": [{"refund_id": "re_1"}, {"id": 2}]}, {}],
+    ids=["no list", "an item without the receipt", "nothing"],
+)
+def test_an_endpoint_of_every_change_that_cannot_tell_fails(serve: Any, body: Any) -> None:
+    result, _ = lookup_with(serve, Reply(200, body), lookups=_every_change())
+    assert isinstance(result, LookupFailed)
+
+
+def test_what_a_lookup_sees_is_declared_for_the_binding_check() -> None:
+    every = HttpAdapter.from_data(settings("http://x", lookups=_every_change()))
+    plain = HttpAdapter.from_data(settings("http://x"))
+    with every, plain:
+        assert every.semantics("refund", "lookup_refund") == Semantics(sees_every_change=True)
+        assert plain.semantics("refund", "lookup_refund") == Semantics(sees_every_change=False)
+
+
 def test_a_lookup_the_binding_lacks_fails_without_sending(serve: Any) -> None:
     result, server = lookup_with(serve, Reply(200, {}), name="lookup_charge")
     assert isinstance(result, LookupFailed)
@@ -467,8 +526,11 @@ def test_a_listing_that_does_not_list_it_is_not_found_and_says_how_far_it_may_la
     server = serve(lambda r: listing([]))
     with HttpAdapter.from_data(settings(server.url)) as adapter:
         assert adapter.lookup("lookup_label", "op-9") == NotFound()
-        assert adapter.semantics("label", "lookup_label") == Semantics(settle=30)
-        assert adapter.semantics("refund", "lookup_refund") is None  # an endpoint does not lag
+        assert adapter.semantics("label", "lookup_label") == Semantics(
+            settle=30, sees_every_change=True
+        )
+        # an endpoint does not lag, and answers with one change unless it lists every one
+        assert adapter.semantics("refund", "lookup_refund") == Semantics(sees_every_change=False)
 
 
 def orders(url: str, **lookup: Any) -> dict[str, Any]:

@@ -382,3 +382,34 @@ def test_a_duplicate_the_verification_found_is_not_recorded_again_when_ops_retry
     assert after.context["receipts"]["book_courier"] == {"book_id": "book_1"}
     assert len(store.duplicates(run.id)) == 1
     assert courier.cancels() == [{"cancel_id": "cancel_1"}]
+
+
+def test_over_http_a_commit_later_than_the_window_is_seen_by_the_lookup_of_every_change(
+    binding: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agency said 1 s and commits 2 s late: the run believed the "not found" and confirmed
+    again, so two itineraries exist. The shipped binding reconciles through the lookup that
+    lists every change under the ID (``every_change``): a later verification over HTTP finds
+    both, records the duplicate and hands the run to a person. (An endpoint that answers with
+    one change would never see the second: ``W207``.)"""
+    text = Path(binding).read_text(encoding="utf-8")
+    assert text.count("commits_within = 3 ") == 4
+    short = tmp_path / "short.toml"
+    short.write_text(text.replace("commits_within = 3 ", "commits_within = 1 "), "utf-8")
+    out = _commits_late_booking(capsys, "--bindings", str(short))
+    assert "confirmed (done)" in out  # as far as the run can tell, yet
+    assert _itineraries(capsys) == {"TRIP-1001": 2}  # the agency broke its word
+    deadline = time.monotonic() + 60
+    while True:
+        code, _, err = run(capsys, "worker", "--once", "--bindings", str(short))
+        assert code == 0, err
+        code, out, _ = run(capsys, "trace", "TRIP-1001", "--json")
+        kinds = [event["kind"] for event in json.loads(out)["events"]]
+        if "duplicate_detected" in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert kinds.count("duplicate_detected") == 1
+    code, out, _ = run(capsys, "queue", "--json")
+    waiting = json.loads(out)["needs_person"]
+    [held] = [item for item in waiting if item["business_key"] == "TRIP-1001"]
+    assert "confirm_itinerary was made 2 times" in json.dumps(held)

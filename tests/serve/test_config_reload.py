@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ratchet_runner.cli.logs import configure
 from ratchet_runner.serve.app import load_specs
 from ratchet_runner.serve.operators import config_entry, load_config, new_token
 from ratchet_runner.serve.service import Service
@@ -23,6 +24,9 @@ from tests.serve.serving import People, serving
 
 @pytest.fixture
 def served(home: Path, people: People) -> Iterator[tuple[str, Service]]:
+    """The service, its log sent to stderr as ``ratchet serve`` sends it (whatever ran in this
+    process before)."""
+    configure()
     with Session() as session:
         service = Service(
             session,
@@ -137,3 +141,23 @@ def test_a_console_session_signed_in_with_a_token_rotated_away_ends(
         text = people.path.read_text(encoding="utf-8")
         _rewrite(people.path, _rotated(text, "ana", new_token()[1]))
         assert browser.get("/queue").status_code == 303  # to sign in again
+
+
+def test_a_token_revoked_by_an_edit_of_the_same_size_and_time_is_refused(
+    served: tuple[str, Service], people: People
+) -> None:
+    """A file copied in with its time kept (``cp -p``, ``rsync -t``) whose edit keeps its size
+    changes neither: the change is seen by its content."""
+    base, _ = served
+    assert _whoami(base, people, "vic") == 200
+    before = people.path.stat()
+    text = people.path.read_text(encoding="utf-8")
+    digest = re.search(r'name = "vic"\n(?:.*\n)*?token_sha256 = "([0-9a-f]{64})"', text)
+    assert digest is not None
+    other = ("0" if digest.group(1)[0] != "0" else "1") + digest.group(1)[1:]
+    people.path.write_text(text.replace(digest.group(1), other), encoding="utf-8")
+    os.utime(people.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = people.path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert _whoami(base, people, "vic") == 401  # revoked, no restart
+    assert _whoami(base, people, "ana") == 200

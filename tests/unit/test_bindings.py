@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from ratchet_runner.binding import implementations
-from ratchet_runner.binding.check import check
+from ratchet_runner.binding.check import admit, check
 from ratchet_runner.binding.files import CODES, find, load, place_for
 from ratchet_runner.errors import BindingInvalid, Diagnostic
 from ratchet_runner.spec.validate import load_spec
@@ -340,7 +340,7 @@ def test_a_python_factory_declaring_another_receipt_field_than_the_spec_is_b205(
     )
     code, out, err = run(capsys, "validate", str(returns), "--bindings", str(wrong))
     assert code == 1, err
-    [line] = out.splitlines()
+    [line] = [line for line in out.splitlines() if " W207 " not in line]  # its lookup: below
     assert line.startswith(f"{wrong}:1:1: B205 adapter 'warehouse': operation 'create_label' ")
     assert "returns receipt field 'label', but the spec's contract (" in line
     assert line.endswith("expects label_id")
@@ -358,11 +358,12 @@ def test_a_lookups_declared_receipt_field_is_checked_and_declaring_none_is_accep
 ) -> None:
     returns = SPECS / "returns.yaml"
     for module, declared in (("silent_wh", ""), ("none_wh", "receipts = lookup_receipts = None")):
-        assert _findings(returns, _own_warehouse(tmp_path, monkeypatch, module, declared)) == []
+        found = _findings(returns, _own_warehouse(tmp_path, monkeypatch, module, declared))
+        assert [d.code for d in found] == ["W207"]  # its lookup's sight, not its receipts
     binding = _own_warehouse(
         tmp_path, monkeypatch, "lookup_wh", 'lookup_receipts = {"lookup": "id"}'
     )
-    found = _findings(returns, binding)
+    found = [d for d in _findings(returns, binding) if d.severity == "error"]
     assert [d.code for d in found] == ["B205", "B205"]  # create_label's lookup, and reship's
     assert all("lookup 'lookup' returns receipt field 'id'" in d.message for d in found)
 
@@ -441,7 +442,7 @@ def test_a_broken_binding_file_is_reported_once_for_many_specs(
 
 def test_the_reference_documents_every_binding_code() -> None:
     text = BINDINGS_MD.read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `(B\d{3})` \|", text, re.M))
+    documented = set(re.findall(r"^\| `([BW]2?\d{2,3})` \|", text, re.M))
     assert documented == set(CODES)
     assert set(re.findall(r"\b(B\d{3})\b", text)) <= set(CODES)
 
@@ -470,3 +471,84 @@ def test_even_a_practice_store_needs_a_binding_for_a_kind_the_practice_world_lac
     )
     code, out, _ = run(capsys, "runs", "--json")
     assert json.loads(out) == []
+
+
+# -- what the provider does with a second request: B206, and whether a duplicate is seen: W207 --
+
+#: returns.yaml's warehouse over HTTP; SEMANTICS and LOOKUP filled in by each test.
+HTTP_WAREHOUSE = """\
+[adapters.warehouse]
+implementation = "http"
+base_url = "https://warehouse.example/v1"
+SEMANTICS
+
+[adapters.warehouse.operations.create_label]
+path = "/labels"
+receipt_field = "label_id"
+
+[adapters.warehouse.operations.reship]
+path = "/reships"
+receipt_field = "reship_id"
+
+[adapters.warehouse.lookups.lookup]
+LOOKUP
+"""
+
+ENDPOINT = 'by = "endpoint"\npath = "/by-key/{operation_id}"'
+EVERY = (
+    'by = "endpoint"\npath = "/changes/{operation_id}"\nreceipt = "/changes"\nevery_change = true'
+)
+LISTING = 'by = "listing"\npath = "/labels"\nitems = "/data"\nreference = "/key"\nsettle = 2'
+
+
+def _warehouse(tmp_path: Path, semantics: str, lookup: str) -> Path:
+    text = HTTP_WAREHOUSE.replace("SEMANTICS", semantics).replace("LOOKUP", lookup)
+    return _write(tmp_path / "warehouse.toml", text)
+
+
+def test_a_provider_nobody_says_deduplicates_or_not_is_b206_and_refused_before_a_run(
+    tmp_path: Path,
+) -> None:
+    returns = SPECS / "returns.yaml"
+    silent = _warehouse(tmp_path, "", ENDPOINT)
+    [found] = _findings(returns, silent)
+    assert (found.code, found.line) == ("B206", 1)
+    assert "create_label, reship" in found.message
+    assert "add dedupe = true" in found.message
+    untimed = _warehouse(tmp_path, "dedupe = false", EVERY)
+    [found] = _findings(returns, untimed)
+    assert (found.code, found.line) == ("B206", 4)  # at its dedupe
+    assert "add commits_within = SECONDS" in found.message
+    with pytest.raises(BindingInvalid):
+        admit(_findings(returns, untimed))
+
+
+def test_an_endpoint_lookup_that_sees_one_change_of_a_provider_without_dedupe_is_w207(
+    tmp_path: Path,
+) -> None:
+    """Should the provider commit a request later than it said, the change made twice is never
+    seen by a lookup that answers with one change: a warning, at the lookup, which stops no
+    run; a lookup that lists every change under the ID, or a listing, is not warned about, nor
+    is an endpoint of a provider that deduplicates."""
+    returns = SPECS / "returns.yaml"
+    semantics = "dedupe = false\ncommits_within = 3"
+    [found] = _findings(returns, _warehouse(tmp_path, semantics, ENDPOINT))
+    assert (found.code, found.severity, found.line) == ("W207", "warning", 15)
+    assert "lookup 'lookup', which create_label, reship reconcile with" in found.message
+    assert "answers with one change at most" in found.message
+    admit([found])  # a warning refuses nothing
+    assert _findings(returns, _warehouse(tmp_path, semantics, EVERY)) == []
+    assert _findings(returns, _warehouse(tmp_path, semantics, LISTING)) == []
+    assert _findings(returns, _warehouse(tmp_path, "dedupe = true", ENDPOINT)) == []
+
+
+def test_validate_shows_w207_and_fails_on_it_only_when_strict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    returns = str(SPECS / "returns.yaml")
+    path = str(_warehouse(tmp_path, "dedupe = false\ncommits_within = 3", ENDPOINT))
+    code, out, _ = run(capsys, "validate", returns, "--bindings", path)
+    assert code == 0
+    assert f"{path}:15:1: W207 adapter 'warehouse'" in out
+    code, _, _ = run(capsys, "validate", returns, "--bindings", path, "--strict")
+    assert code == 1

@@ -321,7 +321,7 @@ def test_a_provider_that_does_not_deduplicate_abandons_a_request_it_cannot_commi
     assert waited < COMMITS_WITHIN_SECONDS + 2
     assert world.changes() == []
     assert world.adapter("warehouse").semantics("create_label") == Semantics(
-        dedupe=False, commits_within=COMMITS_WITHIN_SECONDS
+        dedupe=False, commits_within=COMMITS_WITHIN_SECONDS, sees_every_change=True
     )
     assert world.adapter("payments").semantics("refund") == Semantics(dedupe=True)
 
