@@ -10,6 +10,7 @@ what the provider asked for in its ``Retry-After`` (up to the policy's ``max_bac
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from ..spec.model import Effect, Spec
 from ..store.records import Change, OperationRecord, RunRecord
@@ -38,6 +39,15 @@ def count_attempt(run: RunRecord, effect: Effect, change: Change) -> None:
     used["attempts"] = int(used.get("attempts", 0)) + 1
     used["cost"] = round(float(used.get("cost", 0.0)) + (effect.cost or 0.0), 6)
     change.context = {**base, "budget_used": used}
+
+
+def uncount_attempt(context: dict[str, Any], effect: Effect) -> dict[str, Any]:
+    """``context`` with one call of ``effect`` taken back off the run's budget: an attempt
+    counted when it was committed, whose request was never sent."""
+    used = dict(context.get("budget_used", {}))
+    used["attempts"] = max(0, int(used.get("attempts", 0)) - 1)
+    used["cost"] = max(0.0, round(float(used.get("cost", 0.0)) - (effect.cost or 0.0), 6))
+    return {**context, "budget_used": used}
 
 
 def backoff(

@@ -58,7 +58,7 @@ from ..store.records import (
 from . import duplicates
 from .activation import activation
 from .approvals import ask_again, last_consumed, valid_approval
-from .budget import backoff, count_attempt, max_attempts, run_budget_spent
+from .budget import backoff, count_attempt, max_attempts, run_budget_spent, uncount_attempt
 from .host import StepHost
 from .identity import (
     approval_digest,
@@ -76,6 +76,12 @@ from .providers import (
 )
 from .verify import schedule as schedule_verification
 from .write_ahead import operation_fields, register_compensation, write_ahead
+
+#: How many times one operation may be left for later because its request could not be sent
+#: before its deadline (twice in one step each time; none of those attempts counted) before a
+#: person is asked: the effect's timeout is too short for the machine, or the machine too
+#: loaded for it.
+UNSENT_PASSES = 10
 
 
 @dataclass
@@ -372,6 +378,9 @@ class EffectStep:
             return self._outcome(op, "refused", outcome.reason, outcome.evidence)
         if isinstance(outcome, Escalate):
             return self._escalate(op, outcome)
+        if outcome == not_sent(request):  # the adapter found the deadline passed: not sent
+            self._ended = None
+            return self._not_sent(op, request)
         if isinstance(outcome, Transient):
             self._ended = 0.0  # it did not happen: no request of this attempt is in doubt
             self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
@@ -404,14 +413,53 @@ class EffectStep:
 
     def _not_sent(self, op: OperationRecord, request: Call) -> RunRecord:
         """The attempt's deadline passed before its request could leave (the process was
-        paused, a renewal was slow): nothing was sent, so the attempt is made once more, not
-        counted again; a second time in one step, it counts as a failed attempt."""
+        paused or starved, a renewal was slow): nothing was sent, so nothing is counted. The
+        attempt is made once more at once; a second time in one step, this process cannot send
+        it in time now, and the attempt is given back and left for later
+        (:meth:`_give_back`). An attempt counts only once its request may have been sent: a
+        starved machine never spends a run's attempts, nor sends it to a person as though the
+        provider had failed."""
         reason = not_sent(request).reason
         self.log.note("not_sent", operation_id=op.operation_id, reason=reason)
         if self._resent:
-            return self._retry(op)
+            return self._give_back(op)
         self._resent = True
         return self._attempts(op, again=True)
+
+    def _give_back(self, op: OperationRecord) -> RunRecord:
+        """Give back attempt ``op.attempts``, which was never sent (to the operation and to the
+        run's budget), and leave the step for later, after a back-off, to this process or
+        another. After :data:`UNSENT_PASSES` such passes of one operation a person is asked:
+        the effect's timeout is too short for the machine, or the machine too loaded for it;
+        nothing was sent. What the run keeps of when a request may have been sent is left as
+        it is, so the next lookup judges as carefully as before."""
+        change = self._change()
+        unsent = dict(self.run.context.get("unsent", {}))
+        passes = int(unsent.get(op.operation_id, 0)) + 1
+        unsent[op.operation_id] = passes
+        change.context = uncount_attempt({**self.run.context, "unsent": unsent}, self.effect)
+        given_back = replace(op, attempts=op.attempts - 1)
+        change.operation_updates.append((op.operation_id, {"attempts": given_back.attempts}))
+        if passes >= UNSENT_PASSES:
+            self.run = self.host.store.commit(change)
+            reason = (
+                f"its request could not be sent before its deadline ({self._call_seconds:g} s) "
+                f"in {passes} passes, by any process: the machine is too loaded for the "
+                "effect's timeout, or the timeout too short; nothing was sent"
+            )
+            return self._escalate(given_back, Escalate(reason, possibly_applied=False))
+        delay = backoff(self.effect, max(1, given_back.attempts), self.host.rng)
+        wake = change.at + delay
+        change.context = {**change.context, "wake_at": wake}
+        change.event(
+            "retry_scheduled",
+            operation_id=op.operation_id,
+            wake_at=wake,
+            unsent=True,
+            attempts=given_back.attempts,
+        )
+        self.run = self.host.store.commit(change)
+        return self.run
 
     def _proves(self, receipt: dict[str, Any]) -> bool:
         if not isinstance(receipt, dict) or not receipt:

@@ -156,7 +156,11 @@ def describe(event: EventRecord) -> str:
             + (f" · until {when(d.get('expires_at'))}" if d.get("expires_at") else "")
         ),
         "timer": lambda: f"{d.get('event')} fired (due {when(d.get('due_at'))})",
-        "retry_scheduled": lambda: f"next attempt at {when(d.get('wake_at'))} · {_op(d)}",
+        "retry_scheduled": lambda: (
+            f"next attempt at {when(d.get('wake_at'))}"
+            + (" (the last was never sent: not counted)" if d.get("unsent") else "")
+            + f" · {_op(d)}"
+        ),
         "signal": lambda: f"{d.get('event')} (signal {d.get('signal_id')})",
         "decision_needed": lambda: f"{d.get('reason')}: back to {d.get('to')} for a new decision",
         "approval_expired": lambda: f"{d.get('reason')}" + (f" · {_op(d)}" if _op(d) else ""),

@@ -9,17 +9,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.engine.lease import Lease
+from ratchet_runner.engine.protocol import UNSENT_PASSES
 from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.errors import LeaseLost, StoreError, VersionConflict
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.worker import pool as pool_module
+from ratchet_runner.worker.passes import worker_pass
 from ratchet_runner.worker.pool import Pool
 from tests.conftest import PRACTICE_BINDING, ROOT, MakeRunner, connection_closed, spec_and_text
 
@@ -413,3 +417,68 @@ def test_a_pool_returns_only_once_its_heartbeat_has_stopped(
     assert renewals
     assert max(renewals) <= returned
     assert not [t for t in threading.enumerate() if t.name == "ratchet-heartbeat"]
+
+
+def _starved(times: int | None) -> tuple[list[str], Callable[[str, str], None]]:
+    """A hook that stalls the process just before each send, past the call's 100 ms deadline,
+    as a starved machine does: ``times`` times (None: every time)."""
+    stalls: list[str] = []
+
+    def stall(point: str, effect: str) -> None:
+        if point == "before-write" and (times is None or len(stalls) < times):
+            stalls.append(effect)
+            time.sleep(0.15)
+
+    return stalls, stall
+
+
+def _drive(runner: Runner, store: Store, clock: Any, run: RunRecord, passes: int) -> RunRecord:
+    """Worker passes, a minute apart on the runner's clock, until the run stops running."""
+    for _ in range(passes):
+        worker_pass(runner)
+        run = store.get_run(run.id)
+        if run.status != "running":
+            break
+        clock.advance(60)
+    return run
+
+
+def test_a_machine_too_starved_to_send_in_time_spends_no_attempt(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: Any
+) -> None:
+    """Five sends in a row find the call's deadline passed: none was sent, so none is counted,
+    neither against the operation (3 attempts at most) nor against the run's budget, and the
+    run is not sent to a person as though the provider had failed (it was, before: attempts
+    spent on nothing, 'exhausted', under load in CI). The sixth is sent, once."""
+    stalls, stall = _starved(5)
+    runner = make_runner(interrupt=stall)
+    (run,) = labels(runner, world, 1)
+    run = _drive(runner, store, clock, run, passes=10)
+    assert len(stalls) == 5
+    assert (run.state, run.status) == ("labelled", "done")
+    (op,) = store.operations(run.id)
+    assert op.attempts == 1
+    assert run.context["budget_used"]["attempts"] == 1
+    events = store.history(run.id)
+    assert [e.kind for e in events].count("not_sent") == 5
+    given_back = [e for e in events if e.kind == "retry_scheduled" and e.data.get("unsent")]
+    assert len(given_back) == 2  # two passes left for later, each after two sends not made
+    assert [c["operation"] for c in world.calls()] == ["create_label"]  # one request, one label
+
+
+def test_an_effect_that_can_never_be_sent_in_time_goes_to_a_person_with_nothing_sent(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: Any
+) -> None:
+    stalls, stall = _starved(None)
+    runner = make_runner(interrupt=stall)
+    (run,) = labels(runner, world, 1)
+    run = _drive(runner, store, clock, run, passes=UNSENT_PASSES + 2)
+    assert run.status == "needs_person"
+    assert len(stalls) == 2 * UNSENT_PASSES
+    (op,) = store.operations(run.id)
+    assert (op.status, op.attempts) == ("pending", 0)  # nothing sent, nothing counted
+    assert run.context["budget_used"]["attempts"] == 0
+    (escalated,) = [e for e in store.history(run.id) if e.kind == "escalated"]
+    assert f"in {UNSENT_PASSES} passes" in escalated.data["reason"]
+    assert "nothing was sent" in escalated.data["reason"]
+    assert world.calls() == []
