@@ -40,7 +40,7 @@ REFUND = ROOT / "specs" / "refund.yaml"
 #: Exception classes defined outside the errors module, each with the reason it is no failure
 #: a user ever sees.
 NOT_USER_FACING = {
-    ("runner/review/check.py", "Crash"): "the in-process stand-in for a killed process: a "
+    ("runner/check/cases.py", "Crash"): "the in-process stand-in for a killed process: a "
     "BaseException that no `except Exception` may catch, and that `ratchet check` always catches",
     ("runner/adapters/practice/http.py", "_Refusal"): "a request the practice HTTP server refuses "
     "before it reaches the world: always caught in the request's handler and answered as a JSON "

@@ -11,6 +11,13 @@ spec that imported the store would break the first rule::
     'ratchet_runner.spec.model imports ratchet_runner.store'
     >>> rule
     'spec imports nothing from adapters, engine, store, worker, review, binding, serve, cli'
+
+The service reads through the public API, the session and the read models; reaching into the
+engine breaks its rule::
+
+    >>> [broken] = forbidden_imports({"ratchet_runner.serve.app": "import ratchet_runner.engine"})
+    >>> broken.split(": ")[1]
+    'serve imports only the public API, the session, review.views and the ground floor'
 """
 
 from __future__ import annotations
@@ -79,6 +86,23 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         PACKAGE,
         ("ratchet_runner.serve",),
         "nothing in the library but cli imports serve (a front end, as the command line is)",
+    ),
+)
+
+#: (the importing part, all it may import besides itself, the rule in words): the service is a
+#: front end over the public API (``ratchet_runner``'s names), the session (the composition
+#: root) and the read models (``review.views``), on the ground floor like everything else.
+ONLY: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "ratchet_runner.serve",
+        (
+            "ratchet_runner.session",
+            "ratchet_runner.review.views",
+            "ratchet_runner.errors",
+            "ratchet_runner.clock",
+            "ratchet_runner.settings",
+        ),
+        "serve imports only the public API, the session, review.views and the ground floor",
     ),
 )
 
@@ -151,7 +175,22 @@ def forbidden_imports(sources: dict[str, str]) -> list[str]:
                     continue  # the one module the part serves
                 broken.append(f"{module} imports {target}: {words}")
                 break
+            for part, allowed, words in ONLY:
+                if not _within(module, part) or _within(target, part):
+                    continue
+                if _public(target) or any(_within(target, a) for a in allowed):
+                    continue
+                broken.append(f"{module} imports {target}: {words}")
     return sorted(set(broken))
+
+
+def _public(name: str) -> bool:
+    """Whether ``name`` is the package itself or one of its public names (``ratchet_runner.Spec``,
+    ``ratchet_runner.__version__``), not a module below it."""
+    import ratchet_runner
+
+    public = {*ratchet_runner.__all__, "__version__"}
+    return name == PACKAGE or name.removeprefix(PACKAGE + ".") in public
 
 
 def test_the_house_keeps_its_layering_rules() -> None:
@@ -169,7 +208,10 @@ def test_every_installed_module_is_read() -> None:
         "worker",
         "review",
         "review.diagram",
+        "check",
         "serve",
+        "adapters.http",
+        "adapters.practice",
     ):
         assert f"{PACKAGE}.{part}" in modules
     assert {
@@ -200,7 +242,7 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.engine.lifecycle", "from ratchet_runner import cli", "engine"),
         ("ratchet_runner.adapters.practice", "from ratchet_runner.clock import Clock", "adapters"),
         ("ratchet_runner.errors", "from ratchet_runner.settings import home", "errors module"),
-        ("ratchet_runner.review.check", "from ratchet_runner.cli import main", "imports cli"),
+        ("ratchet_runner.check.cases", "from ratchet_runner.cli import main", "imports cli"),
         ("ratchet_runner.review.views", "from ratchet_runner.cli.options import How", "cli"),
         ("ratchet_runner.session", "from .cli import options", "imports cli"),
         ("ratchet_runner.engine.drive", "from ..cli.options import say", "imports"),
@@ -208,6 +250,11 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.store.records", "from ..engine import runner", "store imports"),
         ("ratchet_runner.engine.commands", "from ..serve.app import Service", "engine imports"),
         ("ratchet_runner.session", "from .serve import operators", "imports serve"),
+        ("ratchet_runner.serve.app", "from ..engine import commands", "serve imports only"),
+        ("ratchet_runner.serve.console", "from ..review.trace import when", "serve imports only"),
+        ("ratchet_runner.serve.metrics", "from ..store.stats import Stats", "serve imports only"),
+        ("ratchet_runner.serve.service", "from ..worker.pool import Pool", "serve imports only"),
+        ("ratchet_runner.serve.app", "from ratchet_runner.spec import model", "serve imports"),
     ],
 )
 def test_a_forbidden_import_is_caught(module: str, source: str, rule: str) -> None:
@@ -225,6 +272,10 @@ def test_what_the_rules_allow_is_not_reported() -> None:
         "ratchet_runner.spec.lint": "from .graph import check_graph",
         "ratchet_runner.cli.runs": "from .options import How",
         "ratchet_runner.cli.serving": "from ..serve.run import serve",
+        "ratchet_runner.serve.app": "from .. import Spec, start_run",
+        "ratchet_runner.serve.acting": "from ..review.views import pending_request",
+        "ratchet_runner.serve.run": "from ..session import Session",
+        "ratchet_runner.serve.openapi": "from ..settings import VERSION",
     }
     assert forbidden_imports(allowed) == []
 
@@ -233,7 +284,7 @@ def test_the_docstring_example_holds() -> None:
     import sys
 
     failures, tried = doctest.testmod(sys.modules[__name__], verbose=False)
-    assert (failures, tried) == (0, 4)
+    assert (failures, tried) == (0, 6)
 
 
 def test_the_architecture_page_links_every_module() -> None:
