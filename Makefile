@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed-stamp
 
 # The package is installed editable in strict mode (a tree of links that mypy and editors follow),
 # which sees a new or moved file only when installed again: hence the sources in the stamp's rule.
-SOURCES := $(shell find runner adapters -name '*.py' -o -name '*.json' -o -name '*.html' -o -name '*.css' 2>/dev/null) setup.py
+SOURCES := $(shell find runner -name '*.py' -o -name '*.json' -o -name '*.html' -o -name '*.css' 2>/dev/null) setup.py
 
 $(STAMP): pyproject.toml $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,8 +38,7 @@ lint: $(STAMP)
 # in the repository.
 LINKS := build/__editable__[^/]*/ratchet_runner
 typecheck: $(STAMP)
-	$(BIN)/mypy | sed -e 's#$(LINKS)/adapters/#adapters/#' \
-	  -e 's#$(LINKS)/#runner/#'; exit $${PIPESTATUS[0]}
+	$(BIN)/mypy | sed -e 's#$(LINKS)/#runner/#'; exit $${PIPESTATUS[0]}
 
 # One worker per core, each test file on one worker (a file's fixtures, ports and shared homes
 # stay in one process); every PostgreSQL test makes its own schema.

@@ -1,9 +1,9 @@
-"""The one import name over two folders: ``runner/`` is the package ``ratchet_runner``, its
-sub-folders its subpackages (the command line among them, ``runner/cli/``), and ``adapters/`` is
-``ratchet_runner.adapters`` (``package-dir`` in pyproject.toml maps both). pyproject.toml cannot
-list the subpackages of a mapped folder by itself; this file does, and nothing else: every module
-lives in a folder of the package, so a wheel, a plain editable and a strict editable install are
-the same package.
+"""The one import name over one folder: ``runner/`` is the package ``ratchet_runner`` and its
+sub-folders its subpackages (the command line, ``runner/cli/``, and the adapters,
+``runner/adapters/``, among them; ``package-dir`` in pyproject.toml maps it). pyproject.toml
+cannot list the subpackages of a mapped folder by itself; this file does, and nothing else: every
+module lives in a folder of the package, so a wheel, a plain editable and a strict editable
+install are the same package.
 """
 
 from __future__ import annotations
@@ -12,11 +12,4 @@ from setuptools import find_packages, setup
 
 NAME = "ratchet_runner"
 
-setup(
-    packages=[
-        NAME,
-        *(f"{NAME}.{p}" for p in find_packages("runner")),
-        f"{NAME}.adapters",
-        *(f"{NAME}.adapters.{p}" for p in find_packages("adapters")),
-    ],
-)
+setup(packages=[NAME, *(f"{NAME}.{p}" for p in find_packages("runner"))])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from bench.harness import ROOT, Row, Section, best_of
-from ratchet_runner.review.check import Case, cases, run_case
+from ratchet_runner.check.cases import Case, cases, run_case
 from ratchet_runner.spec.validate import load_spec
 
 SPEC = ROOT / "specs" / "booking.yaml"

@@ -12,11 +12,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-#: The distribution's version, pyproject.toml's (a test keeps them equal): ``ratchet --version``
-#: prints it without reading the installed distribution's metadata.
-__version__ = "0.1.0.dev0"
-
 if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a test checks)
+    #: The distribution's version (``settings.VERSION``, on the ground floor): read lazily too.
+    __version__: str
+
     # one statement a name, as the explicit re-export form of PEP 484 spells it
     from ratchet_runner.adapters.base import Adapter as Adapter
     from ratchet_runner.adapters.base import Ambiguous as Ambiguous
@@ -188,6 +187,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module when the name is first used, and keep the name."""
+    if name == "__version__":  # kept on the ground floor, which the engine may import
+        from .settings import VERSION
+
+        globals()[name] = VERSION
+        return VERSION
     try:
         module, attribute = _EXPORTS[name]
     except KeyError:

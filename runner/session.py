@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -48,13 +48,24 @@ if TYPE_CHECKING:
     from .review.naive import Strategy
     from .store.records import RunRecord
     from .store.store import Store
-    from .worker.pool import Pool, RunnerFactory
+    from .worker.pool import Pool as Pool  # the service names what Session.pool returns
+    from .worker.pool import RunnerFactory
 
 #: The practice world's file, and the default store's, under the home.
 WORLD_FILE, STORE_FILE = "practice.db", "ratchet.db"
 
 
 LOG = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def acting_from(via: str, address: str) -> Iterator[None]:
+    """Within the block, every decision and operator action records ``via`` and ``from``: the
+    origin a front end (the service's API, its console, a webhook) gives what it does."""
+    from .engine.audit import acting_from as acting
+
+    with acting(via, address):
+        yield
 
 
 def _to_stderr(line: str) -> None:

@@ -15,6 +15,11 @@ from .errors import UsageError
 if TYPE_CHECKING:  # pathlib is imported when a path is made: the command line starts without it
     from pathlib import Path
 
+#: The distribution's version, pyproject.toml's (a test keeps them equal), and
+#: ``ratchet_runner.__version__``: ``ratchet --version`` prints it without reading the installed
+#: distribution's metadata, and a run and a decision record it.
+VERSION = "0.1.0.dev0"
+
 DEFAULT_HOME = ".ratchet"
 ENV_DB = "RATCHET_DB"
 ENV_HOME = "RATCHET_HOME"

@@ -13,7 +13,7 @@ import json
 import logging
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,6 +29,12 @@ from .options import (
     named,
     with_options,
 )
+
+if TYPE_CHECKING:
+    from ratchet_runner.worker.passes import PassReport
+    from ratchet_runner.worker.pool import PoolReport
+
+Json = dict[str, Any]
 
 
 def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -127,7 +133,6 @@ def worker(
     met later that needs a longer lease is left, unchanged, to a worker that has one, with a
     warning once per spec version (docs/explanation/leases.md).
     """
-    from ..review import views
     from ..session import Session
     from ..worker.passes import lease_refusal, unbound_warning, worker_pass
 
@@ -144,7 +149,7 @@ def worker(
             if how.as_json:
                 click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
                 return
-            out, err = views.pass_lines(passed)
+            out, err = pass_lines(passed)
             echo_lines(out)
             echo_lines(err, err=True)
             return
@@ -170,9 +175,9 @@ def worker(
             if exporter is not None:
                 exporter.close()
     if how.as_json:
-        emit_json(views.pool_json(pool.owner, report))
+        emit_json(pool_json(pool.owner, report))
     else:
-        logging.getLogger("ratchet_runner.worker.pool").info("%s", views.pool_line(report))
+        logging.getLogger("ratchet_runner.worker.pool").info("%s", pool_line(report))
 
 
 @click.command("serve")
@@ -319,3 +324,51 @@ def serve(host: str, port: int, as_json: bool) -> None:
 
 #: The commands, as :mod:`.main` adds them to the group.
 COMMANDS = (worker, serve_command, token_command, practice)
+
+
+# -- what a worker shows ------------------------------------------------------------------------
+
+
+def pass_lines(report: PassReport) -> tuple[list[str], list[str]]:
+    """``ratchet worker --once``: the lines for stdout (timers, runs) and for stderr (failures,
+    the tally)."""
+    out = [
+        f"timer  {f.timer.event:<8} run {f.timer.run_id} ({f.outcome})" for f in report.fired
+    ] + [f"run    {moved.id} -> {moved.state} ({moved.status})" for moved in report.advanced]
+    err = [f"failed {run_id}: {error}" for run_id, error in report.failed]
+    err += [f"left   {run_id}: {reason}" for run_id, reason in report.left]
+    err.append(f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced")
+    return out, err
+
+
+def pool_json(owner: str, report: PoolReport) -> Json:
+    """What a worker pool did, when it stops (``ratchet worker --json``)."""
+    return {
+        "owner": owner,
+        "runs_advanced": report.advanced,
+        "fenced": report.fenced,
+        "timers_fired": report.timers,
+        "failed": [{"run": r, "error": e} for r, e in report.failed],
+        "store_outages": report.outages,
+        "store_unreachable_seconds": round(report.unreachable_seconds, 2),
+        "store_unreachable": report.unreachable,
+        "left_to_other_binding": report.left,
+        "left_for_a_longer_lease": report.left_for_lease,
+    }
+
+
+def pool_line(report: PoolReport) -> str:
+    outages = ""
+    if report.outages:
+        outages = (
+            f"; the store was unreachable {report.outages} time(s), "
+            f"{report.unreachable_seconds:.1f} s in all"
+            + (", and still was when the worker stopped" if report.unreachable else "")
+        )
+    left = f", {report.left} left to a worker with their binding" if report.left else ""
+    if report.left_for_lease:
+        left += f", {report.left_for_lease} left to a worker with a longer --lease"
+    return (
+        f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
+        f"fired, {report.fenced} fenced{left}{outages}"
+    )

@@ -225,9 +225,9 @@ def check(
     the binding binds to http go through the HTTP adapter to the case's practice world, served
     on 127.0.0.1 (never to the host the binding names).
     """
-    from ratchet_runner.review import check as checks
-    from ratchet_runner.review import views
-    from ratchet_runner.review.check_plan import plan
+    from ratchet_runner.check import cases as checks
+    from ratchet_runner.check import report
+    from ratchet_runner.check.plan import plan
 
     if how.as_json and results_path == "-":
         raise click.BadParameter(
@@ -241,7 +241,7 @@ def check(
     if table:
         if wire is not None:
             click.echo(f"adapters: {wire.describe()}")
-        click.echo(views.check_header(compared))
+        click.echo(report.check_header(compared))
     # the rows stream as cases end; the bar only where they do not show (stdout not a terminal)
     shown = sys.stderr.isatty() and (not table or not sys.stdout.isatty())
     results, stopped = run_checks(
@@ -249,17 +249,19 @@ def check(
         len(selected),
         len(strategies),
         results_path,
-        (lambda pair: click.echo(views.check_row(pair, compared))) if table else None,
+        (lambda pair: click.echo(report.check_row(pair, compared))) if table else None,
         sys.stderr if shown else io.StringIO(),
     )
-    failed = views.failed_cases(results)
+    failed = report.failed_cases(results)
     if how.as_json:
-        emit_json(views.check_json(spec_path, kill, results, wire) | {"stopped": stopped})
+        emit_json(report.check_json(spec_path, kill, results, wire) | {"stopped": stopped})
     else:  # the tally under the table, or on stderr under JSON lines
-        click.echo(views.check_tally(results, len(strategies), kill, compared, wire), err=not table)
-        if views.slowest(results):
-            click.echo(views.slowest(results), err=not table)
-        echo_lines(views.violation_lines(failed, spec_path, kill, wire), err=True)
+        click.echo(
+            report.check_tally(results, len(strategies), kill, compared, wire), err=not table
+        )
+        if report.slowest(results):
+            click.echo(report.slowest(results), err=not table)
+        echo_lines(report.violation_lines(failed, spec_path, kill, wire), err=True)
     if stopped:
         say(f"ratchet: stopped after {len(results)} of {len(selected)} run(s): see above")
         sys.exit(130)

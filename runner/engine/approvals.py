@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .. import __version__
 from ..clock import format_time
 from ..errors import (
     ApprovalError,
@@ -27,6 +26,7 @@ from ..errors import (
     ExpressionError,
     VersionConflict,
 )
+from ..settings import VERSION
 from ..spec.expressions import compile_expression
 from ..spec.model import Approval, Effect, Row, Spec, canonical_json
 from ..store.records import ApprovalRecord, Change, RunRecord, TimerRecord
@@ -446,7 +446,7 @@ def decide(
         digest=request.digest,
         reason=reason,
         expires_at=expires_at,
-        ratchet_version=__version__,  # the approvals table has no place for it: the event keeps it
+        ratchet_version=VERSION,  # the approvals table has no place for it: the event keeps it
         **origin(),
     )
     moved = runner.move(run, spec, decision, change, ctx)

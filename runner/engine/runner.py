@@ -48,7 +48,6 @@ import jsonschema
 
 from ratchet_runner.adapters.base import Adapter, Semantics
 
-from .. import __version__
 from ..clock import Clock, SystemClock
 from ..errors import (
     DuplicateOperation,
@@ -60,7 +59,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..settings import INTERRUPT_POINTS as INTERRUPT_POINTS
-from ..settings import business_key_problem, shown, unstorable
+from ..settings import VERSION, business_key_problem, shown, unstorable
 from ..spec.expressions import compile_expression
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Effect, Spec, State, per_version
@@ -303,11 +302,11 @@ class Runner:
             input,
             now,
             binding=None if stamp is None else dict(stamp),
-            ratchet_version=__version__,
+            ratchet_version=VERSION,
             keys=evidence.keys(spec, input),
         )
         draft = new.record()  # the run as it will be: what its first state's timers are armed on
-        context: dict[str, Any] = {"ratchet_version": __version__}
+        context: dict[str, Any] = {"ratchet_version": VERSION}
         if stamp is not None:
             context["binding"] = dict(stamp)
         context.update(self.marks)  # what the composition root marks its runs with

@@ -25,7 +25,7 @@ declared one) rests on the same promise, and arms the same verification
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ratchet_runner.adapters.base import Found
 
@@ -33,11 +33,19 @@ from ..errors import VersionConflict
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord, TimerRecord
 from . import duplicates
+from .host import RunHost
 from .providers import ask
-from .resolution import refusal
+from .resolution import Resolution, refusal
 
-if TYPE_CHECKING:
-    from .runner import Runner
+
+class VerifyHost(RunHost, Protocol):
+    """What a check needs of the runner a worker gives it: a run host, and what its adapters
+    resolve through. The runner satisfies it; naming it here, not the runner, keeps this module
+    (which the effect step and the saga's undo import) below the runner."""
+
+    @property
+    def resolution(self) -> Resolution: ...
+
 
 #: How long a retry at a provider that keeps no key register is verified, in seconds.
 VERIFY_FOR = 86400.0
@@ -70,7 +78,7 @@ def is_verification(timer: TimerRecord) -> bool:
     return timer.state == STATE and timer.event.startswith(PREFIX)
 
 
-def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
+def check(runner: VerifyHost, timer: TimerRecord, run: RunRecord) -> str:
     """One check of a verification that is due: ``duplicate`` (found twice, recorded),
     ``again`` (found once or not at all, the next check armed), ``verified`` (the last),
     ``busy`` (the run is held by a live lease: tried again at the next pass), ``left`` (this
@@ -155,7 +163,7 @@ def _given_up(run: RunRecord, op: OperationRecord) -> bool:
     return op.status in GIVEN_UP or op.operation_id in run.context.get("skipped_undo", [])
 
 
-def _commit(runner: Runner, change: Change, outcome: str) -> str:
+def _commit(runner: VerifyHost, change: Change, outcome: str) -> str:
     try:
         runner.store.commit(change)
     except VersionConflict:  # moved meanwhile (or taken under a lease): the next pass tries again

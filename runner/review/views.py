@@ -1,4 +1,6 @@
-"""What the command line shows of specs, runs, the queue, status, effects and check results.
+"""The read models: what the command line and the service show of specs, runs, the queue,
+status and effects, and the one door through which the service (``serve/``) reads the engine,
+the store and the rest of ``review/`` (over 400 lines: one concern, what people are shown).
 
 Plain functions from library values to the text lines and JSON documents ``ratchet`` prints,
 beside :mod:`~ratchet_runner.review.trace` and :mod:`~ratchet_runner.review.table`; this is also
@@ -15,16 +17,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..settings import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ratchet_runner.adapters.practice import Change
 
+    from ..engine.approvals import ApprovalRequest
+    from ..engine.host import RunHost
+    from ..engine.observe import CallObserver
     from ..engine.runner import Runner
+    from ..spec.model import Spec
     from ..spec.validate import Report
     from ..store.records import EventRecord, RunRecord
-    from ..worker.passes import PassReport
-    from ..worker.pool import PoolReport
-    from .check import Result
-    from .check_http import OverHttp
-    from .invariants import ViolationKind
+    from ..store.stats import Stats as Stats  # what the service's metrics read
 
 Json = dict[str, Any]
 
@@ -271,54 +275,6 @@ def reset_line(everything: bool, practice: bool) -> str:
     return f"practice world reset{emptied}{declared}"
 
 
-# -- workers ------------------------------------------------------------------------------------
-
-
-def pass_lines(report: PassReport) -> tuple[list[str], list[str]]:
-    """``ratchet worker --once``: the lines for stdout (timers, runs) and for stderr (failures,
-    the tally)."""
-    out = [
-        f"timer  {f.timer.event:<8} run {f.timer.run_id} ({f.outcome})" for f in report.fired
-    ] + [f"run    {moved.id} -> {moved.state} ({moved.status})" for moved in report.advanced]
-    err = [f"failed {run_id}: {error}" for run_id, error in report.failed]
-    err += [f"left   {run_id}: {reason}" for run_id, reason in report.left]
-    err.append(f"{len(report.fired)} timer(s) fired, {len(report.advanced)} run(s) advanced")
-    return out, err
-
-
-def pool_json(owner: str, report: PoolReport) -> Json:
-    """What a worker pool did, when it stops (``ratchet worker --json``)."""
-    return {
-        "owner": owner,
-        "runs_advanced": report.advanced,
-        "fenced": report.fenced,
-        "timers_fired": report.timers,
-        "failed": [{"run": r, "error": e} for r, e in report.failed],
-        "store_outages": report.outages,
-        "store_unreachable_seconds": round(report.unreachable_seconds, 2),
-        "store_unreachable": report.unreachable,
-        "left_to_other_binding": report.left,
-        "left_for_a_longer_lease": report.left_for_lease,
-    }
-
-
-def pool_line(report: PoolReport) -> str:
-    outages = ""
-    if report.outages:
-        outages = (
-            f"; the store was unreachable {report.outages} time(s), "
-            f"{report.unreachable_seconds:.1f} s in all"
-            + (", and still was when the worker stopped" if report.unreachable else "")
-        )
-    left = f", {report.left} left to a worker with their binding" if report.left else ""
-    if report.left_for_lease:
-        left += f", {report.left_for_lease} left to a worker with a longer --lease"
-    return (
-        f"stopped: {report.advanced} run(s) advanced, {report.timers} timer(s) "
-        f"fired, {report.fenced} fenced{left}{outages}"
-    )
-
-
 # -- the operator queue -------------------------------------------------------------------------
 
 
@@ -362,137 +318,121 @@ def queue_lines(items: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-# -- ratchet check ------------------------------------------------------------------------------
-
-#: The table's verdict for each kind of violation (see ``invariants.ViolationKind``).
-VERDICTS: dict[str, str] = {
-    "duplicate": "DUPLICATE",
-    "applied_without_write_ahead": "NO WRITE-AHEAD",
-    "never_applied": "NEVER APPLIED",
-    "left_uncompensated": "NOT UNDONE",
-    "left_unreported": "NOT REPORTED",
-    "kept_unrecorded": "KEPT, UNRECORDED",
-    "done_without_change": "NO SUCH CHANGE",
-    "receipt_mismatch": "RECEIPT DIFFERS",
-    "over_budget": "OVER BUDGET",
-    "stuck": "STUCK",
-    "resume_failed": "RESUME FAILED",
-}
+# -- what the service reads --------------------------------------------------------------------
+# The service (serve/) reads the engine's and the store's read models here, not inside them;
+# each is imported when first asked for, as everywhere in this module.
 
 
-def worst_kind(result: Result) -> ViolationKind | None:
-    """The most serious kind among a case's violations (the kinds are declared in that order)."""
-    from .invariants import ViolationKind
+def pending_request(runner: RunHost, run: RunRecord) -> ApprovalRequest | None:
+    """The decision ``run`` is waiting for, if any."""
+    from ..engine.approvals import pending_request as pending
 
-    order = list(ViolationKind)
-    return min((v.kind for v in result.violations), key=order.index, default=None)
-
-
-def verdict(result: Result) -> str:
-    """One cell of the check table: changes, amount, calls, and the verdict from the kind."""
-    if result.amount is not None:
-        amount = f" {result.amount:.2f}"
-    else:  # several operations moved amounts: each its own figure, never one sum
-        amount = "".join(f" {op} {value:.2f}" for op, value in result.amounts.items())
-    worst = worst_kind(result)
-    label = "ok" if worst is None else VERDICTS[worst.value]
-    return f"{result.changes} change(s){amount} · {result.calls} call(s) · {label}"
+    return pending(runner, run)
 
 
-CHECK_HEADER = f"{'EXAMPLE':<16} {'EFFECT':<18} {'WINDOW':<15} {'FAULT':<21} {'RATCHET':<36}"
+def queue(runner: Runner, *, offset: int = 0, limit: int = 1000) -> list[Json]:
+    """A page of the runs waiting for a person: what to do, and the evidence."""
+    from ..engine import operator_queue
+
+    return operator_queue.queue(runner, offset=offset, limit=limit)
 
 
-def check_table(results: Iterable[Result], compare: bool) -> list[str]:
-    """One line per case: Ratchet's verdict, and with ``compare`` the naive strategy's beside."""
-    by_case: dict[tuple[str, str, str, str], dict[str, Result]] = {}
-    for result in results:
-        c = result.case
-        by_case.setdefault((c.example, c.effect, c.window, c.fault), {})[c.strategy] = result
-    return [check_header(compare)] + [check_row(pair, compare) for pair in by_case.values()]
+def decision(
+    runner: Runner, run: RunRecord, now: float, *, actor: str, holding: Sequence[str]
+) -> Json | None:
+    """The decision ``run`` waits for, as ``actor`` holding ``holding`` may take it."""
+    from ..engine import operator_queue
+
+    return operator_queue.decision(runner, run, now, actor=actor, holding=holding)
 
 
-def check_header(compare: bool) -> str:
-    return CHECK_HEADER + ("NAIVE" if compare else "")
+def decisions(
+    runner: Runner, *, offset: int, limit: int, actor: str, holding: Sequence[str]
+) -> tuple[list[Json], int]:
+    """A page of the decisions waiting, and how many runs the page read."""
+    from ..engine import operator_queue
+
+    return operator_queue.decisions(
+        runner, offset=offset, limit=limit, actor=actor, holding=holding
+    )
 
 
-def check_row(pair: Mapping[str, Result], compare: bool) -> str:
-    """A case's line of the table, from its result under each strategy run."""
-    c = pair["ratchet"].case
-    ours = verdict(pair["ratchet"])  # a long verdict still leaves a space before NAIVE
-    line = f"{c.example:<16} {c.effect:<18} {c.window:<15} {c.fault:<21} {ours:<35} "
-    if compare and "naive" in pair:
-        line += verdict(pair["naive"])
-    return line.rstrip()
+def evidence(runner: Runner, run: RunRecord) -> Json:
+    """What a person finishing ``run`` is shown: its effects done, undone, left and failed."""
+    from ..engine import operator_queue
+
+    return operator_queue.evidence(runner, run)
 
 
-def slowest(results: Sequence[Result], most: int = 3) -> str:
-    """``slowest: CASE 3.2 s, CASE 2.9 s, …``: the ``most`` cases that took longest
-    (strategies added up); "" when there are no more cases than that."""
-    per_case: dict[str, float] = {}
-    for r in results:
-        per_case[r.case.name] = per_case.get(r.case.name, 0.0) + r.seconds
-    if len(per_case) <= most:  # a few cases: the table says it all
-        return ""
-    ranked = sorted(per_case.items(), key=lambda item: -item[1])[:most]
-    return "slowest: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in ranked)
+def latest_event(history: Sequence[EventRecord], kinds: Iterable[str]) -> Json:
+    """The data of the newest event of one of ``kinds`` in ``history``, or ``{}``."""
+    from ..store.records import latest_event as latest
 
+    return latest(history, kinds)
+
+
+def parse_duration(text: str | None) -> float | None:
+    """A spec's duration (``'500ms'``, ``'24h'``) in seconds; None stays None."""
+    from ..spec.model import parse_duration as parse
+
+    return parse(text)
+
+
+def watch_calls(observer: CallObserver) -> Callable[[], None]:
+    """Report every call this process makes to ``observer`` from now on; returns what stops it."""
+    from ..engine.observe import watch_calls as watch
+
+    return watch(observer)
+
+
+def relative(seconds: float) -> str:
+    """A moment ``seconds`` from now, for a person (``in 12m``, ``1h 12m ago``)."""
+    from .decisions import relative as from_now
+
+    return from_now(seconds)
+
+
+def when(epoch: Any) -> str:
+    """A moment of a run's history, as the trace writes it."""
+    from .trace import when as moment
+
+    return moment(epoch)
+
+
+def event_line(event: EventRecord) -> tuple[str, str]:
+    """An event of a run's history as the trace shows it: its title and what it says."""
+    from .trace import describe, title
+
+    return title(event), describe(event)
+
+
+def table_html(spec: Spec) -> str:
+    """The transition table of ``spec`` as an HTML table (``ratchet table --format html``)."""
+    from .table import to_html
+
+    return to_html(spec)
+
+
+def diagram_svg(spec: Spec, view: str, current: str | None = None) -> bytes:
+    """``ratchet diagram``'s drawing of ``spec`` as SVG (the states view with ``current``
+    emphasised); :class:`~ratchet_runner.errors.GraphvizNotFound` without Graphviz's ``dot``."""
+    from .diagram.draw import build, image
+    from .diagram.states import states_graph
+
+    return image(states_graph(spec, current) if view == "states" else build(spec, view), "svg")
+
+
+def age_buckets() -> tuple[float, ...]:
+    """The upper bounds of the store's histogram of run ages, in seconds."""
+    from ..store.stats import AGE_BUCKETS
+
+    return AGE_BUCKETS
+
+
+# -- ratchet run --naive -----------------------------------------------------------------------
 
 #: What ``ratchet run --naive`` says first.
 NAIVE_WARNING = (
     "warning: --naive makes a new operation ID on every attempt and never reconciles; it exists "
     "to show how duplicates happen"
 )
-
-
-def violation_lines(
-    failed: Iterable[Result], spec_path: str, kill: bool, wire: OverHttp | None = None
-) -> list[str]:
-    """Each failed case of ``ratchet check``: its violations, and the command that reproduces it
-    (with ``--bindings FILE`` when its adapters went over HTTP, ``wire``)."""
-    from .check import reproduce
-
-    bindings = None if wire is None else wire.file
-    lines = []
-    for result in failed:
-        lines.append(f"VIOLATION {result.case.name}: {'; '.join(map(str, result.violations))}")
-        lines.append(f"  reproduce: {reproduce(spec_path, result.case, kill, bindings)}")
-    return lines
-
-
-def failed_cases(results: Iterable[Result]) -> list[Result]:
-    """The cases Ratchet's protocol failed (the naive strategy's are the comparison's point)."""
-    return [r for r in results if r.case.strategy == "ratchet" and not r.ok]
-
-
-def check_json(
-    spec_path: str, kill: bool, results: Sequence[Result], wire: OverHttp | None = None
-) -> Json:
-    """``ratchet check --json``: the cases, Ratchet's violations, and every result; ``over_http``,
-    the binding and the adapters reached over HTTP (None: every adapter in-process)."""
-    return {
-        "spec": spec_path,
-        "kill": kill,
-        "over_http": None if wire is None else wire.to_json(),
-        "cases": len({r.case.name for r in results}),  # a case run by both strategies is one
-        "runs": len(results),
-        "violations": sum(len(r.violations) for r in failed_cases(results)),
-        "results": [r.to_json() for r in results],
-    }
-
-
-def check_tally(
-    results: Sequence[Result],
-    strategies: int,
-    kill: bool,
-    compare: bool,
-    wire: OverHttp | None = None,
-) -> str:
-    """The line under the table: how many cases, and how many failed under each strategy."""
-    naive_bad = sum(1 for r in results if r.case.strategy == "naive" and not r.ok)
-    mode = "killed with SIGKILL" if kill else "in-process"
-    mode += ", calls over HTTP" if wire is not None else ""
-    return (
-        f"{len(results) // strategies} case(s), crashes {mode}: "
-        f"{len(failed_cases(results))} with violations under Ratchet's protocol"
-        + (f"; {naive_bad} under the naive strategy" if compare else "")
-    )

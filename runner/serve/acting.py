@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .operators import Operator
 
 if TYPE_CHECKING:
-    from ..engine.commands import CommandResult
+    from .. import CommandResult
     from .service import Service
 
 
@@ -67,8 +67,8 @@ def decide(
     """Approve or reject (``decision``) what the run named by ``reference`` waits for, as
     ``operator``; with ``digest``, only if the arguments waiting are still those (409 R404
     otherwise). The run is left to the workers, whom the commit wakes."""
-    from ..engine import commands
-    from ..engine.approvals import pending_request
+    from .. import decide_run
+    from ..review.views import pending_request
 
     runner = service.runner()
     run = runner.store.resolve(reference)
@@ -85,7 +85,7 @@ def decide(
         )
     if decision == "reject" and not (reason or "").strip():
         raise Refusal(400, "R200", "a rejection needs a reason")
-    return commands.decide(
+    return decide_run(
         runner, run.id, decision, operator.name, chosen or operator.roles[0], reason, drive=False
     )
 
@@ -102,7 +102,7 @@ def operate(
     """Carry out the operator ``action`` on the run named by ``reference``, as ``operator``,
     under the run's lease (as ``ratchet ops`` does), and leave the run to the workers, whom the
     commit wakes: a request never waits on the calls the run makes next."""
-    from ..engine import commands
+    from .. import operate_run
     from ..settings import OPERATOR_ACTIONS
 
     if action not in OPERATOR_ACTIONS:
@@ -111,4 +111,4 @@ def operate(
     run = runner.store.resolve(reference)
     spec = runner.spec_of(run)
     chosen = choose_role(operator, spec.operator_roles, role, f"{action} runs")
-    return commands.operate(runner, run.id, action, operator.name, chosen, note, drive=False)
+    return operate_run(runner, run.id, action, operator.name, chosen, note, drive=False)

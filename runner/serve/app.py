@@ -41,7 +41,7 @@ from .service import INTERNAL, Service, error, log_bug, status_of
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ..spec.model import Spec
+    from .. import Spec
 
 #: The largest request body accepted, in bytes.
 MAX_BODY = 64 * 1024
@@ -62,7 +62,7 @@ Handler = Callable[[Request, Service, Operator], Any]
 def authenticated(handler: Handler) -> Callable[[Request], Response]:
     """A route that needs an operator: 401 without a valid token, the library's errors as JSON,
     every decision and action recorded with the request's client address."""
-    from ..engine.audit import acting_from
+    from ..session import acting_from
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
@@ -183,8 +183,8 @@ def operator_queue(request: Request, service: Service, operator: Operator) -> An
     for, both expiries, whether approving in each of the operator's roles would be taken, and
     the declared evidence), oldest first, then of the runs waiting for a person (what to do,
     and the evidence); ``next_offset`` when either list has more."""
-    from ..engine.operator_queue import decisions as waiting_decisions
-    from ..engine.operator_queue import queue
+    from ..review.views import decisions as waiting_decisions
+    from ..review.views import queue
 
     offset, limit = _page(request)
     runner = service.runner()
@@ -243,7 +243,7 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
     """Start a run of a served workflow (or find the one with the same business key), and
     leave it to the workers: 201 when created, 200 when it already existed with the same input
     (409 R409 with another: :class:`~ratchet_runner.errors.InputConflict` is a run error)."""
-    from ..engine import commands
+    from .. import start_run as start
     from ..review.views import command_summary
 
     data = body(request, ("workflow", "input"))
@@ -256,7 +256,7 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
         raise Refusal(404, "R200", f"no workflow {workflow!r} is served (served: {served})")
     spec, source = service.specs[str(workflow)]
     runner = service.runner()
-    result, created = commands.start(runner, spec, source, given, drive=False)
+    result, created = start(runner, spec, source, given, drive=False)
     return JSONResponse(
         command_summary(runner, result, "run_command"), status_code=201 if created else 200
     )
@@ -415,7 +415,7 @@ def create_app(service: Service) -> Starlette:
 
 def load_specs(paths: Iterable[str]) -> dict[str, tuple[Spec, str]]:
     """The specs named, by workflow name (a spec that does not validate is refused)."""
-    from ..spec.validate import load_spec
+    from .. import load_spec
 
     specs: dict[str, tuple[Spec, str]] = {}
     for path in paths:

@@ -36,7 +36,7 @@ from .sessions import COOKIE, LOGIN_COOKIE, Session, same_token
 if TYPE_CHECKING:
     import jinja2
 
-    from ..spec.model import Spec
+    from .. import Spec
 
 #: The pages' security policy: nothing but the service's own style sheet, no script at all,
 #: forms only to the service, never framed.
@@ -59,9 +59,7 @@ PAGE_SIZE = 50
 def templates() -> jinja2.Environment:
     import jinja2
 
-    from ..review.decisions import relative
-    from ..review.trace import when
-    from ..review.views import age
+    from ..review.views import age, relative, when
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("ratchet_runner.serve", "templates"),
@@ -241,7 +239,7 @@ def page(handler: PageHandler) -> Callable[[Request], Response]:
 def action(handler: Callable[[Request, Service, Session, dict[str, str]], str]) -> Any:
     """A form's POST: only with a session and its CSRF token, from this service's own pages;
     what ``handler`` did is said on the page it sends the browser to."""
-    from ..engine.audit import acting_from
+    from ..session import acting_from
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
@@ -366,12 +364,10 @@ def diagram(spec: Spec, view: str, current: str | None = None) -> str | None:
     if found is not None:
         return found
     from ..errors import GraphvizNotFound
-    from ..review.diagram.draw import build, image
-    from ..review.diagram.states import states_graph
+    from ..review.views import diagram_svg
 
-    graph = states_graph(spec, current) if view == "states" else build(spec, view)
     try:
-        svg = image(graph, "svg").decode("utf-8")
+        svg = diagram_svg(spec, view, current).decode("utf-8")
     except GraphvizNotFound:
         return None  # the page says so; nothing else on it needs Graphviz
     svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside a page

@@ -31,9 +31,7 @@ from .service import Service
 from .sessions import Session
 
 if TYPE_CHECKING:
-    from ..engine.runner import Runner
-    from ..spec.model import Spec
-    from ..store.records import RunRecord
+    from .. import Runner, RunRecord, Spec
 
 
 def stylesheet(_request: Request) -> Response:
@@ -60,10 +58,10 @@ def _decision(
     runner: Runner, run: RunRecord, now: float, session: Session
 ) -> dict[str, Any] | None:
     """The decision ``run`` waits for, as the signed-in operator may take it: the queue's item
-    (:func:`~ratchet_runner.engine.operator_queue.decision`: both expiries, the verdict of
+    (:func:`~ratchet_runner.review.views.decision`: both expiries, the verdict of
     approving in each of their roles the approval allows, the evidence), with the roles in
     which they may approve (``may``: those the guard lets through) and reject (``may_reject``)."""
-    from ..engine.operator_queue import decision
+    from ..review.views import decision
 
     operator = session.operator
     item = decision(runner, run, now, actor=operator.name, holding=operator.roles)
@@ -78,7 +76,7 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
     """Decisions waiting (oldest first), with the exact arguments and digest, both expiries,
     the verdict for each of the operator's roles and the declared evidence; then the runs
     waiting for a person, with what to do and the evidence."""
-    from ..engine.operator_queue import queue
+    from ..review.views import queue
 
     offset = _offset(request)
     runner = service.runner()
@@ -124,7 +122,7 @@ def actions_for(spec: Spec, status: str) -> tuple[str, ...]:
 
 def _age(text: str) -> float | None:
     """``45s``, ``30m``, ``2h``, ``1d`` as seconds (a spec's durations); None when empty."""
-    from ..spec.model import parse_duration
+    from ..review.views import parse_duration
 
     try:
         return parse_duration(text.strip().lower() or None)
@@ -184,9 +182,7 @@ def _lookups(history: list[Any]) -> dict[str, int]:
 def run_page(request: Request, service: Service, session: Session) -> Response:
     """A run: where it is, what it waits for (and who may decide), what a person is asked to
     do, its effects, its state diagram, and its history as a timeline."""
-    from ..engine.operator_queue import evidence
-    from ..review.trace import describe, title
-    from ..store.records import latest_event
+    from ..review.views import event_line, evidence, latest_event
 
     runner = service.runner()
     run = runner.store.resolve(request.path_params["run"])
@@ -196,8 +192,9 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
     pending = _decision(runner, run, now, session) if run.status == "waiting" else None
     queued = latest_event(history, ("queued", "stuck")) if run.status == "needs_person" else {}
     timeline = [
-        {"version": e.version, "kind": e.kind, "title": title(e), "text": describe(e), "at": e.at}
+        {"version": e.version, "kind": e.kind, "title": title, "text": text, "at": e.at}
         for e in history
+        for title, text in [event_line(e)]
     ]
     return render(
         request,
@@ -240,7 +237,7 @@ def specs_page(request: Request, service: Service, _session: Session) -> Respons
 def spec_page(request: Request, service: Service, _session: Session) -> Response:
     """A spec version's transition table and its three diagrams."""
     from ..errors import StoreError
-    from ..review.table import to_html
+    from ..review.views import table_html
 
     digest = request.path_params["digest"]
     served = {spec.digest: spec for spec, _ in service.specs.values()}
@@ -251,7 +248,7 @@ def spec_page(request: Request, service: Service, _session: Session) -> Response
         except StoreError:
             raise Refusal(404, "R200", f"no spec version {digest[:12]} here") from None
     views = {view: diagram(spec, view) for view in ("states", "saga", "crash-windows")}
-    return render(request, "spec.html", {"spec": spec, "table": to_html(spec), "views": views})
+    return render(request, "spec.html", {"spec": spec, "table": table_html(spec), "views": views})
 
 
 def routes() -> list[Route]:

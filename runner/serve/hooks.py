@@ -30,8 +30,8 @@ def webhook(request: Request) -> Response:
     sender's ``events`` map does not list is acknowledged and ignored (200). A signal the run
     cannot take now, or for a run not found, is refused (409, 404) with nothing changed, so
     that the sender retries it later."""
-    from ..engine import commands
-    from ..engine.audit import acting_from
+    from .. import signal_run
+    from ..session import acting_from
     from .webhooks import verify
 
     service: Service = request.app.state.service
@@ -76,9 +76,7 @@ def webhook(request: Request) -> Response:
         with acting_from("webhook", sender.name):
             for attempt in range(5):  # a duplicate racing this one moved the run first
                 try:
-                    result = commands.signal(
-                        runner, run_ref, event, signal_id, payload, drive=False
-                    )
+                    result = signal_run(runner, run_ref, event, signal_id, payload, drive=False)
                     break
                 except VersionConflict:
                     if attempt == 4:

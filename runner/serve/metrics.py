@@ -30,12 +30,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ..engine.observe import watch_calls
 from ..errors import RatchetError, UsageError
-from ..store.stats import AGE_BUCKETS, Stats
+from ..review.views import age_buckets, watch_calls
 
 if TYPE_CHECKING:
-    from ..engine.runner import Runner
+    from .. import Runner
+    from ..review.views import Stats
     from ..session import Session
 
 #: The content type of the exposition format.
@@ -78,7 +78,7 @@ def _run_series(stats: Stats) -> Iterator[Metric]:
         labels=["workflow"],
     )
     for workflow, (count, total, under) in sorted(stats.ages.items()):
-        buckets = [(_le(bound), n) for bound, n in zip(AGE_BUCKETS, under, strict=True)]
+        buckets = [(_le(bound), n) for bound, n in zip(age_buckets(), under, strict=True)]
         age.add_metric([workflow], [*buckets, ("+Inf", count)], total)
     yield age
     yield from _count_and_longest(

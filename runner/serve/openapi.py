@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
+from ..settings import VERSION
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _RUN = {"name": "run", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -41,7 +41,7 @@ def describe() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "Ratchet",
-            "version": __version__,
+            "version": VERSION,
             "description": "Runs, the operator queue, decisions and signals of a Ratchet store.",
         },
         "security": [{"bearer": []}],

@@ -31,10 +31,8 @@ from .sessions import Sessions
 LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ..engine.runner import Runner
-    from ..session import Session
-    from ..spec.model import Spec
-    from ..worker.pool import Pool
+    from .. import Runner, Spec
+    from ..session import Pool, Session
     from .metrics import Metrics
 
 

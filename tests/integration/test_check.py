@@ -10,9 +10,9 @@ import pytest
 from ratchet_runner import cli as cli_module
 from ratchet_runner.adapters.base import Call, Done
 from ratchet_runner.adapters.practice import world as practice
+from ratchet_runner.check.cases import Case, cases, run_case
+from ratchet_runner.check.invariants import ViolationKind
 from ratchet_runner.engine.runner import Runner
-from ratchet_runner.review.check import Case, cases, run_case
-from ratchet_runner.review.invariants import ViolationKind
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import validate_text
 from ratchet_runner.store.records import RunRecord

@@ -19,9 +19,9 @@ from ratchet_runner.adapters.base import Ambiguous, Call
 from ratchet_runner.adapters.http import HttpAdapter
 from ratchet_runner.adapters.http.settings import parse_settings
 from ratchet_runner.adapters.practice import http as practice_http
+from ratchet_runner.check import cases as check
+from ratchet_runner.check.cases import Case, run_case
 from ratchet_runner.errors import BindingError
-from ratchet_runner.review import check
-from ratchet_runner.review.check import Case, run_case
 from tests.conftest import ROOT, spec_and_text
 from tests.conftest import run_cli as run
 from tests.integration.local_http import SILENT, LocalServer, Reply

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_runner.review import check
-from ratchet_runner.review.check import Case, run_case
-from ratchet_runner.review.invariants import ViolationKind
+from ratchet_runner.check import cases as check
+from ratchet_runner.check.cases import Case, run_case
+from ratchet_runner.check.invariants import ViolationKind
 from ratchet_runner.spec.validate import load_spec_text, validate_text
 from tests.conftest import ROOT
 from tests.conftest import run_cli as run

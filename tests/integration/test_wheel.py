@@ -18,16 +18,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("runner", "adapters", "setup.py", "pyproject.toml", "README.md")
+SOURCES = ("runner", "setup.py", "pyproject.toml", "README.md")
 
 
 def _expected_modules() -> set[str]:
     """Every file the wheel must carry, by its path inside the wheel."""
-    files = {"ratchet_runner/py.typed", "ratchet_runner/adapters/py.typed"}
-    for folder, prefix in (("runner", "ratchet_runner"), ("adapters", "ratchet_runner/adapters")):
-        for path in (ROOT / folder).rglob("*"):
-            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
-                files.add(f"{prefix}/{path.relative_to(ROOT / folder).as_posix()}")
+    files = {"ratchet_runner/py.typed"}
+    for path in (ROOT / "runner").rglob("*"):
+        if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+            files.add(f"ratchet_runner/{path.relative_to(ROOT / 'runner').as_posix()}")
     return files
 
 

@@ -11,6 +11,21 @@ spec that imported the store would break the first rule::
     'ratchet_runner.spec.model imports ratchet_runner.store'
     >>> rule
     'spec imports nothing from adapters, engine, store, worker, review, binding, serve, cli'
+
+The service reads through the public API, the session and the read models; reaching into the
+engine breaks its rule::
+
+    >>> [broken] = forbidden_imports({"ratchet_runner.serve.app": "import ratchet_runner.engine"})
+    >>> broken.split(": ")[1]
+    'serve imports only the public API, the session, review.views and the ground floor'
+
+Between parts (each folder of the package, and each module at its top, is one part; imports
+inside a part are not counted) the imports run one way, and the longest chain of them is the
+house's depth. A store that imported the engine would close a circle::
+
+    >>> store_on_engine = {"ratchet_runner.store.records": "from ..engine import runner"}
+    >>> cycles(part_graph({**module_sources(), **store_on_engine}))
+    [['ratchet_runner.engine', 'ratchet_runner.store']]
 """
 
 from __future__ import annotations
@@ -82,6 +97,28 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
 )
 
+#: (the importing part, all it may import besides itself, the rule in words): the service is a
+#: front end over the public API (``ratchet_runner``'s names), the session (the composition
+#: root) and the read models (``review.views``), on the ground floor like everything else.
+ONLY: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "ratchet_runner.serve",
+        (
+            "ratchet_runner.session",
+            "ratchet_runner.review.views",
+            "ratchet_runner.errors",
+            "ratchet_runner.clock",
+            "ratchet_runner.settings",
+        ),
+        "serve imports only the public API, the session, review.views and the ground floor",
+    ),
+)
+
+#: The longest chain of imports between parts the house may have (see :func:`depth`): errors;
+#: clock and settings; the store; the engine; the worker, the binding and the read models;
+#: the session; ``ratchet check``, the public API and the service; the command line.
+MAX_DEPTH = 8
+
 #: Imports a rule allows although the part they name is forbidden to its importer.
 ALLOWED = ("ratchet_runner.errors",)
 
@@ -151,11 +188,165 @@ def forbidden_imports(sources: dict[str, str]) -> list[str]:
                     continue  # the one module the part serves
                 broken.append(f"{module} imports {target}: {words}")
                 break
+            for part, allowed, words in ONLY:
+                if not _within(module, part) or _within(target, part):
+                    continue
+                if _public(target) or any(_within(target, a) for a in allowed):
+                    continue
+                broken.append(f"{module} imports {target}: {words}")
     return sorted(set(broken))
+
+
+def _public(name: str) -> bool:
+    """Whether ``name`` is the package itself or one of its public names (``ratchet_runner.Spec``,
+    ``ratchet_runner.__version__``), not a module below it."""
+    import ratchet_runner
+
+    public = {*ratchet_runner.__all__, "__version__"}
+    return name == PACKAGE or name.removeprefix(PACKAGE + ".") in public
+
+
+def part_of(module: str) -> str:
+    """The part a module belongs to: the folder of the package it is in, or itself when it sits
+    at the package's top (``ratchet_runner.session``, the package's own ``__init__``)."""
+    rest = module.removeprefix(PACKAGE).lstrip(".")
+    return f"{PACKAGE}.{rest.split('.')[0]}" if rest else PACKAGE
+
+
+def _homes(sources: dict[str, str]) -> dict[str, str]:
+    """Each public name of the package's ``__init__`` and the module it lives in."""
+    homes: dict[str, str] = {}
+    for node in ast.walk(ast.parse(sources.get(PACKAGE, ""))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module if not node.level else f"{PACKAGE}.{node.module}"
+            homes.update({alias.asname or alias.name: base for alias in node.names})
+    return homes
+
+
+def part_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Which parts each part imports. ``from x import y`` counts as an import of the module
+    ``x.y`` when there is one, else of ``x``; a public name imported from the package counts as
+    an import of the module it lives in (the package's ``__init__`` names it, lazily)."""
+    PACKAGES.update(m for m in sources if f"{m}.__init__" in sources)
+    homes = _homes(sources)
+    graph: dict[str, set[str]] = {part_of(m): set() for m in sources}
+    for module, source in sources.items():
+        package = module if module in PACKAGES else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base
+                    for a in node.names
+                ]
+                if base == PACKAGE:
+                    targets = [homes.get(a.name, PACKAGE) for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if _within(target, PACKAGE) and part_of(target) != part_of(module):
+                    graph[part_of(module)].add(part_of(target))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of parts that import each other round a circle (sorted), by Tarjan's method."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(part: str) -> None:
+        index[part] = low[part] = len(index)
+        stack.append(part)
+        for other in sorted(graph.get(part, ())):
+            if other not in index:
+                visit(other)
+                low[part] = min(low[part], low[other])
+            elif other in stack:
+                low[part] = min(low[part], index[other])
+        if low[part] == index[part]:
+            circle = []
+            while (top := stack.pop()) != part:
+                circle.append(top)
+            if circle:
+                found.append(sorted([*circle, part]))
+
+    for part in sorted(graph):
+        if part not in index:
+            visit(part)
+    return sorted(found)
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports between parts, from the part at its top down to the ground
+    floor (the graph has no circle)."""
+    chains: dict[str, list[str]] = {}
+
+    def chain(part: str) -> list[str]:
+        if part not in chains:
+            below = [chain(other) for other in sorted(graph.get(part, ()))]
+            chains[part] = [part, *max(below, key=len, default=[])]
+        return chains[part]
+
+    return max((chain(part) for part in sorted(graph)), key=len)
 
 
 def test_the_house_keeps_its_layering_rules() -> None:
     assert forbidden_imports(module_sources()) == []
+
+
+def test_no_parts_import_each_other_round_a_circle() -> None:
+    assert cycles(part_graph(module_sources())) == []
+
+
+def test_the_house_is_no_deeper_than_its_pin() -> None:
+    chain = longest_chain(part_graph(module_sources()))
+    assert len(chain) <= MAX_DEPTH, " -> ".join(chain)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "circle"),
+    [
+        ("ratchet_runner.store.records", "from ..engine.runner import Runner", "engine store"),
+        ("ratchet_runner.session", "from .serve import run", "serve session"),
+        ("ratchet_runner.review.views", "from ..session import Session", "review session"),
+        ("ratchet_runner.errors", "from ratchet_runner.clock import Clock", "clock errors"),
+    ],
+)
+def test_an_import_that_closes_a_circle_is_caught(module: str, source: str, circle: str) -> None:
+    graph = part_graph({**module_sources(), module: source})
+    parts = [f"{PACKAGE}.{name}" for name in circle.split()]
+    assert any(set(parts) <= set(found) for found in cycles(graph)), cycles(graph)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("ratchet_runner.settings", "from .clock import Clock"),  # the ground floor one higher
+        ("ratchet_runner.spec.model", "from ..store.records import RunRecord"),  # spec on store
+    ],
+)
+def test_a_deeper_house_fails_its_pin(module: str, source: str) -> None:
+    chain = longest_chain(part_graph({**module_sources(), module: source}))
+    assert len(chain) > MAX_DEPTH, " -> ".join(chain)
+
+
+def test_an_import_within_a_part_is_not_counted() -> None:
+    sources = module_sources()
+    within = sources["ratchet_runner.cli.main"] + "\nfrom ratchet_runner.cli import runs\n"
+    assert part_graph({**sources, "ratchet_runner.cli.main": within}) == part_graph(sources)
+
+
+def test_a_public_name_counts_as_the_module_it_lives_in() -> None:
+    graph = part_graph({**module_sources(), "ratchet_runner.serve.x": "from .. import Spec"})
+    assert "ratchet_runner.spec" in graph["ratchet_runner.serve"]
+    assert PACKAGE not in graph["ratchet_runner.serve"]
 
 
 def test_every_installed_module_is_read() -> None:
@@ -169,7 +360,10 @@ def test_every_installed_module_is_read() -> None:
         "worker",
         "review",
         "review.diagram",
+        "check",
         "serve",
+        "adapters.http",
+        "adapters.practice",
     ):
         assert f"{PACKAGE}.{part}" in modules
     assert {
@@ -200,7 +394,7 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.engine.lifecycle", "from ratchet_runner import cli", "engine"),
         ("ratchet_runner.adapters.practice", "from ratchet_runner.clock import Clock", "adapters"),
         ("ratchet_runner.errors", "from ratchet_runner.settings import home", "errors module"),
-        ("ratchet_runner.review.check", "from ratchet_runner.cli import main", "imports cli"),
+        ("ratchet_runner.check.cases", "from ratchet_runner.cli import main", "imports cli"),
         ("ratchet_runner.review.views", "from ratchet_runner.cli.options import How", "cli"),
         ("ratchet_runner.session", "from .cli import options", "imports cli"),
         ("ratchet_runner.engine.drive", "from ..cli.options import say", "imports"),
@@ -208,6 +402,11 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.store.records", "from ..engine import runner", "store imports"),
         ("ratchet_runner.engine.commands", "from ..serve.app import Service", "engine imports"),
         ("ratchet_runner.session", "from .serve import operators", "imports serve"),
+        ("ratchet_runner.serve.app", "from ..engine import commands", "serve imports only"),
+        ("ratchet_runner.serve.console", "from ..review.trace import when", "serve imports only"),
+        ("ratchet_runner.serve.metrics", "from ..store.stats import Stats", "serve imports only"),
+        ("ratchet_runner.serve.service", "from ..worker.pool import Pool", "serve imports only"),
+        ("ratchet_runner.serve.app", "from ratchet_runner.spec import model", "serve imports"),
     ],
 )
 def test_a_forbidden_import_is_caught(module: str, source: str, rule: str) -> None:
@@ -225,6 +424,10 @@ def test_what_the_rules_allow_is_not_reported() -> None:
         "ratchet_runner.spec.lint": "from .graph import check_graph",
         "ratchet_runner.cli.runs": "from .options import How",
         "ratchet_runner.cli.serving": "from ..serve.run import serve",
+        "ratchet_runner.serve.app": "from .. import Spec, start_run",
+        "ratchet_runner.serve.acting": "from ..review.views import pending_request",
+        "ratchet_runner.serve.run": "from ..session import Session",
+        "ratchet_runner.serve.openapi": "from ..settings import VERSION",
     }
     assert forbidden_imports(allowed) == []
 
@@ -233,7 +436,7 @@ def test_the_docstring_example_holds() -> None:
     import sys
 
     failures, tried = doctest.testmod(sys.modules[__name__], verbose=False)
-    assert (failures, tried) == (0, 4)
+    assert (failures, tried) == (0, 8)
 
 
 def test_the_architecture_page_links_every_module() -> None:

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from ratchet_runner.adapters.practice import Change
+from ratchet_runner.check import report
+from ratchet_runner.check.cases import Case, Result
+from ratchet_runner.check.invariants import Violation, ViolationKind
+from ratchet_runner.cli import serving
 from ratchet_runner.review import views
-from ratchet_runner.review.check import Case, Result
-from ratchet_runner.review.invariants import Violation, ViolationKind
 from ratchet_runner.store.records import EventRecord, RunRecord, latest_event
 from ratchet_runner.worker.pool import PoolReport
 from tests.conftest import ROOT
@@ -211,11 +213,11 @@ def test_the_queue_shows_what_to_do_and_the_evidence() -> None:
 
 def test_a_pool_that_met_outages_says_so() -> None:
     report = PoolReport(advanced=3, timers=1, fenced=0, outages=2, unreachable_seconds=4.25)
-    assert views.pool_line(report) == (
+    assert serving.pool_line(report) == (
         "stopped: 3 run(s) advanced, 1 timer(s) fired, 0 fenced; the store was unreachable "
         "2 time(s), 4.2 s in all"
     )
-    assert views.pool_json("w1", report)["store_unreachable_seconds"] == 4.25
+    assert serving.pool_json("w1", report)["store_unreachable_seconds"] == 4.25
 
 
 def test_reset_says_what_it_emptied() -> None:
@@ -237,7 +239,7 @@ def _result(*violations: Violation, strategy: str = "ratchet") -> Result:
 
 
 def test_every_kind_of_violation_has_a_verdict() -> None:
-    assert set(views.VERDICTS) == {kind.value for kind in ViolationKind}
+    assert set(report.VERDICTS) == {kind.value for kind in ViolationKind}
 
 
 def test_the_verdict_comes_from_the_kind_never_from_the_message() -> None:
@@ -246,23 +248,23 @@ def test_the_verdict_comes_from_the_kind_never_from_the_message() -> None:
         ViolationKind.APPLIED_WITHOUT_WRITE_AHEAD, "request_refund applied with no pending record"
     )
     # a message that reads like a duplicate, of a kind that is not one
-    assert views.verdict(_result(never)).endswith("· NEVER APPLIED")
-    assert views.verdict(_result(unrecorded)).endswith("· NO WRITE-AHEAD")
-    assert "DUPLICATE" not in views.verdict(_result(never, unrecorded))
+    assert report.verdict(_result(never)).endswith("· NEVER APPLIED")
+    assert report.verdict(_result(unrecorded)).endswith("· NO WRITE-AHEAD")
+    assert "DUPLICATE" not in report.verdict(_result(never, unrecorded))
     twice = Violation(ViolationKind.DUPLICATE, "wording that says nothing of it")
-    assert views.verdict(_result(never, twice)).endswith("· DUPLICATE")  # the most serious
-    assert views.verdict(_result()) == "1 change(s) 9.95 · 1 call(s) · ok"
+    assert report.verdict(_result(never, twice)).endswith("· DUPLICATE")  # the most serious
+    assert report.verdict(_result()) == "1 change(s) 9.95 · 1 call(s) · ok"
 
 
 def test_the_check_table_puts_the_naive_strategy_beside_ratchets() -> None:
     twice = Violation(ViolationKind.DUPLICATE, "operation 0123 applied 2 times")
     results = [_result(), _result(twice, strategy="naive")]
-    header, row = views.check_table(results, compare=True)
-    assert header == views.CHECK_HEADER + "NAIVE"
+    header, row = report.check_table(results, compare=True)
+    assert header == report.CHECK_HEADER + "NAIVE"
     assert row.endswith("· ok   1 change(s) 9.95 · 1 call(s) · DUPLICATE")
-    assert views.check_table(results, compare=False)[1].endswith("· ok")
-    assert views.failed_cases(results) == []
-    assert views.check_tally(results, 2, kill=False, compare=True) == (
+    assert report.check_table(results, compare=False)[1].endswith("· ok")
+    assert report.failed_cases(results) == []
+    assert report.check_tally(results, 2, kill=False, compare=True) == (
         "1 case(s), crashes in-process: 0 with violations under Ratchet's protocol; "
         "1 under the naive strategy"
     )
@@ -270,7 +272,7 @@ def test_the_check_table_puts_the_naive_strategy_beside_ratchets() -> None:
 
 def test_check_json_counts_ratchets_violations_and_carries_their_kinds() -> None:
     stuck = Violation(ViolationKind.STUCK, "the run is stuck in refunding (running)")
-    document = views.check_json("specs/refund.yaml", False, [_result(stuck)])
+    document = report.check_json("specs/refund.yaml", False, [_result(stuck)])
     assert document["violations"] == 1
     [result] = document["results"]
     assert result["violations"] == [stuck.message]
@@ -280,7 +282,7 @@ def test_check_json_counts_ratchets_violations_and_carries_their_kinds() -> None
 def test_the_check_how_to_documents_every_kind_with_its_verdict_in_order() -> None:
     page = (ROOT / "docs" / "how-to" / "check-a-spec.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z_]+)` \| `([^`]+)` \|", page, flags=re.M)
-    assert rows == [(kind.value, views.VERDICTS[kind.value]) for kind in ViolationKind]
+    assert rows == [(kind.value, report.VERDICTS[kind.value]) for kind in ViolationKind]
 
 
 @pytest.mark.parametrize(

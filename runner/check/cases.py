@@ -5,18 +5,18 @@ and each fault (the single faults, and each ambiguous fault paired with a failin
 checker runs the example on a fresh store and a fresh practice world, crashes
 at that window (in-process by an exception, or with ``kill=True`` in a child process killed with
 SIGKILL), resumes in a new runner to the end (approving what waits for a decision), and checks
-the invariants of :mod:`~ratchet_runner.review.invariants`: each broken one is a
-:class:`~ratchet_runner.review.invariants.Violation` of one
-:class:`~ratchet_runner.review.invariants.ViolationKind`.
+the invariants of :mod:`~ratchet_runner.check.invariants`: each broken one is a
+:class:`~ratchet_runner.check.invariants.Violation` of one
+:class:`~ratchet_runner.check.invariants.ViolationKind`.
 
 The checker uses an example's input and world. Of the example's faults it keeps the refusals,
 which define the scenario (a hotel that is full); the transient ones are left out, since each
 case injects its own. Only effects the example reaches are checked.
 
 **Over HTTP.** When the binding found for the spec binds adapters to ``http``
-(:func:`~ratchet_runner.review.check_http.over_http`), each case serves its practice world over
+(:func:`~ratchet_runner.check.http.over_http`), each case serves its practice world over
 HTTP on 127.0.0.1 for the whole case and calls it through the real HTTP adapter, made from the
-binding's settings (:mod:`~ratchet_runner.review.check_http`); a ``--kill`` child gets the
+binding's settings (:mod:`~ratchet_runner.check.http`); a ``--kill`` child gets the
 binding and the server's URL. Every window and fault acts as in-process.
 """
 
@@ -41,13 +41,13 @@ from ..engine.approvals import decide, pending_request
 from ..engine.providers import ask, declared_by
 from ..engine.runner import Runner
 from ..errors import ApprovalError, RatchetError, UsageError
+from ..review.naive import Strategy
 from ..session import Session
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec
 from ..store.records import RunRecord
-from .check_http import HttpReach, OverHttp, over_http, reaching, served
+from .http import HttpReach, OverHttp, over_http, reaching, served
 from .invariants import Violation, ViolationKind, verify
-from .naive import Strategy
 
 #: The four crash windows of an effect, and the runner point each crashes at.
 WINDOWS: dict[str, str | None] = {
@@ -342,7 +342,7 @@ def _run_child(
         [
             sys.executable,
             "-m",
-            "ratchet_runner.review.check",
+            "ratchet_runner.check.cases",
             str(spec_path),
             tmp,
             case.example,
@@ -363,7 +363,7 @@ def _run_child(
 
 
 def _child(argv: list[str]) -> None:
-    """``python -m ratchet_runner.review.check SPEC HOME EXAMPLE EFFECT WINDOW FAULT STRATEGY
+    """``python -m ratchet_runner.check.cases SPEC HOME EXAMPLE EFFECT WINDOW FAULT STRATEGY
     [BINDING URL]``: drive the case (its store and practice world in HOME; with BINDING, its
     adapters bound to http calling the case's practice server at URL through the HTTP adapter)
     until its window, then die by SIGKILL (no cleanup, as a real crash)."""

@@ -2,7 +2,7 @@
 findings it is checked despite, that it has examples, how the binding has the cases reach their
 adapters (over HTTP or in-process), the cases chosen (:func:`select`), and, over HTTP, that a
 clean run ends as it does in-process (:func:`calibrate`). Running the cases is
-:mod:`~ratchet_runner.review.check`'s.
+:mod:`~ratchet_runner.check.cases`'s.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Diagnostic, SpecError, UsageError
+from ..review.naive import Strategy
 from ..spec.model import Spec
-from . import check
-from .check import FAULTS, WINDOWS, Case, cases
-from .check_http import OverHttp, over_http
-from .naive import Strategy
+from . import cases as check
+from .cases import FAULTS, WINDOWS, Case, cases
+from .http import OverHttp, over_http
 
 
 def load_checkable(
