@@ -30,6 +30,7 @@ from ratchet_runner.adapters.base import Found
 from ..errors import RunError
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import EventKind, OperationStatus, RunStatus
 from .activation import activation
 from .identity import evaluate_args, sha256
 from .write_ahead import list_operations
@@ -128,7 +129,7 @@ def note(
     context["wake_at"] = None
     change.context = context
     list_operations(change, run, *undos)
-    change.status = "running"
+    change.status = RunStatus.RUNNING
     change.new_duplicates.append(
         {
             "operation_id": op.operation_id,
@@ -140,7 +141,7 @@ def note(
         }
     )
     change.event(
-        "duplicate_detected",
+        EventKind.DUPLICATE_DETECTED,
         operation_id=op.operation_id,
         effect=op.effect,
         role=op.role,
@@ -192,7 +193,7 @@ def _undo_for(
             "role": UNDO_EXTRA,
             "args": args,
             "fingerprint": sha256(args),
-            "status": "registered",
+            "status": OperationStatus.REGISTERED,
             "attempts": 0,
             "compensates": op.operation_id,
         }

@@ -20,6 +20,7 @@ from ..errors import RunError
 from ..spec.expressions import compile_expression
 from ..spec.model import Spec, State
 from ..store.records import Change, NewTimer, RunRecord
+from ..words import EventKind
 from .activation import activation
 from .identity import describe_action, evaluate_args
 
@@ -79,7 +80,7 @@ def on_move(run: RunRecord, spec: Spec, target: State, change: Change) -> None:
     change.context = context
     if target.kind in ("pause", "wait"):
         pause = pause_record(view, spec, target, change.at)
-        change.event("paused", **pause)
+        change.event(EventKind.PAUSED, **pause)
         change.context = {**context, "pause": pause}
     elif "pause" in context:
         change.context = {k: v for k, v in context.items() if k != "pause"}

@@ -16,6 +16,7 @@ from ratchet_runner.adapters.base import Escalate
 
 from ..spec.model import Spec
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import EventKind, OperationStatus, RunStatus
 from . import duplicates
 from .activation import activation
 from .compensation import CompensationStep
@@ -51,7 +52,7 @@ class ExtraUndoStep(CompensationStep):
     def _outcome(
         self,
         op: OperationRecord,
-        event: str,
+        event: OperationStatus,
         reason: str,
         evidence: dict[str, Any] | None = None,
     ) -> RunRecord:
@@ -61,7 +62,7 @@ class ExtraUndoStep(CompensationStep):
                 (op.operation_id, {"status": event, "last_error": reason})
             )
         change.event(
-            event,
+            EventKind(event),
             operation_id=op.operation_id,
             effect=self.effect.name,
             role=self.role,
@@ -73,7 +74,7 @@ class ExtraUndoStep(CompensationStep):
         return self.run
 
     def _escalate(self, op: OperationRecord, outcome: Escalate) -> RunRecord:
-        status = "unknown" if outcome.possibly_applied else "refused"
+        status = OperationStatus.UNKNOWN if outcome.possibly_applied else OperationStatus.REFUSED
         return self._outcome(op, status, outcome.reason, outcome.evidence)
 
     def _taken_off(self, change: Change, op: OperationRecord, failure: str | None) -> None:
@@ -100,11 +101,11 @@ def step(host: StepHost, run: RunRecord, spec: Spec) -> RunRecord:
         change.context = {**run.context, duplicates.UNDOING: left[1:]}
         return host.store.commit(change)
     change = host.change(run)
-    change.status = "needs_person"
+    change.status = RunStatus.NEEDS_PERSON
     change.context = {**run.context, "wake_at": None}
     found = run.context.get(duplicates.FOUND, [])
     change.event(
-        "queued",
+        EventKind.QUEUED,
         queue=run.state,
         operator_action=duplicates.action(run, dict(run.context.get(FAILED, {}))),
         duplicates=[f["operation_id"] for f in found],
@@ -126,5 +127,5 @@ def release(run: RunRecord, change: Change) -> str:
     }
     change.context = context
     change.state = str(was.get("state") or run.state)
-    change.status = str(was.get("status") or "running")
+    change.status = RunStatus(was.get("status") or RunStatus.RUNNING)
     return f"{change.state} ({change.status})"

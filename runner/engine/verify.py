@@ -32,6 +32,7 @@ from ratchet_runner.adapters.base import Found
 from ..errors import VersionConflict
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord, TimerRecord
+from ..words import GAVE_UP, EventKind, OperationStatus
 from . import duplicates
 from .providers import ask
 from .resolution import refusal
@@ -132,7 +133,7 @@ def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
         return _commit(runner, change, "again")
     _done_with(change, run, operation_id)
     change.event(
-        "verified",
+        EventKind.VERIFIED,
         operation_id=operation_id,
         effect=op.effect,
         checks=checks,
@@ -144,13 +145,13 @@ def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
 
 #: The statuses of an operation a run has given up (no further attempt): a change found made
 #: under it after all is one the run believes was never made.
-GIVEN_UP = frozenset({"exhausted", "expired", "unknown", "refused"})
+GIVEN_UP = frozenset({*GAVE_UP, OperationStatus.EXPIRED})
 
 
 def _given_up(run: RunRecord, op: OperationRecord) -> bool:
     """Whether ``run`` believes ``op`` was never made: it gave it up, or its saga skipped its
     undo as not made."""
-    if op.status == "done":
+    if op.status == OperationStatus.DONE:
         return False
     return op.status in GIVEN_UP or op.operation_id in run.context.get("skipped_undo", [])
 

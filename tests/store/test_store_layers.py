@@ -29,7 +29,7 @@ LAYERS: dict[str, set[str]] = {
     "stats": {"tables"},
     "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres", "bell", "stats"},
 }
-OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings"}
+OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings", f"{PACKAGE}.words"}
 
 
 def _absolute(node: ast.ImportFrom) -> str:
