@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 
 from ..spec.model import Effect, Spec
+from ..store.context import Budget
 from ..store.records import Change, OperationRecord, RunRecord
 
 
@@ -34,9 +35,9 @@ def run_budget_spent(run: RunRecord, spec: Spec, effect: Effect) -> bool:
 def count_attempt(run: RunRecord, effect: Effect, change: Change) -> None:
     """Count one call against the run's budget, in the change that records the attempt."""
     base = change.context if change.context is not None else run.context
-    used = dict(base.get("budget_used", {}))
-    used["attempts"] = int(used.get("attempts", 0)) + 1
-    used["cost"] = round(float(used.get("cost", 0.0)) + (effect.cost or 0.0), 6)
+    used: Budget = {**base.get("budget_used", {})}
+    used["attempts"] = used.get("attempts", 0) + 1
+    used["cost"] = round(used.get("cost", 0.0) + (effect.cost or 0.0), 6)
     change.context = {**base, "budget_used": used}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from ratchet_runner.adapters.base import Found, LookupFailed, LookupResult, NotFound
 
 from ..spec.model import Compensation, Effect, Spec
+from ..store.context import RunContext
 from ..store.records import Change, OperationRecord, RunRecord
 from ..words import GAVE_UP, EventKind, OperationStatus, RunStatus
 from . import duplicates
@@ -143,7 +144,7 @@ def _skip_undo(
     leaves."""
     declared = _declared_undo(spec, forward.effect)
     change = host.change(run)
-    context: dict[str, Any] = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
+    context: RunContext = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
     if declared is not None and declared.kind == "impossible":
         context["cannot_undo"] = [*run.context.get("cannot_undo", []), forward.operation_id]
     change.context = context

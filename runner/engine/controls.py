@@ -14,6 +14,7 @@ from ..clock import format_time
 from ..errors import OperatorRefused
 from ..settings import OPERATOR_ACTIONS
 from ..spec.model import Spec
+from ..store.context import without
 from ..store.records import Change, OperationRecord, RunRecord
 from ..words import ENDED, GAVE_UP, EventKind, OperationStatus, RunStatus
 from . import duplicates, undo_extra
@@ -148,9 +149,7 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bo
     if failed_step is not None and run.status == RunStatus.NEEDS_PERSON:
         # A step that failed before it could finish (see ``park``): take it again.
         change.status = RunStatus.RUNNING
-        change.context = {
-            k: v for k, v in run.context.items() if k not in ("failed_step", "wake_at")
-        }
+        change.context = without(run.context, "failed_step", "wake_at")
         driven, then = _go_on(runner, runner.store.commit(change), drive)
         return Outcome(driven, True, f"the step in {failed_step['state']!r} is taken again", then)
     op = _failed_operation(runner, run, ("forward",))

@@ -67,6 +67,7 @@ from ..spec.model import Effect, Spec, State, per_version
 from ..spec.reads import missing_read
 from ..spec.validate import load_stored_spec
 from ..store.bell import left_to_workers
+from ..store.context import RunContext
 from ..store.records import Change, Event, NewRun, OperationRecord, RunRecord
 from ..store.store import Store
 from ..words import EventKind, RunStatus
@@ -157,7 +158,7 @@ class Runner:
         *,
         interrupt: Interrupt | None = None,
         steps: StepKind | None = None,
-        marks: Mapping[str, Any] | None = None,
+        marks: RunContext | None = None,
         rng: random.Random | None = None,
         options: RunnerOptions | None = None,
         leases: Leases | None = None,
@@ -170,7 +171,7 @@ class Runner:
         self.clock = clock or SystemClock()
         self._interrupt = interrupt
         self._steps = steps
-        self.marks: Mapping[str, Any] = dict(marks or {})
+        self.marks: RunContext = marks.copy() if marks else RunContext()
         self.rng = rng or random.Random()
         self.options = options or RunnerOptions()
         self.leases = Leases() if leases is None else leases
@@ -308,7 +309,7 @@ class Runner:
             keys=evidence.keys(spec, input),
         )
         draft = new.record()  # the run as it will be: what its first state's timers are armed on
-        context: dict[str, Any] = {"ratchet_version": __version__}
+        context: RunContext = {"ratchet_version": __version__}
         if stamp is not None:
             context["binding"] = dict(stamp)
         context.update(self.marks)  # what the composition root marks its runs with

@@ -10,11 +10,12 @@ run waits for a person where it stands (``needs_person``), with what was found a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ratchet_runner.adapters.base import Escalate
 
 from ..spec.model import Spec
+from ..store.context import without
 from ..store.records import Change, OperationRecord, RunRecord
 from ..words import EventKind, OperationStatus, RunStatus
 from . import duplicates
@@ -23,7 +24,7 @@ from .compensation import CompensationStep
 from .host import StepHost
 
 #: The run's context key: the undos of extra changes that failed, with why.
-FAILED = "duplicate_undo_failed"
+FAILED: Final = "duplicate_undo_failed"
 
 
 class ExtraUndoStep(CompensationStep):
@@ -79,7 +80,7 @@ class ExtraUndoStep(CompensationStep):
 
     def _taken_off(self, change: Change, op: OperationRecord, failure: str | None) -> None:
         """Take ``op`` off the undos still to make, in ``change``; keep why it failed."""
-        context = dict(change.context if change.context is not None else self.run.context)
+        context = (change.context if change.context is not None else self.run.context).copy()
         context[duplicates.UNDOING] = [
             i for i in context.get(duplicates.UNDOING, []) if i != op.operation_id
         ]
@@ -119,13 +120,8 @@ def release(run: RunRecord, change: Change) -> str:
     """In ``change``, let a run held for a duplicate go on from where it was (an operator's
     ``ratchet ops retry``): its state and status as they were when the duplicate was found,
     the duplicates kept in its history. Returns where it goes on from."""
-    was = dict(run.context.get(duplicates.WAS, {}))
-    context = {
-        k: v
-        for k, v in run.context.items()
-        if k not in (duplicates.WAS, duplicates.UNDOING, FAILED, "wake_at")
-    }
-    change.context = context
-    change.state = str(was.get("state") or run.state)
+    was = run.context.get(duplicates.WAS, {})
+    change.context = without(run.context, duplicates.WAS, duplicates.UNDOING, FAILED, "wake_at")
+    change.state = was.get("state") or run.state
     change.status = RunStatus(was.get("status") or RunStatus.RUNNING)
     return f"{change.state} ({change.status})"

@@ -25,7 +25,7 @@ declared one) rests on the same promise, and arms the same verification
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ratchet_runner.adapters.base import Found
 
@@ -50,7 +50,7 @@ STATE = "*"
 PREFIX = "verify:"
 
 #: The run's context key: each operation being verified, with its schedule.
-VERIFYING = "verifying"
+VERIFYING: Final = "verifying"
 
 
 def schedule(change: Change, run: RunRecord, operation_id: str, window: float) -> None:
@@ -123,10 +123,9 @@ def check(runner: Runner, timer: TimerRecord, run: RunRecord) -> str:
     every = float(entry.get("every", 60.0)) * 2
     until = float(entry.get("until", change.at))
     if change.at + every <= until:
-        context = dict(run.context)
-        verifying = dict(context.get(VERIFYING, {}))
-        verifying[operation_id] = {**entry, "every": every, "checks": checks}
-        change.context = {**context, VERIFYING: verifying}
+        verifying = dict(run.context.get(VERIFYING, {}))
+        verifying[operation_id] = {"every": every, "until": until, "checks": checks}
+        change.context = {**run.context, VERIFYING: verifying}
         change.new_timers.append(
             {"state": STATE, "event": PREFIX + operation_id, "due_at": change.at + every}
         )
@@ -165,7 +164,7 @@ def _commit(runner: Runner, change: Change, outcome: str) -> str:
 
 
 def _done_with(change: Change, run: RunRecord, operation_id: str) -> None:
-    context = dict(change.context if change.context is not None else run.context)
+    context = (change.context if change.context is not None else run.context).copy()
     verifying = dict(context.get(VERIFYING, {}))
     verifying.pop(operation_id, None)
     context[VERIFYING] = verifying

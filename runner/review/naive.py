@@ -14,13 +14,13 @@ idempotency key (nothing names its change, which ``validate`` flags and ``ratche
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..engine.budget import count_attempt, max_attempts, run_budget_spent
 from ..engine.identity import sha256
 from ..engine.protocol import EffectStep
 from ..spec.model import Effect, Spec
+from ..store.context import RunContext
 from ..store.records import Change, OperationRecord, RunRecord
 from ..words import EventKind, OperationStatus
 
@@ -31,7 +31,7 @@ NAIVE = "naive"
 Strategy = Literal["ratchet", "naive"]
 
 #: What a run started naive keeps in its context.
-MARKS: Mapping[str, Any] = {"strategy": NAIVE}
+MARKS: RunContext = {"strategy": NAIVE}
 
 
 def step_for(run: RunRecord, spec: Spec, effect: Effect) -> type[EffectStep]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 from ..words import EventKind, OperationStatus, RunStatus
+from .context import RunContext
 
 #: One entry of a run's history, as a change writes it: its kind and its data (plain JSON).
 Event = tuple[EventKind, dict[str, Any]]
@@ -48,7 +49,7 @@ class RunRecord:
     status: RunStatus
     version: int
     input: dict[str, Any]
-    context: dict[str, Any]
+    context: RunContext
     created_at: float
     updated_at: float
     wake_at: float | None = None
@@ -241,7 +242,7 @@ class NewRun:
     status: RunStatus
     input: dict[str, Any]
     at: float
-    context: dict[str, Any] = field(default_factory=dict)
+    context: RunContext = field(default_factory=RunContext)
     timers: Sequence[NewTimer] = ()
     events: Sequence[Event] = ()
     binding: dict[str, Any] | None = None
@@ -313,7 +314,7 @@ class Change:
     # holds the runs it changes without an extra round trip (see ratchet_runner.engine.commands)
     take_lease: tuple[str, float] | None = None
     status: RunStatus | None = None
-    context: dict[str, Any] | None = None
+    context: RunContext | None = None
     events: list[Event] = field(default_factory=list)
     new_operations: list[NewOperation | NewCompensation] = field(default_factory=list)
     operation_updates: list[tuple[str, OperationUpdate]] = field(default_factory=list)

@@ -11,6 +11,7 @@ from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.engine import commands
 from ratchet_runner.engine.controls import operate
 from ratchet_runner.settings import RUN_STATUSES
+from ratchet_runner.store.context import RunContext
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.words import EventKind, OperationStatus, RunStatus
@@ -57,11 +58,9 @@ def _run_fields() -> dict[str, object]:
     }
 
 
-def test_every_word_the_store_writes_is_a_member(
-    make_runner: MakeRunner, world: PracticeWorld, store: Store
-) -> None:
+def _many_runs(make_runner: MakeRunner, world: PracticeWorld, store: Store) -> list[RunRecord]:
     """Runs that wait for a decision, lose a reply, compensate, and are paused, resumed and
-    cancelled by an operator: every status and event kind written is a member."""
+    cancelled by an operator, as the store keeps them."""
     runner = make_runner()
     world.add_fault("hold_hotel", "timeout_after_write")
     world.add_fault("hold_hotel", "lookup_fails")
@@ -77,8 +76,13 @@ def test_every_word_the_store_writes_is_a_member(
     runner.advance(second.id)
     for action in ("pause", "resume", "cancel"):
         operate(make_runner(), second.id, action, "ops-1", "payments_ops")
+    return [store.get_run(run.id) for run in (trip, first, second)]
 
-    runs = [store.get_run(run.id) for run in (trip, first, second)]
+
+def test_every_word_the_store_writes_is_a_member(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runs = _many_runs(make_runner, world, store)
     statuses = {run.status for run in runs}
     operations = [op for run in runs for op in store.operations(run.id)]
     kinds = {event.kind for run in runs for event in store.history(run.id)}
@@ -90,3 +94,12 @@ def test_every_word_the_store_writes_is_a_member(
     assert {OperationStatus.DONE} <= {op.status for op in operations}
     assert {"created", "moved", "pending", "call", "timeout", "done", "operator"} <= kinds
     assert {"compensation_registered", "reconcile_failed", "approved", "paused"} <= kinds
+
+
+def test_every_key_the_runner_writes_in_a_context_is_a_key_of_its_type(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    runs = _many_runs(make_runner, world, store)
+    keys = {key for run in runs for key in run.context}
+    assert keys <= RunContext.__optional_keys__, keys - RunContext.__optional_keys__
+    assert {"receipts", "completed", "undone", "approval", "paused_from", "budget_used"} <= keys
