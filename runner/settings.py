@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+from .words import RunStatus
 
 if TYPE_CHECKING:  # pathlib is imported when a path is made: the command line starts without it
     from pathlib import Path
@@ -182,8 +183,9 @@ def interrupt_point(value: str) -> str:
     return value
 
 
-#: A run's statuses (docs/explanation/lifecycle.md).
-RUN_STATUSES = ("running", "waiting", "done", "needs_person", "paused", "cancelled")
+#: A run's statuses (docs/explanation/lifecycle.md), as the plain words ``--status`` offers (click
+#: would offer an enum's member names).
+RUN_STATUSES = tuple(status.value for status in RunStatus)
 
 #: The operator controls (``ratchet ops ACTION``).
 OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")

@@ -46,6 +46,7 @@ from ..session import Session
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec
 from ..store.records import RunRecord
+from ..words import RunStatus
 from .http import HttpReach, OverHttp, over_http, reaching, served
 from .invariants import Violation, ViolationKind, verify
 
@@ -245,7 +246,7 @@ def drive(runner: Runner, spec: Spec, text: str, example: str) -> RunRecord:
         run = runner.advance(run.id)
         if _wait_for_wake_up(runner, run):
             continue  # a back-off or a provider's commit window, waited out on the case's clock
-        request = pending_request(runner, run) if run.status == "waiting" else None
+        request = pending_request(runner, run) if run.status == RunStatus.WAITING else None
         if request is None:
             return run
         _approve(runner, run, example, request.roles)
@@ -257,7 +258,7 @@ def _wait_for_wake_up(runner: Runner, run: RunRecord) -> bool:
     once the provider's commit window has passed): move the case's fake clock there, as time
     would pass before a worker took it up; False when the run waits for nothing of the kind."""
     wake = run.context.get("wake_at")
-    if run.status != "running" or not isinstance(wake, int | float):
+    if run.status != RunStatus.RUNNING or not isinstance(wake, int | float):
         return False
     if not isinstance(runner.clock, FakeClock):
         return False

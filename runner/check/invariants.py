@@ -31,6 +31,7 @@ from ..engine.identity import compensation_id
 from ..engine.runner import Runner
 from ..spec.model import Compensation, Spec
 from ..store.records import EventRecord, OperationRecord, RunRecord, latest_event
+from ..words import EventKind, OperationStatus, RunStatus
 
 
 class ViolationKind(StrEnum):
@@ -100,7 +101,11 @@ def _unrecorded(
                 ViolationKind.APPLIED_WITHOUT_WRITE_AHEAD,
                 f"{change.effect} applied with no pending record (op {change.operation_id[:12]})",
             )
-        elif op.status == "done" and op.receipt != change.result and per_id[op.operation_id] == 1:
+        elif (
+            op.status == OperationStatus.DONE
+            and op.receipt != change.result
+            and per_id[op.operation_id] == 1
+        ):
             yield Violation(
                 ViolationKind.RECEIPT_MISMATCH,
                 f"{change.effect}: the stored receipt differs from the practice database",
@@ -121,7 +126,11 @@ def _overdone(
                 ViolationKind.OVER_BUDGET,
                 f"{op.effect}: {op.attempts} attempts, above its budget of {limit}",
             )
-        if op.status == "done" and op.operation_id not in made and op.role == "forward":
+        if (
+            op.status == OperationStatus.DONE
+            and op.operation_id not in made
+            and op.role == "forward"
+        ):
             yield Violation(
                 ViolationKind.DONE_WITHOUT_CHANGE,
                 f"{op.effect} recorded done but the provider has no such change",
@@ -132,9 +141,9 @@ def _unfinished(
     spec: Spec, run: RunRecord, operations: dict[str, OperationRecord], changes: list[Change]
 ) -> Iterator[Violation]:
     """A run stuck short of an end or a person, or a success missing a change it needed."""
-    if run.status not in ("done", "needs_person", "cancelled"):
+    if run.status not in (RunStatus.DONE, RunStatus.NEEDS_PERSON, RunStatus.CANCELLED):
         yield Violation(ViolationKind.STUCK, f"the run is stuck in {run.state} ({run.status})")
-    if run.status == "done" and spec.states[run.state].kind == "success":
+    if run.status == RunStatus.DONE and spec.states[run.state].kind == "success":
         made = {c.effect for c in changes}
         for effect in {op.effect for op in operations.values() if op.role == "forward"}:
             if effect not in made:
@@ -146,7 +155,7 @@ def _unfinished(
 def _compensated(spec: Spec, history: list[EventRecord]) -> bool:
     """Whether the run entered a ``compensate`` state."""
     return any(
-        e.kind == "moved"
+        e.kind == EventKind.MOVED
         and str(e.data.get("to")) in spec.states
         and spec.states[str(e.data.get("to"))].kind == "compensate"
         for e in history
@@ -172,8 +181,8 @@ def _saga(
     purpose (and recorded as kept), or named by the operator item the run is left in."""
     applied = {c.operation_id for c in changes}
     history = runner.store.history(run.id)
-    kept = {e.data.get("operation_id") for e in history if e.kind == "no_compensation"}
-    named = _named_in_queue(runner, run) if run.status == "needs_person" else set()
+    kept = {e.data.get("operation_id") for e in history if e.kind == EventKind.NO_COMPENSATION}
+    named = _named_in_queue(runner, run) if run.status == RunStatus.NEEDS_PERSON else set()
     ending = f"the run ended {run.state} ({run.status})"
     for op in operations.values():
         if op.role != "forward" or op.operation_id not in applied:
@@ -204,7 +213,7 @@ def _left_to_a_person(
 ) -> Iterator[Violation]:
     """A change still made at the end of a saga: a violation unless the run ends with a person
     whose operator item names it."""
-    if run.status != "needs_person":
+    if run.status != RunStatus.NEEDS_PERSON:
         yield Violation(ViolationKind.LEFT_UNCOMPENSATED, f"{where} {what}, yet {ending}")
     elif op.effect not in named and op.operation_id not in named:
         yield Violation(
@@ -229,8 +238,8 @@ def _named_in_queue(runner: Runner, run: RunRecord) -> set[str]:
     named = {str(d["effect"]) for d in found["left"]} | {str(d["effect"]) for d in found["failed"]}
     named |= {str(d["effect"]) for d in found["not_undoable"] if d.get("undo") == "impossible"}
     history = runner.store.history(run.id)
-    queued = latest_event(history, ("queued", "stuck"))
+    queued = latest_event(history, (EventKind.QUEUED, EventKind.STUCK))
     named |= {str(queued[k]) for k in ("effect", "operation_id") if queued.get(k)}
-    left = latest_event(history, ("compensation_incomplete",))
+    left = latest_event(history, (EventKind.COMPENSATION_INCOMPLETE,))
     named |= {str(v) for k in ("effects", "operation_ids") for v in left.get(k, ())}
     return named

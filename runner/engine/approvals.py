@@ -30,6 +30,7 @@ from ..settings import VERSION
 from ..spec.expressions import compile_expression
 from ..spec.model import Approval, Effect, Row, Spec, canonical_json
 from ..store.records import ApprovalRecord, Change, RunRecord, TimerRecord
+from ..words import EventKind, RunStatus
 from .activation import activation
 from .audit import origin
 from .host import RunHost, StepHost
@@ -148,7 +149,7 @@ def ask_again(
     if asking is None:
         raise ApprovalStale(str(why))
     change.state, change.status = asking.name, status_of(asking)
-    change.event("decision_needed", reason=str(why), to=asking.name, effect=effect.name)
+    change.event(EventKind.DECISION_NEEDED, reason=str(why), to=asking.name, effect=effect.name)
     on_move(run, spec, asking, change)
     return host.store.commit(change)
 
@@ -205,9 +206,11 @@ def apply_expiry(
     change = runner.change(run, at=now)
     change.fire_timer = timer.id
     change.event(
-        "decision_refused", **refused, reason=f"the pause expired at {format_time(timer.due_at)}"
+        EventKind.DECISION_REFUSED,
+        **refused,
+        reason=f"the pause expired at {format_time(timer.due_at)}",
     )
-    change.event("timer", event=timer.event, due_at=timer.due_at)
+    change.event(EventKind.TIMER, event=timer.event, due_at=timer.due_at)
     try:
         return runner.move(run, spec, timer.event, change), "its expiry was applied now"
     except VersionConflict:
@@ -323,7 +326,7 @@ def verdicts(
     functions, and nothing written. Empty when the run waits for no decision."""
     spec = runner.spec_of(run)
     approval = _waiting_for(spec, run)
-    if approval is None or run.status in ("paused", "cancelled"):
+    if approval is None or run.status in (RunStatus.PAUSED, RunStatus.CANCELLED):
         return []
     request = _request(run, spec, approval)
     lapsed = expired_pause(runner, run, now)
@@ -388,7 +391,7 @@ def decide(
     instead (the run moves by ``expired``).
     """
     run = runner.store.get_run(run_id)
-    if run.status in ("paused", "cancelled"):
+    if run.status in (RunStatus.PAUSED, RunStatus.CANCELLED):
         raise ApprovalError(f"run {run.id} is {run.status} by an operator; nothing changed")
     spec = runner.spec_of(run)
     approval = _waiting_for(spec, run)
@@ -439,7 +442,7 @@ def decide(
     )
     change.context = {**run.context, "approval": record}
     change.event(
-        "approved" if decision == "approve" else "rejected",
+        EventKind.APPROVED if decision == "approve" else EventKind.REJECTED,
         actor=actor,
         role=role or "",
         action=request.action,

@@ -10,9 +10,9 @@ what the provider asked for in its ``Retry-After`` (up to the policy's ``max_bac
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from ..spec.model import Effect, Spec
+from ..store.context import Budget, RunContext
 from ..store.records import Change, OperationRecord, RunRecord
 
 
@@ -35,18 +35,18 @@ def run_budget_spent(run: RunRecord, spec: Spec, effect: Effect) -> bool:
 def count_attempt(run: RunRecord, effect: Effect, change: Change) -> None:
     """Count one call against the run's budget, in the change that records the attempt."""
     base = change.context if change.context is not None else run.context
-    used = dict(base.get("budget_used", {}))
-    used["attempts"] = int(used.get("attempts", 0)) + 1
-    used["cost"] = round(float(used.get("cost", 0.0)) + (effect.cost or 0.0), 6)
+    used: Budget = {**base.get("budget_used", {})}
+    used["attempts"] = used.get("attempts", 0) + 1
+    used["cost"] = round(used.get("cost", 0.0) + (effect.cost or 0.0), 6)
     change.context = {**base, "budget_used": used}
 
 
-def uncount_attempt(context: dict[str, Any], effect: Effect) -> dict[str, Any]:
+def uncount_attempt(context: RunContext, effect: Effect) -> RunContext:
     """``context`` with one call of ``effect`` taken back off the run's budget: an attempt
     counted when it was committed, whose request was never sent."""
-    used = dict(context.get("budget_used", {}))
-    used["attempts"] = max(0, int(used.get("attempts", 0)) - 1)
-    used["cost"] = max(0.0, round(float(used.get("cost", 0.0)) - (effect.cost or 0.0), 6))
+    used: Budget = {**context.get("budget_used", {})}
+    used["attempts"] = max(0, used.get("attempts", 0) - 1)
+    used["cost"] = max(0.0, round(used.get("cost", 0.0) - (effect.cost or 0.0), 6))
     return {**context, "budget_used": used}
 
 

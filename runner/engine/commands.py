@@ -33,6 +33,7 @@ from typing import Any
 from ..errors import RunBusy, StoreError, VersionConflict
 from ..spec.model import Spec
 from ..store.records import RunRecord
+from ..words import ENDED, RunStatus
 from .drive import carry_on
 from .lease import Lease, owner_identity, validate_lease
 from .resolution import refusal
@@ -50,7 +51,6 @@ PATIENCE = 3.0
 LEFT = "left to the workers"
 
 #: Statuses a command has nothing to drive in: it reads the run and takes no lease.
-_ENDED = ("done", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def holding(
     monotonic = runner.options.monotonic
     asked = monotonic()
     give_up = asked + max(0.0, patience)
-    while run.status == "running":
+    while run.status == RunStatus.RUNNING:
         asked = monotonic()
         try:
             run = runner.store.claim_run(run_id, owner, lease_seconds, runner.clock.now())
@@ -179,7 +179,7 @@ def _act(
     An act that may call out for the run (``calls_out``) is refused, with nothing changed, when
     this runner's adapters are not the ones the run started under, or one cannot be made."""
     run = runner.store.resolve(run_ref)
-    if run.status in _ENDED or (only_running and run.status != "running"):
+    if run.status in ENDED or (only_running and run.status != RunStatus.RUNNING):
         return act(run)
     if calls_out:
         spec = runner.spec_of(run)

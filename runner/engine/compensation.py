@@ -16,7 +16,9 @@ from typing import Any
 from ratchet_runner.adapters.base import Found, LookupFailed, LookupResult, NotFound
 
 from ..spec.model import Compensation, Effect, Spec
+from ..store.context import RunContext
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import GAVE_UP, EventKind, OperationStatus, RunStatus
 from . import duplicates
 from .host import StepHost
 from .protocol import EffectStep
@@ -29,7 +31,14 @@ from .verify import schedule as schedule_verification
 #: ``expired`` (no further attempt: each ambiguous attempt was looked up and not found, but a
 #: provider may commit late, and an effect without a lookup never knew). A compensation asks
 #: once more rather than assume nothing was made.
-UNRESOLVED = frozenset({"unknown", "pending", "exhausted", "expired"})
+UNRESOLVED = frozenset(
+    {
+        OperationStatus.UNKNOWN,
+        OperationStatus.PENDING,
+        OperationStatus.EXHAUSTED,
+        OperationStatus.EXPIRED,
+    }
+)
 
 
 def outcome_unresolved(op: OperationRecord) -> bool:
@@ -53,7 +62,7 @@ class CompensationStep(EffectStep):
 
     def perform(self) -> RunRecord:
         op = self.host.store.operation(self.operation_id) or self.registered
-        if op.status in ("refused", "exhausted", "unknown"):
+        if op.status in GAVE_UP:
             return self._outcome(op, op.status, op.last_error or op.status)
         return super().perform()
 
@@ -104,14 +113,14 @@ def compensate(host: StepHost, run: RunRecord, spec: Spec) -> RunRecord:
             if forward_id in noted or forward is None:
                 continue
             return _skip_undo(host, run, spec, forward, noted)
-        if registered.status == "done":
+        if registered.status == OperationStatus.DONE:
             continue
         return CompensationStep(host, run, spec, registered).perform()
     change = host.change(run)
     cannot = [by_id[i] for i in run.context.get("cannot_undo", []) if i in by_id]
     if cannot:  # everything undoable is undone; what is left is a person's to decide
         change.event(
-            "compensation_incomplete",
+            EventKind.COMPENSATION_INCOMPLETE,
             effects=[op.effect for op in cannot],
             operation_ids=[op.operation_id for op in cannot],
             undone=len(run.context.get("undone", [])),
@@ -119,7 +128,7 @@ def compensate(host: StepHost, run: RunRecord, spec: Spec) -> RunRecord:
             f"({'; '.join(_no_undo_reason(spec, op.effect) for op in cannot)})",
         )
         return host.move(run, spec, "refused", change)
-    change.event("compensated", undone=len(run.context.get("undone", [])))
+    change.event(EventKind.COMPENSATED, undone=len(run.context.get("undone", [])))
     return host.move(run, spec, "ok", change)
 
 
@@ -135,12 +144,12 @@ def _skip_undo(
     leaves."""
     declared = _declared_undo(spec, forward.effect)
     change = host.change(run)
-    context: dict[str, Any] = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
+    context: RunContext = {**run.context, "skipped_undo": [*noted, forward.operation_id]}
     if declared is not None and declared.kind == "impossible":
         context["cannot_undo"] = [*run.context.get("cannot_undo", []), forward.operation_id]
     change.context = context
     change.event(
-        "compensation_skipped",
+        EventKind.COMPENSATION_SKIPPED,
         operation_id=forward.operation_id,
         effect=forward.effect,
         undo=declared.kind if declared is not None else "missing",
@@ -222,7 +231,7 @@ def _reconcile_for_undo(
             )
         )
         change.event(
-            "compensation_skipped",
+            EventKind.COMPENSATION_SKIPPED,
             operation_id=forward.operation_id,
             effect=forward.effect,
             outcome="not_made",
@@ -249,7 +258,7 @@ def _await_undo_lookup(
     takes the run up at its wake-up time)."""
     change = host.change(run)
     change.event(
-        "reconcile_unsettled",
+        EventKind.RECONCILE_UNSETTLED,
         operation_id=forward.operation_id,
         conclusive_at=round(until, 3),
         reason=f"not found yet, and {why}: the undo waits, and looks again then",
@@ -275,14 +284,17 @@ def _found_for_undo(
     receipt, extra = duplicates.kept_and_extra(found, forward.receipt, field)
     change = host.change(run)
     change.operation_updates.append(
-        (forward.operation_id, {"status": "done", "receipt": receipt, "last_error": None})
+        (
+            forward.operation_id,
+            {"status": OperationStatus.DONE, "receipt": receipt, "last_error": None},
+        )
     )
     receipts = {**run.context.get("receipts", {}), forward.effect: receipt}
     completed = _in_written_order(run, list(run.context.get("completed", [])), forward.operation_id)
     change.context = {**run.context, "receipts": receipts, "completed": completed}
-    change.event("reconcile_found", operation_id=forward.operation_id)
+    change.event(EventKind.RECONCILE_FOUND, operation_id=forward.operation_id)
     change.event(
-        "done",
+        EventKind.DONE,
         operation_id=forward.operation_id,
         effect=forward.effect,
         role="forward",
@@ -309,21 +321,21 @@ def _unknown_to_person(
         "made and goes on undoing, newest first), or undo it by hand and cancel the run"
     )
     change = host.change(run)
-    change.status = "needs_person"
+    change.status = RunStatus.NEEDS_PERSON
     change.context = {**run.context, "wake_at": None}
     change.operation_updates.append(
         (
             op_id,
             {
-                "status": "unknown",
+                "status": OperationStatus.UNKNOWN,
                 "last_error": f"{reason}: nobody can tell whether operation {op_id} was made",
             },
         )
     )
     if looked:
-        change.event("reconcile_failed", operation_id=op_id, reason=reason)
+        change.event(EventKind.RECONCILE_FAILED, operation_id=op_id, reason=reason)
     change.event(
-        "queued",
+        EventKind.QUEUED,
         queue=run.state,
         operator_action=action,
         effect=forward.effect,

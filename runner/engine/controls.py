@@ -14,7 +14,9 @@ from ..clock import format_time
 from ..errors import OperatorRefused
 from ..settings import OPERATOR_ACTIONS
 from ..spec.model import Spec
+from ..store.context import without
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import ENDED, GAVE_UP, EventKind, OperationStatus, RunStatus
 from . import duplicates, undo_extra
 from .audit import origin
 from .drive import Outcome, carry_on
@@ -36,7 +38,7 @@ def _audit(
     runner: Runner, run: RunRecord, action: str, actor: str, role: str, note: str | None
 ) -> Change:
     change = runner.change(run)
-    change.event("operator", action=action, actor=actor, role=role, note=note, **origin())
+    change.event(EventKind.OPERATOR, action=action, actor=actor, role=role, note=note, **origin())
     return change
 
 
@@ -45,7 +47,13 @@ def _failed_operation(runner: Runner, run: RunRecord, roles: tuple[str, ...]) ->
         op
         for op in runner.store.operations(run.id)
         if op.role in roles
-        and op.status in ("exhausted", "unknown", "refused", "pending")
+        and op.status
+        in (
+            OperationStatus.EXHAUSTED,
+            OperationStatus.UNKNOWN,
+            OperationStatus.REFUSED,
+            OperationStatus.PENDING,
+        )
         and op.attempts > 0
     ]
     if not failed:
@@ -94,31 +102,31 @@ def _go_on(runner: Runner, run: RunRecord, drive: bool) -> tuple[RunRecord, str 
 
 
 def _pause(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
-    if run.status in ("done", "cancelled", "paused"):
+    if run.status in (RunStatus.DONE, RunStatus.CANCELLED, RunStatus.PAUSED):
         raise OperatorRefused(f"run {run.id} is {run.status}; nothing changed")
-    change.status = "paused"
+    change.status = RunStatus.PAUSED
     change.context = {**run.context, "paused_from": run.status}
     return Outcome(runner.store.commit(change), True, f"run {run.id} paused")
 
 
 def _resume(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
-    if run.status != "paused":
+    if run.status != RunStatus.PAUSED:
         raise OperatorRefused(f"run {run.id} is {run.status}, not paused; nothing changed")
-    change.status = str(run.context.get("paused_from") or status_of(spec.states[run.state]))
+    change.status = RunStatus(run.context.get("paused_from") or status_of(spec.states[run.state]))
     driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(driven, True, f"run {run.id} resumed", then)
 
 
 def _cancel(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
-    if run.status in ("done", "cancelled"):
+    if run.status in ENDED:
         raise OperatorRefused(f"run {run.id} is {run.status}; nothing changed")
     undone = set(run.context.get("undone", []))
     left = [
         op.effect
         for op in runner.store.operations(run.id)
-        if op.role == "forward" and op.status == "done"
+        if op.role == "forward" and op.status == OperationStatus.DONE
     ]
-    change.status = "cancelled"
+    change.status = RunStatus.CANCELLED
     note = f"; done and not undone: {', '.join(left)}" if left and not undone else ""
     return Outcome(runner.store.commit(change), True, f"run {run.id} cancelled{note}")
 
@@ -130,7 +138,7 @@ def _grant(run: RunRecord, op: OperationRecord, extra: int) -> dict[str, Any]:
 
 
 def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
-    if duplicates.holding(run) and run.status == "needs_person":
+    if duplicates.holding(run) and run.status == RunStatus.NEEDS_PERSON:
         # a change found made twice, looked at: the run goes on from where it was
         where = undo_extra.release(run, change)
         driven, then = _go_on(runner, runner.store.commit(change), drive)
@@ -138,29 +146,27 @@ def _retry(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bo
             driven, True, f"the duplicate is left as it is; the run goes on from {where}", then
         )
     failed_step = run.context.get("failed_step")
-    if failed_step is not None and run.status == "needs_person":
+    if failed_step is not None and run.status == RunStatus.NEEDS_PERSON:
         # A step that failed before it could finish (see ``park``): take it again.
-        change.status = "running"
-        change.context = {
-            k: v for k, v in run.context.items() if k not in ("failed_step", "wake_at")
-        }
+        change.status = RunStatus.RUNNING
+        change.context = without(run.context, "failed_step", "wake_at")
         driven, then = _go_on(runner, runner.store.commit(change), drive)
         return Outcome(driven, True, f"the step in {failed_step['state']!r} is taken again", then)
     op = _failed_operation(runner, run, ("forward",))
-    if op.status == "refused":
+    if op.status == OperationStatus.REFUSED:
         raise OperatorRefused(
             f"{op.effect} was refused by the provider; a retry would be refused again. "
             "Change the run's input or handle it by hand; nothing changed"
         )
     effect = spec.effects[op.effect]
     change.state = _state_performing(spec, op.effect)
-    change.status = "running"
+    change.status = RunStatus.RUNNING
     change.context = {
         **run.context,
         "grants": _grant(run, op, effect.retry.max_attempts),
         "wake_at": None,
     }
-    change.operation_updates.append((op.operation_id, {"status": "pending"}))
+    change.operation_updates.append((op.operation_id, {"status": OperationStatus.PENDING}))
     driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(
         driven,
@@ -179,7 +185,9 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive
     found = ask(adapter, effect.reconcile, op.operation_id, effect.name, op.args)
     if isinstance(found, LookupFailed):
         runner.store.commit(
-            change.event("reconcile_failed", operation_id=op.operation_id, reason=found.reason)
+            change.event(
+                EventKind.RECONCILE_FAILED, operation_id=op.operation_id, reason=found.reason
+            )
         )
         return Outcome(
             runner.store.get_run(run.id),
@@ -194,7 +202,7 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive
         if until is not None and until > runner.now():
             runner.store.commit(
                 change.event(
-                    "reconcile_unsettled",
+                    EventKind.RECONCILE_UNSETTLED,
                     operation_id=op.operation_id,
                     conclusive_at=round(until, 3),
                     reason=why_unsettled(semantics),
@@ -208,20 +216,22 @@ def _reconcile(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive
                 "Nothing was done: 'ratchet ops retry' now waits until then, looks again, and "
                 "calls only if it is still not there",
             )
-        runner.store.commit(change.event("reconcile_not_found", operation_id=op.operation_id))
+        runner.store.commit(
+            change.event(EventKind.RECONCILE_NOT_FOUND, operation_id=op.operation_id)
+        )
         return Outcome(
             runner.store.get_run(run.id),
             False,
             f"the provider has no record of {op.effect} (op {op.operation_id[:12]}); "
             "nothing was done: 'ratchet ops retry' makes it",
         )
-    change.operation_updates.append((op.operation_id, {"status": "pending"}))
+    change.operation_updates.append((op.operation_id, {"status": OperationStatus.PENDING}))
     if op.role == "forward":
         change.state = _state_performing(spec, op.effect)
     else:
         change.state = _compensate_state(spec, run)
-    change.status = "running"
-    change.event("reconcile_found", operation_id=op.operation_id)
+    change.status = RunStatus.RUNNING
+    change.event(EventKind.RECONCILE_FOUND, operation_id=op.operation_id)
     driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(driven, True, f"{op.effect} is on the provider's record; the run goes on", then)
 
@@ -235,17 +245,17 @@ def _compensate_state(spec: Spec, run: RunRecord) -> str:
 
 def _compensate(runner: Runner, run: RunRecord, spec: Spec, change: Change, drive: bool) -> Outcome:
     target = _compensate_state(spec, run)
-    if run.status in ("done", "cancelled") and spec.states[run.state].kind != "operator_queue":
+    if run.status in ENDED and spec.states[run.state].kind != "operator_queue":
         raise OperatorRefused(f"run {run.id} is {run.status}; nothing to compensate")
     grants = dict(run.context.get("grants", {}))
     for op in runner.store.operations(run.id):
-        if op.role == "compensation" and op.status in ("exhausted", "unknown", "refused"):
+        if op.role == "compensation" and op.status in GAVE_UP:
             effect = spec.effects[op.effect]
             grants[op.operation_id] = (
                 int(grants.get(op.operation_id, 0)) + effect.retry.max_attempts
             )
-            change.operation_updates.append((op.operation_id, {"status": "pending"}))
-    change.state, change.status = target, "running"
+            change.operation_updates.append((op.operation_id, {"status": OperationStatus.PENDING}))
+    change.state, change.status = target, RunStatus.RUNNING
     change.context = {**run.context, "grants": grants, "wake_at": None}
     driven, then = _go_on(runner, runner.store.commit(change), drive)
     return Outcome(driven, True, f"compensating run {run.id} from {target}", then)

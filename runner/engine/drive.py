@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import LeaseTooShort, RatchetError, StepFailed, StoreError, VersionConflict
 from ..store.records import RunRecord
+from ..words import EventKind, RunStatus
 from .lease import lease_needed
 from .runner import Runner
 
@@ -37,20 +38,20 @@ def park(runner: Runner, run_id: str, error: BaseException) -> RunRecord:
     """Move a running run whose step failed with ``error`` to the operator queue, once, with the
     error as evidence; ``ratchet ops retry`` takes the step again (reconciling first)."""
     run = runner.store.get_run(run_id)
-    if run.status != "running":
+    if run.status != RunStatus.RUNNING:
         return run
     code = getattr(error, "code", "R000") if isinstance(error, RatchetError) else "R000"
     text = str(error) if isinstance(error, RatchetError) else f"{type(error).__name__}: {error}"
     change = runner.change(run)
-    change.status = "needs_person"
+    change.status = RunStatus.NEEDS_PERSON
     change.context = {
         **run.context,
         "wake_at": None,
         "failed_step": {"state": run.state, "code": code, "error": text},
     }
-    change.event("step_failed", state=run.state, code=code, error=text)
+    change.event(EventKind.STEP_FAILED, state=run.state, code=code, error=text)
     change.event(
-        "queued",
+        EventKind.QUEUED,
         queue=run.state,
         operator_action=(
             f"the step in {run.state!r} failed: {text}. Fix the cause, then "
@@ -66,7 +67,7 @@ def short_lease(runner: Runner, run: RunRecord) -> LeaseTooShort | None:
     spec version needs a longer one (:func:`~ratchet_runner.engine.lease.lease_needed`); None
     when the lease is long enough, or when no lease is held or counted (nothing is checked)."""
     lease = runner.leases.get(run.id)
-    if lease is None or lease.counted_until is None or run.status != "running":
+    if lease is None or lease.counted_until is None or run.status != RunStatus.RUNNING:
         return None
     need = lease_needed(runner.spec_of(run))
     if need is None or need.covered_by(lease.seconds):

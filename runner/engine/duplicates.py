@@ -23,13 +23,14 @@ This module holds what is decided, as plain functions over a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ratchet_runner.adapters.base import Found
 
 from ..errors import RunError
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import EventKind, OperationStatus, RunStatus
 from .activation import activation
 from .identity import evaluate_args, sha256
 from .write_ahead import list_operations
@@ -39,7 +40,9 @@ UNDO_EXTRA = "undo_extra"
 
 #: The run's context keys: the duplicates found, the undos still to make, and where the run
 #: was (state and status) when the first was found, which ``ratchet ops retry`` returns it to.
-FOUND, UNDOING, WAS = "duplicates", "duplicate_undo", "duplicate_was"
+FOUND: Final = "duplicates"
+UNDOING: Final = "duplicate_undo"
+WAS: Final = "duplicate_was"
 
 
 def kept_and_extra(
@@ -100,7 +103,7 @@ def note(
     up: the event, the store's row, an undo registered for each extra change where ``undo``
     (the forward row's compensation) is an effect, and the run held (running, so that whoever
     drives it next makes the undos, then hands it to a person)."""
-    context = dict(change.context if change.context is not None else run.context)
+    context = (change.context if change.context is not None else run.context).copy()
     undos: list[str] = []
     why_not = _why_no_undo(op, undo)
     if why_not is None and undo is not None and undo.effect is not None:
@@ -128,7 +131,7 @@ def note(
     context["wake_at"] = None
     change.context = context
     list_operations(change, run, *undos)
-    change.status = "running"
+    change.status = RunStatus.RUNNING
     change.new_duplicates.append(
         {
             "operation_id": op.operation_id,
@@ -140,7 +143,7 @@ def note(
         }
     )
     change.event(
-        "duplicate_detected",
+        EventKind.DUPLICATE_DETECTED,
         operation_id=op.operation_id,
         effect=op.effect,
         role=op.role,
@@ -192,7 +195,7 @@ def _undo_for(
             "role": UNDO_EXTRA,
             "args": args,
             "fingerprint": sha256(args),
-            "status": "registered",
+            "status": OperationStatus.REGISTERED,
             "attempts": 0,
             "compensates": op.operation_id,
         }

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..spec.model import Approval, Spec
 from ..store.records import OperationRecord, RunRecord
+from ..words import RunStatus
 from .host import RunHost
 from .identity import normalise, sha256
 
@@ -100,7 +101,7 @@ def related(host: RunHost, run: RunRecord, spec: Spec, approval: Approval) -> di
             "status": other.status,
             "created_at": other.created_at,
             "waiting_for": (other.context.get("pause") or {}).get("proposal")
-            if other.status == "waiting"
+            if other.status == RunStatus.WAITING
             else None,
             "effects": made[other.id],
         }

@@ -19,6 +19,7 @@ from transitions import Machine, MachineError
 from ..errors import ExpressionError
 from ..spec.expressions import Expression, compile_expression
 from ..spec.model import Row, Spec, State, per_version
+from ..words import RunStatus
 
 
 class _Cursor:
@@ -113,17 +114,17 @@ def machine_for(spec: Spec) -> StepMachine:
 
 #: The run status a state of each kind puts a run in.
 _STATUS = {
-    "step": "running",
-    "compensate": "running",
-    "pause": "waiting",
-    "wait": "waiting",
-    "success": "done",
-    "cancelled": "done",
-    "compensated": "done",
-    "operator_queue": "needs_person",
+    "step": RunStatus.RUNNING,
+    "compensate": RunStatus.RUNNING,
+    "pause": RunStatus.WAITING,
+    "wait": RunStatus.WAITING,
+    "success": RunStatus.DONE,
+    "cancelled": RunStatus.DONE,
+    "compensated": RunStatus.DONE,
+    "operator_queue": RunStatus.NEEDS_PERSON,
 }
 
 
-def status_of(state: State) -> str:
+def status_of(state: State) -> RunStatus:
     """The status of a run standing in ``state``."""
     return _STATUS[state.kind]

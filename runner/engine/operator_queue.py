@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store.records import RunRecord, latest_event
+from ..words import GAVE_UP, EventKind, OperationStatus, RunStatus
 from .approvals import pending_request, verdicts
 from .evidence import related
 from .runner import Runner
@@ -23,11 +24,13 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
     """What was done, what was undone, what is left, what failed, and what the provider
     answered when an adapter escalated an effect to a person (still not done)."""
     ops = runner.store.operations(run.id)
-    done = [o for o in ops if o.role == "forward" and o.status == "done"]
+    done = [o for o in ops if o.role == "forward" and o.status == OperationStatus.DONE]
     undo = {o.compensates: o for o in ops if o.role == "compensation"}
     history = runner.store.history(run.id)
-    no_undo = {e.data.get("operation_id"): e.data for e in history if e.kind == "no_compensation"}
-    done_ids = {o.operation_id for o in ops if o.status == "done"}
+    no_undo = {
+        e.data.get("operation_id"): e.data for e in history if e.kind == EventKind.NO_COMPENSATION
+    }
+    done_ids = {o.operation_id for o in ops if o.status == OperationStatus.DONE}
     return {
         "done": [
             {"effect": o.effect, "operation_id": o.operation_id, "receipt": o.receipt} for o in done
@@ -35,7 +38,7 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
         "undone": [
             {"effect": u.effect, "operation_id": u.operation_id}
             for u in undo.values()
-            if u.status == "done"
+            if u.status == OperationStatus.DONE
         ],
         "left": [
             {
@@ -44,7 +47,7 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
                 "status": undo[o.operation_id].status,
             }
             for o in done
-            if o.operation_id in undo and undo[o.operation_id].status != "done"
+            if o.operation_id in undo and undo[o.operation_id].status != OperationStatus.DONE
         ],
         "not_undoable": [
             {
@@ -58,7 +61,7 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
         "failed": [
             {"effect": o.effect, "status": o.status, "error": o.last_error, "attempts": o.attempts}
             for o in ops
-            if o.status in ("exhausted", "unknown", "refused")
+            if o.status in GAVE_UP
         ],
         "escalated": [
             {
@@ -66,7 +69,7 @@ def evidence(runner: Runner, run: RunRecord) -> dict[str, Any]:
                 for key in ("effect", "operation_id", "possibly_applied", "reason", "evidence")
             }
             for e in history
-            if e.kind == "escalated" and e.data.get("operation_id") not in done_ids
+            if e.kind == EventKind.ESCALATED and e.data.get("operation_id") not in done_ids
         ],
     }
 
@@ -75,11 +78,11 @@ def queue(runner: Runner, *, offset: int = 0, limit: int = 1000) -> list[dict[st
     """The runs waiting for a person, oldest first, with what to do and the evidence (a page
     of ``limit`` from ``offset``)."""
     now = runner.clock.now()
-    waiting = runner.store.list_runs("needs_person", limit, offset=offset, oldest=True)
+    waiting = runner.store.list_runs(RunStatus.NEEDS_PERSON, limit, offset=offset, oldest=True)
     items = []
     for run in waiting:
         history = runner.store.history(run.id)
-        queued = latest_event(history, ("queued", "stuck"))
+        queued = latest_event(history, (EventKind.QUEUED, EventKind.STUCK))
         items.append(
             {
                 "run": run.id,
@@ -152,7 +155,7 @@ def decisions(
     page is full when it read ``limit``)."""
     if now is None:
         now = runner.decision_now()
-    waiting = runner.store.list_runs("waiting", limit, offset=offset, oldest=True)
+    waiting = runner.store.list_runs(RunStatus.WAITING, limit, offset=offset, oldest=True)
     items = []
     for run in waiting:
         item = decision(runner, run, now, actor=actor, roles=roles, holding=holding)

@@ -50,11 +50,13 @@ from ..spec.model import Effect, Row, Spec
 from ..store.records import (
     ApprovalRecord,
     Change,
+    Event,
     NewOperation,
     OperationRecord,
     OperationUpdate,
     RunRecord,
 )
+from ..words import GAVE_UP, EventKind, OperationStatus, RunStatus
 from . import duplicates
 from .activation import activation
 from .approvals import ask_again, last_consumed, valid_approval
@@ -88,9 +90,9 @@ UNSENT_PASSES = 10
 class Notes:
     """What happened since the last commit, to be written with the next one."""
 
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
-    def note(self, kind: str, **data: Any) -> None:
+    def note(self, kind: EventKind, **data: Any) -> None:
         self.events.append((kind, data))
 
     def flush_into(self, change: Change) -> Change:
@@ -157,15 +159,15 @@ class EffectStep:
             return self._call(*ahead)  # written with the move into this state, not yet called
         known = self.operation_id in self.run.context.get("operations", ())
         op = self.host.store.operation(self.operation_id) if known else None
-        if op is None or op.status == "registered":
+        if op is None or op.status == OperationStatus.REGISTERED:
             return self._begin(op)
-        if op.status == "done":
-            self.log.note("skipped", operation_id=op.operation_id, reason="already done")
+        if op.status == OperationStatus.DONE:
+            self.log.note(EventKind.SKIPPED, operation_id=op.operation_id, reason="already done")
             return self._finish(op, op.receipt or {}, via="store")
-        if op.status in ("refused", "exhausted", "unknown"):
+        if op.status in GAVE_UP:
             return self._outcome(op, op.status, op.last_error or op.status)
         if op.attempts > 0:
-            self.log.note("resumed", operation_id=op.operation_id, attempts=op.attempts)
+            self.log.note(EventKind.RESUMED, operation_id=op.operation_id, attempts=op.attempts)
             reconciled = self._reconcile(op)
             if reconciled is not None:
                 return reconciled
@@ -210,7 +212,9 @@ class EffectStep:
                         f"run {self.run.id} has moved on (another process took this step)"
                     ) from None
                 if isinstance(refused, ApprovalExpired):
-                    change.event("approval_expired", effect=self.effect.name, reason=str(refused))
+                    change.event(
+                        EventKind.APPROVAL_EXPIRED, effect=self.effect.name, reason=str(refused)
+                    )
                     return self.host.move(self.run, self.spec, "expired", change, self.ctx)
                 if isinstance(refused, ApprovalStale):
                     return ask_again(self.host, self.run, self.spec, self.effect, change, refused)
@@ -220,7 +224,7 @@ class EffectStep:
             op = self._write_ahead(change, registered)
             change.events = [e for e in change.events if e[0] != "call"]
             self.run = self.host.store.commit(change)
-            return self._outcome(op, "exhausted", "the run's budget is spent")
+            return self._outcome(op, OperationStatus.EXHAUSTED, "the run's budget is spent")
         op = self._write_ahead(change, registered)
         deadline = self._secure_and_fix(change)  # before the attempt commits
         self._register_compensation(change)
@@ -255,9 +259,9 @@ class EffectStep:
         """The next attempt of ``op``; ``again``: the same attempt once more, uncounted, because
         this process could not send it before its deadline (nothing left)."""
         if not again and op.attempts >= max_attempts(self.run, self.effect, op):
-            return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
+            return self._outcome(op, OperationStatus.EXHAUSTED, f"{op.attempts} attempts made")
         if not again and run_budget_spent(self.run, self.spec, self.effect):
-            return self._outcome(op, "exhausted", "the run's budget is spent")
+            return self._outcome(op, OperationStatus.EXHAUSTED, "the run's budget is spent")
         renewed = self._approval_for_resend(op)
         if isinstance(renewed, RunRecord):
             return renewed  # no approval covers sending it now: the run has moved
@@ -267,19 +271,19 @@ class EffectStep:
         update: OperationUpdate = {"attempts": attempt}
         if renewed is not None:  # a newer approval covers it: consumed with this attempt
             change.consume_approvals.append(renewed.id)
-            update["status"] = "pending"
+            update["status"] = OperationStatus.PENDING
         change.operation_updates.append((op.operation_id, update))
         if again:
-            change.event("call", operation_id=op.operation_id, attempt=attempt, again=True)
+            change.event(EventKind.CALL, operation_id=op.operation_id, attempt=attempt, again=True)
         else:
-            change.event("call", operation_id=op.operation_id, attempt=attempt)
+            change.event(EventKind.CALL, operation_id=op.operation_id, attempt=attempt)
             count_attempt(self.run, self.effect, change)
         if self._waited_out and self.semantics is not None:
             # sent again on a "not found" believed after the provider's window: should the
             # provider commit the first request later still, a lookup later on finds both
             schedule_verification(change, self.run, op.operation_id, self.semantics.window)
         self.run = self.host.commit_attempt(change, op.operation_id, attempt, deadline)
-        return self._call(replace(op, attempts=attempt, status="pending"), deadline)
+        return self._call(replace(op, attempts=attempt, status=OperationStatus.PENDING), deadline)
 
     def _approval_for_resend(self, op: OperationRecord) -> ApprovalRecord | RunRecord | None:
         """Before a forward effect that needs an approval is sent again (a retry, a resume that
@@ -299,7 +303,12 @@ class EffectStep:
         now = self.host.decision_now()
         digest = approval_digest(self.spec, self.run.id, name, self.effect, self.args)
         expired = used is not None and used.expires_at is not None and used.expires_at <= now
-        if used is not None and used.digest == digest and not expired and op.status != "expired":
+        if (
+            used is not None
+            and used.digest == digest
+            and not expired
+            and op.status != OperationStatus.EXPIRED
+        ):
             return None
         try:
             return self._valid_approval()
@@ -325,11 +334,11 @@ class EffectStep:
                 f"{self.effect.name} could be sent again ({refused}): not sent"
             )
             change.operation_updates.append(
-                (op.operation_id, {"status": "expired", "last_error": reason})
+                (op.operation_id, {"status": OperationStatus.EXPIRED, "last_error": reason})
             )
             change.context = {**self.run.context, "wake_at": None}
             change.event(
-                "approval_expired",
+                EventKind.APPROVAL_EXPIRED,
                 effect=self.effect.name,
                 operation_id=op.operation_id,
                 reason=reason,
@@ -375,7 +384,7 @@ class EffectStep:
         if isinstance(outcome, Done):
             return self._finish(op, outcome.receipt, via="reply")
         if isinstance(outcome, Refused):
-            return self._outcome(op, "refused", outcome.reason, outcome.evidence)
+            return self._outcome(op, OperationStatus.REFUSED, outcome.reason, outcome.evidence)
         if isinstance(outcome, Escalate):
             return self._escalate(op, outcome)
         if outcome == not_sent(request):  # the adapter found the deadline passed: not sent
@@ -383,9 +392,11 @@ class EffectStep:
             return self._not_sent(op, request)
         if isinstance(outcome, Transient):
             self._ended = 0.0  # it did not happen: no request of this attempt is in doubt
-            self.log.note("unavailable", operation_id=op.operation_id, reason=outcome.reason)
+            self.log.note(
+                EventKind.UNAVAILABLE, operation_id=op.operation_id, reason=outcome.reason
+            )
             return self._retry(op, outcome.retry_after)
-        self.log.note("timeout", operation_id=op.operation_id, reason=outcome.reason)
+        self.log.note(EventKind.TIMEOUT, operation_id=op.operation_id, reason=outcome.reason)
         return self._after_unknown(op)
 
     def _after_unknown(self, op: OperationRecord) -> RunRecord:
@@ -420,7 +431,7 @@ class EffectStep:
         starved machine never spends a run's attempts, nor sends it to a person as though the
         provider had failed."""
         reason = not_sent(request).reason
-        self.log.note("not_sent", operation_id=op.operation_id, reason=reason)
+        self.log.note(EventKind.NOT_SENT, operation_id=op.operation_id, reason=reason)
         if self._resent:
             return self._give_back(op)
         self._resent = True
@@ -434,12 +445,13 @@ class EffectStep:
         nothing was sent. What the run keeps of when a request may have been sent is left as
         it is, so the next lookup judges as carefully as before."""
         change = self._change()
-        unsent = dict(self.run.context.get("unsent", {}))
-        passes = int(unsent.get(op.operation_id, 0)) + 1
+        unsent = {**self.run.context.get("unsent", {})}
+        passes = unsent.get(op.operation_id, 0) + 1
         unsent[op.operation_id] = passes
-        change.context = uncount_attempt({**self.run.context, "unsent": unsent}, self.effect)
+        context = uncount_attempt({**self.run.context, "unsent": unsent}, self.effect)
         given_back = replace(op, attempts=op.attempts - 1)
         change.operation_updates.append((op.operation_id, {"attempts": given_back.attempts}))
+        change.context = context
         if passes >= UNSENT_PASSES:
             self.run = self.host.store.commit(change)
             reason = (
@@ -450,9 +462,9 @@ class EffectStep:
             return self._escalate(given_back, Escalate(reason, possibly_applied=False))
         delay = backoff(self.effect, max(1, given_back.attempts), self.host.rng)
         wake = change.at + delay
-        change.context = {**change.context, "wake_at": wake}
+        change.context = {**context, "wake_at": wake}
         change.event(
-            "retry_scheduled",
+            EventKind.RETRY_SCHEDULED,
             operation_id=op.operation_id,
             wake_at=wake,
             unsent=True,
@@ -469,13 +481,13 @@ class EffectStep:
     def _retry(self, op: OperationRecord, retry_after: float | None = None) -> RunRecord:
         if op.attempts < max_attempts(self.run, self.effect, op):
             delay = backoff(self.effect, op.attempts, self.host.rng, retry_after)
-            self.log.note("backoff", seconds=round(delay, 3), next_attempt=op.attempts + 1)
+            self.log.note(EventKind.BACKOFF, seconds=round(delay, 3), next_attempt=op.attempts + 1)
             if not self.host.wait_inline(delay):
                 return self._schedule(op, delay)
         return self._attempts(op)
 
     def _schedule(
-        self, op: OperationRecord, delay: float, kind: str = "retry_scheduled"
+        self, op: OperationRecord, delay: float, kind: EventKind = EventKind.RETRY_SCHEDULED
     ) -> RunRecord:
         """A wait too long for this process (a back-off, a settle window): store the wake-up
         time and stop; whoever takes the run up then goes on from the record. What this process
@@ -503,7 +515,7 @@ class EffectStep:
         timer (the run's wake-up time). None: found nothing again, conclusively."""
         wait = until - self.host.now()
         self.log.note(
-            "reconcile_unsettled",
+            EventKind.RECONCILE_UNSETTLED,
             operation_id=op.operation_id,
             conclusive_at=round(until, 3),
             reason=f"not found yet, and {why_unsettled(self.semantics)}: looked up again "
@@ -511,7 +523,7 @@ class EffectStep:
         )
         if self.host.wait_inline(wait):
             return self._reconcile(op)
-        return self._schedule(op, wait, "settle_scheduled")
+        return self._schedule(op, wait, EventKind.SETTLE_SCHEDULED)
 
     def _reconcile(self, op: OperationRecord) -> RunRecord | None:
         """Ask the provider about the operation ID. A record found finishes the step; none found
@@ -520,13 +532,13 @@ class EffectStep:
             # Retry and hope (E504): a spec without a lookup cannot learn what happened, so the
             # runner can only call again. Validation refuses such a spec for `ratchet run`;
             # `ratchet check` runs it to show the duplicate it causes.
-            self.log.note("reconcile_impossible", operation_id=op.operation_id)
+            self.log.note(EventKind.RECONCILE_IMPOSSIBLE, operation_id=op.operation_id)
             return None
         found = ask(
             self.adapter, self.effect.reconcile, op.operation_id, self.effect.name, self.args
         )
         if isinstance(found, Found) and self._proves(found.receipt):
-            self.log.note("reconcile_found", operation_id=op.operation_id)
+            self.log.note(EventKind.RECONCILE_FOUND, operation_id=op.operation_id)
             if found.others and self.role != duplicates.UNDO_EXTRA:
                 return self._found_twice(op, found)
             return self._finish(op, found.receipt, via="reconcile")
@@ -535,11 +547,11 @@ class EffectStep:
             if until is not None and until > self.host.now():
                 return self._await_settle(op, until)
             self._waited_out = until is not None
-            self.log.note("reconcile_not_found", operation_id=op.operation_id)
+            self.log.note(EventKind.RECONCILE_NOT_FOUND, operation_id=op.operation_id)
             return None
         reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
-        self.log.note("reconcile_failed", operation_id=op.operation_id, reason=reason)
-        return self._outcome(op, "unknown", reason)
+        self.log.note(EventKind.RECONCILE_FAILED, operation_id=op.operation_id, reason=reason)
+        return self._outcome(op, OperationStatus.UNKNOWN, reason)
 
     # -- how it ends ------------------------------------------------------------------------
 
@@ -549,18 +561,18 @@ class EffectStep:
         exist (a compensation looks it up before deciding), and stays ``pending`` otherwise
         (a retry looks it up first all the same)."""
         change = self._change()
-        status = "unknown" if outcome.possibly_applied else "pending"
+        status = OperationStatus.UNKNOWN if outcome.possibly_applied else OperationStatus.PENDING
         change.operation_updates.append(
             (op.operation_id, {"status": status, "last_error": outcome.reason})
         )
-        change.status = "needs_person"
+        change.status = RunStatus.NEEDS_PERSON
         change.context = {**self.run.context, "wake_at": None}
         if not outcome.possibly_applied:
             self._ended = 0.0  # nothing was made: no request of this attempt is in doubt
         self._keep_what_ended(change, op)
         where = {"operation_id": op.operation_id, "effect": self.effect.name}
         change.event(
-            "escalated",
+            EventKind.ESCALATED,
             **where,
             role=self.role,
             reason=outcome.reason,
@@ -575,7 +587,7 @@ class EffectStep:
             f"fixed, 'ratchet ops {command} {self.run.id} --as NAME --role ROLE' takes it "
             "again under the same operation ID, looking it up first"
         )
-        change.event("queued", queue=self.run.state, operator_action=action, **where)
+        change.event(EventKind.QUEUED, queue=self.run.state, operator_action=action, **where)
         return self.host.store.commit(change)
 
     def _done_change(self, op: OperationRecord, receipt: dict[str, Any], via: str) -> Change:
@@ -584,12 +596,12 @@ class EffectStep:
         if op.operation_id in sent:  # done: no request of it is in doubt any more
             left = {k: v for k, v in sent.items() if k != op.operation_id}
             change.context = {**self.run.context, "sent_by": left}
-        if op.status != "done":
+        if op.status != OperationStatus.DONE:
             change.operation_updates.append(
-                (op.operation_id, {"status": "done", "receipt": receipt})
+                (op.operation_id, {"status": OperationStatus.DONE, "receipt": receipt})
             )
         change.event(
-            "done",
+            EventKind.DONE,
             operation_id=op.operation_id,
             effect=self.effect.name,
             role=self.role,
@@ -651,10 +663,13 @@ class EffectStep:
     def _outcome(
         self,
         op: OperationRecord,
-        event: str,
+        event: OperationStatus,
         reason: str,
         evidence: dict[str, Any] | None = None,
     ) -> RunRecord:
+        """The effect ended without its change made, and said so: the operation's status, the
+        history's event and the spec's event fired are the same word (``refused``,
+        ``exhausted``, ``unknown``)."""
         change = self._change()
         if op.status != event:
             change.operation_updates.append(
@@ -663,7 +678,7 @@ class EffectStep:
         change.context = {**self.run.context, "wake_at": None}
         self._keep_what_ended(change, op)
         change.event(
-            event,
+            EventKind(event),
             operation_id=op.operation_id,
             effect=self.effect.name,
             role=self.role,

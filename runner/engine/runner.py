@@ -66,8 +66,10 @@ from ..spec.model import Effect, Spec, State, per_version
 from ..spec.reads import missing_read
 from ..spec.validate import load_stored_spec
 from ..store.bell import left_to_workers
-from ..store.records import Change, NewRun, OperationRecord, RunRecord
+from ..store.context import RunContext
+from ..store.records import Change, Event, NewRun, OperationRecord, RunRecord
 from ..store.store import Store
+from ..words import EventKind, RunStatus
 from . import duplicates, evidence, timers, undo_extra
 from .activation import activation
 from .compensation import compensate
@@ -155,7 +157,7 @@ class Runner:
         *,
         interrupt: Interrupt | None = None,
         steps: StepKind | None = None,
-        marks: Mapping[str, Any] | None = None,
+        marks: RunContext | None = None,
         rng: random.Random | None = None,
         options: RunnerOptions | None = None,
         leases: Leases | None = None,
@@ -168,7 +170,7 @@ class Runner:
         self.clock = clock or SystemClock()
         self._interrupt = interrupt
         self._steps = steps
-        self.marks: Mapping[str, Any] = dict(marks or {})
+        self.marks: RunContext = marks.copy() if marks else RunContext()
         self.rng = rng or random.Random()
         self.options = options or RunnerOptions()
         self.leases = Leases() if leases is None else leases
@@ -306,18 +308,18 @@ class Runner:
             keys=evidence.keys(spec, input),
         )
         draft = new.record()  # the run as it will be: what its first state's timers are armed on
-        context: dict[str, Any] = {"ratchet_version": VERSION}
+        context: RunContext = {"ratchet_version": VERSION}
         if stamp is not None:
             context["binding"] = dict(stamp)
         context.update(self.marks)  # what the composition root marks its runs with
-        first_events: list[tuple[str, dict[str, Any]]] = []
+        first_events: list[Event] = []
         armed = timers.arm(draft, spec, first, now)
         if armed:
             context["timers_of"] = first.name
         if first.kind in ("pause", "wait"):
             pause = timers.pause_record(draft, spec, first, now)
             context["pause"] = pause
-            first_events.append(("paused", pause))
+            first_events.append((EventKind.PAUSED, pause))
         new = replace(new, context=context, timers=armed, events=first_events, wake=wake)
         run, created = self.store.create_run(new)
         if not created:  # found: the same piece of work only if it was asked with the same input
@@ -361,7 +363,7 @@ class Runner:
 
     def step(self, run: RunRecord) -> RunRecord | None:
         """Take one step; None when there is nothing the runner can do now."""
-        if run.status not in ("running",):
+        if run.status not in (RunStatus.RUNNING,):
             return None
         wake = run.context.get("wake_at")
         if (
@@ -429,9 +431,9 @@ class Runner:
         if row is None and event == "unknown":
             row, errors = machine.fire(run.state, "exhausted", ctx)
         if row is None:
-            change.status = "needs_person"
+            change.status = RunStatus.NEEDS_PERSON
             change.event(
-                "stuck",
+                EventKind.STUCK,
                 state=run.state,
                 event=event,
                 reason="no row's guard holds" if not errors else "; ".join(errors),
@@ -442,10 +444,10 @@ class Runner:
         followed = {"from": run.state, "event": row.event, "to": target.name}
         if row.event != event:  # no row for ``unknown``: the ``exhausted`` row was followed
             followed["instead_of"] = event
-        change.event("moved", **followed)
+        change.event(EventKind.MOVED, **followed)
         if target.kind == "operator_queue":
             action = row.operator_action or target.operator_action
-            change.event("queued", queue=target.name, operator_action=action)
+            change.event(EventKind.QUEUED, queue=target.name, operator_action=action)
         timers.on_move(run, spec, target, change)
         ahead = self._write_ahead_next(run, spec, target, change) if write_ahead_next else None
         if ahead is None:

@@ -7,6 +7,7 @@ from typing import Any
 from ..clock import format_time
 from ..errors import DuplicateOperation, SignalRefused
 from ..spec.model import RUNNER_EVENTS
+from ..words import EventKind, RunStatus
 from .activation import activation
 from .approvals import apply_expiry, expired_pause
 from .audit import origin
@@ -39,7 +40,7 @@ def send_signal(
         return Outcome(
             run, False, f"signal {signal_id} was already received ({seen.event}); nothing changed"
         )
-    if run.status in ("paused", "cancelled"):
+    if run.status in (RunStatus.PAUSED, RunStatus.CANCELLED):
         raise SignalRefused(f"run {run.id} is {run.status} by an operator; nothing changed")
     spec = runner.spec_of(run)
     if spec_version is not None and spec_version != spec.spec_version:
@@ -81,7 +82,7 @@ def send_signal(
     change.new_signals.append(
         {"signal_id": signal_id, "event": event, "data": payload, "received_at": change.at}
     )
-    change.event("signal", event=event, signal_id=signal_id, data=payload, **origin())
+    change.event(EventKind.SIGNAL, event=event, signal_id=signal_id, data=payload, **origin())
     try:
         moved = runner.move(run, spec, event, change, ctx)
     except DuplicateOperation:

@@ -20,6 +20,7 @@ from ..errors import RunError
 from ..spec.expressions import compile_expression
 from ..spec.model import Spec, State
 from ..store.records import Change, NewTimer, RunRecord
+from ..words import EventKind
 from .activation import activation
 from .identity import describe_action, evaluate_args
 
@@ -67,10 +68,10 @@ def pause_record(run: RunRecord, spec: Spec, state: State, now: float) -> dict[s
 
 def on_move(run: RunRecord, spec: Spec, target: State, change: Change) -> None:
     """Cancel the timers of the state being left; arm and record those of the new one."""
-    context = change.context if change.context is not None else dict(run.context)
+    context = (change.context if change.context is not None else run.context).copy()
     if context.get("timers_of") == run.state:
         change.cancel_timers_of_state = run.state
-        context = {k: v for k, v in context.items() if k != "timers_of"}
+        del context["timers_of"]
     view = replace(run, context=context, state=target.name)  # the run as it will be
     armed = arm(view, spec, target, change.at)
     if armed:
@@ -79,7 +80,9 @@ def on_move(run: RunRecord, spec: Spec, target: State, change: Change) -> None:
     change.context = context
     if target.kind in ("pause", "wait"):
         pause = pause_record(view, spec, target, change.at)
-        change.event("paused", **pause)
+        change.event(EventKind.PAUSED, **pause)
         change.context = {**context, "pause": pause}
     elif "pause" in context:
-        change.context = {k: v for k, v in context.items() if k != "pause"}
+        context = context.copy()
+        del context["pause"]
+        change.context = context

@@ -10,19 +10,21 @@ run waits for a person where it stands (``needs_person``), with what was found a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ratchet_runner.adapters.base import Escalate
 
 from ..spec.model import Spec
+from ..store.context import without
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import EventKind, OperationStatus, RunStatus
 from . import duplicates
 from .activation import activation
 from .compensation import CompensationStep
 from .host import StepHost
 
 #: The run's context key: the undos of extra changes that failed, with why.
-FAILED = "duplicate_undo_failed"
+FAILED: Final = "duplicate_undo_failed"
 
 
 class ExtraUndoStep(CompensationStep):
@@ -51,7 +53,7 @@ class ExtraUndoStep(CompensationStep):
     def _outcome(
         self,
         op: OperationRecord,
-        event: str,
+        event: OperationStatus,
         reason: str,
         evidence: dict[str, Any] | None = None,
     ) -> RunRecord:
@@ -61,7 +63,7 @@ class ExtraUndoStep(CompensationStep):
                 (op.operation_id, {"status": event, "last_error": reason})
             )
         change.event(
-            event,
+            EventKind(event),
             operation_id=op.operation_id,
             effect=self.effect.name,
             role=self.role,
@@ -73,12 +75,12 @@ class ExtraUndoStep(CompensationStep):
         return self.run
 
     def _escalate(self, op: OperationRecord, outcome: Escalate) -> RunRecord:
-        status = "unknown" if outcome.possibly_applied else "refused"
+        status = OperationStatus.UNKNOWN if outcome.possibly_applied else OperationStatus.REFUSED
         return self._outcome(op, status, outcome.reason, outcome.evidence)
 
     def _taken_off(self, change: Change, op: OperationRecord, failure: str | None) -> None:
         """Take ``op`` off the undos still to make, in ``change``; keep why it failed."""
-        context = dict(change.context if change.context is not None else self.run.context)
+        context = (change.context if change.context is not None else self.run.context).copy()
         context[duplicates.UNDOING] = [
             i for i in context.get(duplicates.UNDOING, []) if i != op.operation_id
         ]
@@ -100,11 +102,11 @@ def step(host: StepHost, run: RunRecord, spec: Spec) -> RunRecord:
         change.context = {**run.context, duplicates.UNDOING: left[1:]}
         return host.store.commit(change)
     change = host.change(run)
-    change.status = "needs_person"
+    change.status = RunStatus.NEEDS_PERSON
     change.context = {**run.context, "wake_at": None}
     found = run.context.get(duplicates.FOUND, [])
     change.event(
-        "queued",
+        EventKind.QUEUED,
         queue=run.state,
         operator_action=duplicates.action(run, dict(run.context.get(FAILED, {}))),
         duplicates=[f["operation_id"] for f in found],
@@ -118,13 +120,8 @@ def release(run: RunRecord, change: Change) -> str:
     """In ``change``, let a run held for a duplicate go on from where it was (an operator's
     ``ratchet ops retry``): its state and status as they were when the duplicate was found,
     the duplicates kept in its history. Returns where it goes on from."""
-    was = dict(run.context.get(duplicates.WAS, {}))
-    context = {
-        k: v
-        for k, v in run.context.items()
-        if k not in (duplicates.WAS, duplicates.UNDOING, FAILED, "wake_at")
-    }
-    change.context = context
-    change.state = str(was.get("state") or run.state)
-    change.status = str(was.get("status") or "running")
+    was = run.context.get(duplicates.WAS, {})
+    change.context = without(run.context, duplicates.WAS, duplicates.UNDOING, FAILED, "wake_at")
+    change.state = was.get("state") or run.state
+    change.status = RunStatus(was.get("status") or RunStatus.RUNNING)
     return f"{change.state} ({change.status})"

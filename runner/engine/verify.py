@@ -25,13 +25,14 @@ declared one) rests on the same promise, and arms the same verification
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ratchet_runner.adapters.base import Found
 
 from ..errors import VersionConflict
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord, TimerRecord
+from ..words import GAVE_UP, EventKind, OperationStatus
 from . import duplicates
 from .host import RunHost
 from .providers import ask
@@ -57,7 +58,7 @@ STATE = "*"
 PREFIX = "verify:"
 
 #: The run's context key: each operation being verified, with its schedule.
-VERIFYING = "verifying"
+VERIFYING: Final = "verifying"
 
 
 def schedule(change: Change, run: RunRecord, operation_id: str, window: float) -> None:
@@ -130,17 +131,16 @@ def check(runner: VerifyHost, timer: TimerRecord, run: RunRecord) -> str:
     every = float(entry.get("every", 60.0)) * 2
     until = float(entry.get("until", change.at))
     if change.at + every <= until:
-        context = dict(run.context)
-        verifying = dict(context.get(VERIFYING, {}))
-        verifying[operation_id] = {**entry, "every": every, "checks": checks}
-        change.context = {**context, VERIFYING: verifying}
+        verifying = dict(run.context.get(VERIFYING, {}))
+        verifying[operation_id] = {"every": every, "until": until, "checks": checks}
+        change.context = {**run.context, VERIFYING: verifying}
         change.new_timers.append(
             {"state": STATE, "event": PREFIX + operation_id, "due_at": change.at + every}
         )
         return _commit(runner, change, "again")
     _done_with(change, run, operation_id)
     change.event(
-        "verified",
+        EventKind.VERIFIED,
         operation_id=operation_id,
         effect=op.effect,
         checks=checks,
@@ -152,13 +152,13 @@ def check(runner: VerifyHost, timer: TimerRecord, run: RunRecord) -> str:
 
 #: The statuses of an operation a run has given up (no further attempt): a change found made
 #: under it after all is one the run believes was never made.
-GIVEN_UP = frozenset({"exhausted", "expired", "unknown", "refused"})
+GIVEN_UP = frozenset({*GAVE_UP, OperationStatus.EXPIRED})
 
 
 def _given_up(run: RunRecord, op: OperationRecord) -> bool:
     """Whether ``run`` believes ``op`` was never made: it gave it up, or its saga skipped its
     undo as not made."""
-    if op.status == "done":
+    if op.status == OperationStatus.DONE:
         return False
     return op.status in GIVEN_UP or op.operation_id in run.context.get("skipped_undo", [])
 
@@ -172,7 +172,7 @@ def _commit(runner: VerifyHost, change: Change, outcome: str) -> str:
 
 
 def _done_with(change: Change, run: RunRecord, operation_id: str) -> None:
-    context = dict(change.context if change.context is not None else run.context)
+    context = (change.context if change.context is not None else run.context).copy()
     verifying = dict(context.get(VERIFYING, {}))
     verifying.pop(operation_id, None)
     context[VERIFYING] = verifying

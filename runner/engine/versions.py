@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..store.records import RunRecord
+from ..words import ENDED, EventKind, RunStatus
 from .runner import Runner
 
 
@@ -10,7 +11,7 @@ def migrate(runner: Runner, run: RunRecord) -> RunRecord:
     """Apply the newest stored spec version's ``on_version_change`` to an older, unfinished run:
     ``pin`` keeps it; ``revalidate`` moves it to the new version if its state still exists (its
     approvals, bound to the old policy, then no longer count); ``cancel`` cancels it."""
-    if run.status in ("done", "cancelled"):
+    if run.status in ENDED:
         return run
     latest = runner.latest_spec(run.workflow)
     current = runner.spec_of(run)
@@ -22,13 +23,13 @@ def migrate(runner: Runner, run: RunRecord) -> RunRecord:
         return run
     change = runner.change(run)
     if policy == "cancel":
-        change.status = "cancelled"
-        change.event("version_cancelled", old=current.spec_version, new=newer.spec_version)
+        change.status = RunStatus.CANCELLED
+        change.event(EventKind.VERSION_CANCELLED, old=current.spec_version, new=newer.spec_version)
         return runner.store.commit(change)
     if run.state not in newer.states:
-        change.status = "needs_person"
+        change.status = RunStatus.NEEDS_PERSON
         change.event(
-            "version_stuck",
+            EventKind.VERSION_STUCK,
             old=current.spec_version,
             new=newer.spec_version,
             reason=f"state {run.state!r} does not exist in the new version",
@@ -36,7 +37,7 @@ def migrate(runner: Runner, run: RunRecord) -> RunRecord:
         return runner.store.commit(change)
     change.spec_digest = newer.digest
     change.event(
-        "revalidated",
+        EventKind.REVALIDATED,
         old=current.spec_version,
         new=newer.spec_version,
         policy=str(newer.policy_version),

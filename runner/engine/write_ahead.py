@@ -20,6 +20,7 @@ from ..store.records import (
     OperationUpdate,
     RunRecord,
 )
+from ..words import EventKind, OperationStatus
 from .budget import count_attempt
 from .identity import compensation_id, describe_action, sha256
 
@@ -34,7 +35,7 @@ def operation_fields(
         "role": role,
         "args": args,
         "fingerprint": sha256(args),
-        "status": "pending",
+        "status": OperationStatus.PENDING,
         "attempts": attempts,
     }
 
@@ -73,14 +74,14 @@ def write_ahead(
         change.operation_updates.append((operation_id, update))
         base = replace(registered, updated_at=change.at, **update)
     change.event(
-        "pending",
+        EventKind.PENDING,
         operation_id=operation_id,
         effect=effect.name,
         role=fields["role"],
         action=describe_action(effect, fields["args"]),
         strategy=strategy,
     )
-    change.event("call", operation_id=operation_id, attempt=1)
+    change.event(EventKind.CALL, operation_id=operation_id, attempt=1)
     count_attempt(run, effect, change)
     list_operations(change, run, operation_id)
     return base
@@ -104,7 +105,7 @@ def register_compensation(
         _beside_pending(
             change,
             operation_id,
-            "no_compensation",
+            EventKind.NO_COMPENSATION,
             operation_id=operation_id,
             effect=effect,
             undo=comp.kind,
@@ -119,7 +120,7 @@ def register_compensation(
             "role": "compensation",
             "args": {},
             "fingerprint": "",
-            "status": "registered",
+            "status": OperationStatus.REGISTERED,
             "attempts": 0,
             "compensates": operation_id,
         }
@@ -128,20 +129,20 @@ def register_compensation(
     _beside_pending(
         change,
         operation_id,
-        "compensation_registered",
+        EventKind.COMPENSATION_REGISTERED,
         operation_id=comp_id,
         effect=comp.effect,
         compensates=operation_id,
     )
 
 
-def _beside_pending(change: Change, forward: str, kind: str, **data: Any) -> None:
+def _beside_pending(change: Change, forward: str, kind: EventKind, **data: Any) -> None:
     """Record ``kind`` in ``change`` with the pending record of ``forward``: before the call
     the change counts, so that a history reads in the order the commit made it true (the undo is
     known before anything is sent)."""
     calls = [
         i
         for i, (written, fields) in enumerate(change.events)
-        if written == "call" and fields.get("operation_id") == forward
+        if written == EventKind.CALL and fields.get("operation_id") == forward
     ]
     change.events.insert(calls[0] if calls else len(change.events), (kind, data))

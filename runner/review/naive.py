@@ -14,14 +14,15 @@ idempotency key (nothing names its change, which ``validate`` flags and ``ratche
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..engine.budget import count_attempt, max_attempts, run_budget_spent
 from ..engine.identity import sha256
 from ..engine.protocol import EffectStep
 from ..spec.model import Effect, Spec
+from ..store.context import RunContext
 from ..store.records import Change, OperationRecord, RunRecord
+from ..words import EventKind, OperationStatus
 
 #: The strategy's name, as ``--compare``, the run's context and its history call it.
 NAIVE = "naive"
@@ -30,7 +31,7 @@ NAIVE = "naive"
 Strategy = Literal["ratchet", "naive"]
 
 #: What a run started naive keeps in its context.
-MARKS: Mapping[str, Any] = {"strategy": NAIVE}
+MARKS: RunContext = {"strategy": NAIVE}
 
 
 def step_for(run: RunRecord, spec: Spec, effect: Effect) -> type[EffectStep]:
@@ -59,7 +60,9 @@ class NaiveStep(EffectStep):
         earlier = [
             op
             for op in self.host.store.operations(self.run.id)
-            if op.effect == self.effect.name and op.role == self.role and op.status == "pending"
+            if op.effect == self.effect.name
+            and op.role == self.role
+            and op.status == OperationStatus.PENDING
         ]
         if not earlier:
             return self._begin(None)
@@ -83,9 +86,9 @@ class NaiveStep(EffectStep):
     def _attempts(self, op: OperationRecord, *, again: bool = False) -> RunRecord:
         """The next attempt, under a new operation ID: the earlier one abandoned."""
         if op.attempts >= max_attempts(self.run, self.effect, op):
-            return self._outcome(op, "exhausted", f"{op.attempts} attempts made")
+            return self._outcome(op, OperationStatus.EXHAUSTED, f"{op.attempts} attempts made")
         if run_budget_spent(self.run, self.spec, self.effect):
-            return self._outcome(op, "exhausted", "the run's budget is spent")
+            return self._outcome(op, OperationStatus.EXHAUSTED, "the run's budget is spent")
         self.host.secure_lease(self.run.id, self.effect.timeout)
         fresh = NaiveStep(self.host, self.run, self.spec, self.effect)
         fresh.log = self.log
@@ -94,10 +97,12 @@ class NaiveStep(EffectStep):
     def _begin_after(self, previous: OperationRecord) -> RunRecord:
         change = self._change()
         deadline = self.host.monotonic() + self.host.call_seconds(self.run.id, self.effect.timeout)
-        change.operation_updates.append((previous.operation_id, {"status": "abandoned"}))
+        change.operation_updates.append(
+            (previous.operation_id, {"status": OperationStatus.ABANDONED})
+        )
         fields = self._fields(attempts=previous.attempts + 1)
         change.new_operations.append(fields)
-        change.event("call", operation_id=self.operation_id, attempt=fields["attempts"])
+        change.event(EventKind.CALL, operation_id=self.operation_id, attempt=fields["attempts"])
         count_attempt(self.run, self.effect, change)
         self.run = self.host.store.commit(change)
         op = OperationRecord(

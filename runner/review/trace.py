@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from ..engine.resolution import describe as binding_text
 from ..settings import printable
 from ..store.records import EventRecord, RunRecord
+from ..words import EventKind
 
 
 def _op(data: dict[str, Any]) -> str:
@@ -20,24 +22,25 @@ def _receipt(data: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in receipt.items())
 
 
-_TITLES = {
-    "compensation_registered": "undo registered",
-    "no_compensation": "no undo",
-    "compensation_skipped": "undo skipped",
-    "compensation_incomplete": "cannot undo all",
-    "retry_scheduled": "retry scheduled",
-    "decision_needed": "decision needed",
-    "reconcile_found": "reconcile found",
-    "reconcile_not_found": "reconcile: none",
-    "reconcile_failed": "reconcile failed",
-    "reconcile_impossible": "no reconcile",
-    "approval_expired": "approval expired",
-    "decision_refused": "decision refused",
-    "reconcile_unsettled": "not found yet",
-    "settle_scheduled": "look again at",
-    "not_sent": "not sent",
-    "duplicate_detected": "DUPLICATE",
-    "verified": "verified",
+#: Keyed by word: a history holds the kinds of every Ratchet that wrote it.
+_TITLES: dict[str, str] = {
+    EventKind.COMPENSATION_REGISTERED: "undo registered",
+    EventKind.NO_COMPENSATION: "no undo",
+    EventKind.COMPENSATION_SKIPPED: "undo skipped",
+    EventKind.COMPENSATION_INCOMPLETE: "cannot undo all",
+    EventKind.RETRY_SCHEDULED: "retry scheduled",
+    EventKind.DECISION_NEEDED: "decision needed",
+    EventKind.RECONCILE_FOUND: "reconcile found",
+    EventKind.RECONCILE_NOT_FOUND: "reconcile: none",
+    EventKind.RECONCILE_FAILED: "reconcile failed",
+    EventKind.RECONCILE_IMPOSSIBLE: "no reconcile",
+    EventKind.APPROVAL_EXPIRED: "approval expired",
+    EventKind.DECISION_REFUSED: "decision refused",
+    EventKind.RECONCILE_UNSETTLED: "not found yet",
+    EventKind.SETTLE_SCHEDULED: "look again at",
+    EventKind.NOT_SENT: "not sent",
+    EventKind.DUPLICATE_DETECTED: "DUPLICATE",
+    EventKind.VERIFIED: "verified",
 }
 
 
@@ -58,17 +61,19 @@ def describe(event: EventRecord) -> str:
     """What the event says, in one line (without its version and kind)."""
     d = event.data
     kind = event.kind
-    texts = {
-        "created": lambda: (
+    texts: dict[str, Callable[[], str]] = {
+        EventKind.CREATED: lambda: (
             f"started in {d.get('state')} (business key {printable(str(d.get('business_key')))})"
             + (f" under {binding_text(d['binding'])}" if isinstance(d.get("binding"), dict) else "")
         ),
-        "approved": lambda: (
+        EventKind.APPROVED: lambda: (
             f"by {d.get('actor')} ({d.get('role')}): {d.get('action')}"
             f" · digest {str(d.get('digest'))[:12]}"
         ),
-        "rejected": lambda: f"by {d.get('actor')}: {d.get('action')} · {d.get('reason') or ''}",
-        "moved": lambda: (
+        EventKind.REJECTED: lambda: (
+            f"by {d.get('actor')}: {d.get('action')} · {d.get('reason') or ''}"
+        ),
+        EventKind.MOVED: lambda: (
             f"{d.get('from')} --{d.get('event')}--> {d.get('to')}"
             + (
                 f" ({d.get('from')} has no row for {d.get('instead_of')}: its "
@@ -77,36 +82,40 @@ def describe(event: EventRecord) -> str:
                 else ""
             )
         ),
-        "queued": lambda: f"for a person in {d.get('queue')}: {d.get('operator_action')}",
-        "pending": lambda: (
+        EventKind.QUEUED: lambda: f"for a person in {d.get('queue')}: {d.get('operator_action')}",
+        EventKind.PENDING: lambda: (
             f"write-ahead record: {d.get('action')} · {_op(d)}"
             + (" · compensation" if d.get("role") == "compensation" else "")
             + (" · undoes an extra change" if d.get("role") == "undo_extra" else "")
             + (" · NAIVE strategy" if d.get("strategy") == "naive" else "")
         ),
-        "call": lambda: (
+        EventKind.CALL: lambda: (
             f"attempt {d.get('attempt')} · {_op(d)}"
             + (" · the same attempt again: it was not sent" if d.get("again") else "")
         ),
-        "timeout": lambda: f"{d.get('reason')} · outcome unknown",
-        "unavailable": lambda: f"{d.get('reason')} · nothing was done",
-        "backoff": lambda: f"wait {d.get('seconds')} s before attempt {d.get('next_attempt')}",
-        "resumed": lambda: (
+        EventKind.TIMEOUT: lambda: f"{d.get('reason')} · outcome unknown",
+        EventKind.UNAVAILABLE: lambda: f"{d.get('reason')} · nothing was done",
+        EventKind.BACKOFF: lambda: (
+            f"wait {d.get('seconds')} s before attempt {d.get('next_attempt')}"
+        ),
+        EventKind.RESUMED: lambda: (
             f"{_op(d)} has {d.get('attempts')} attempt(s) on record: reconcile first"
         ),
-        "reconcile_found": lambda: f"{_op(d)} is on the provider's record: no new call",
-        "reconcile_not_found": lambda: (
+        EventKind.RECONCILE_FOUND: lambda: f"{_op(d)} is on the provider's record: no new call",
+        EventKind.RECONCILE_NOT_FOUND: lambda: (
             f"{_op(d)} is not on the provider's record: retry with the same ID"
         ),
-        "reconcile_failed": lambda: f"{d.get('reason')}",
-        "reconcile_unsettled": lambda: (
+        EventKind.RECONCILE_FAILED: lambda: f"{d.get('reason')}",
+        EventKind.RECONCILE_UNSETTLED: lambda: (
             f"{_op(d)} is not on the provider's record yet: no call before "
             f"{when(d.get('conclusive_at'))}, then it is looked up again"
             + (f" ({_why(d.get('reason'))})" if d.get("reason") else "")
         ),
-        "settle_scheduled": lambda: f"{when(d.get('wake_at'))}, with no call before · {_op(d)}",
-        "not_sent": lambda: f"{d.get('reason')} · {_op(d)}",
-        "duplicate_detected": lambda: (
+        EventKind.SETTLE_SCHEDULED: lambda: (
+            f"{when(d.get('wake_at'))}, with no call before · {_op(d)}"
+        ),
+        EventKind.NOT_SENT: lambda: f"{d.get('reason')} · {_op(d)}",
+        EventKind.DUPLICATE_DETECTED: lambda: (
             (
                 f"{d.get('effect')} made under {_op(d)} after the run gave it up (found by "
                 f"{d.get('via')}): "
@@ -121,64 +130,83 @@ def describe(event: EventRecord) -> str:
                 else f" · not undone: {d.get('cannot_undo')}"
             )
         ),
-        "verified": lambda: f"{_op(d)}: {d.get('checks')} later lookup(s) found no second change",
-        "reconcile_impossible": lambda: (
+        EventKind.VERIFIED: lambda: (
+            f"{_op(d)}: {d.get('checks')} later lookup(s) found no second change"
+        ),
+        EventKind.RECONCILE_IMPOSSIBLE: lambda: (
             f"{_op(d)}: the effect has no reconcile lookup; calling again blind (retry and hope)"
         ),
-        "done": lambda: f"{_receipt(d)} (via {d.get('via')}) · {_op(d)}",
-        "skipped": lambda: f"{_op(d)} is already done: no call",
-        "refused": lambda: f"{d.get('reason')} · nothing changed",
-        "exhausted": lambda: f"{d.get('reason')} · budget spent",
-        "unknown": lambda: f"outcome unknown: {d.get('reason')}",
-        "stuck": lambda: f"no row for {d.get('event')} in {d.get('state')}: {d.get('reason')}",
-        "step_failed": lambda: (
+        EventKind.DONE: lambda: f"{_receipt(d)} (via {d.get('via')}) · {_op(d)}",
+        EventKind.SKIPPED: lambda: f"{_op(d)} is already done: no call",
+        EventKind.REFUSED: lambda: f"{d.get('reason')} · nothing changed",
+        EventKind.EXHAUSTED: lambda: f"{d.get('reason')} · budget spent",
+        EventKind.UNKNOWN: lambda: f"outcome unknown: {d.get('reason')}",
+        EventKind.STUCK: lambda: (
+            f"no row for {d.get('event')} in {d.get('state')}: {d.get('reason')}"
+        ),
+        EventKind.STEP_FAILED: lambda: (
             f"the step in {d.get('state')} failed ({d.get('code')}): {d.get('error')}"
             " · waits for a person"
         ),
-        "leased": lambda: f"by {d.get('owner')}",
-        "rescued": lambda: f"by {d.get('owner')}, from {d.get('previous')} (its lease ran out)",
-        "compensation_registered": lambda: (
+        EventKind.LEASED: lambda: f"by {d.get('owner')}",
+        EventKind.RESCUED: lambda: (
+            f"by {d.get('owner')}, from {d.get('previous')} (its lease ran out)"
+        ),
+        EventKind.COMPENSATION_REGISTERED: lambda: (
             f"{d.get('effect')} will undo op {str(d.get('compensates'))[:12]} · {_op(d)}"
         ),
-        "no_compensation": lambda: (
+        EventKind.NO_COMPENSATION: lambda: (
             f"{d.get('effect')} has no undo: {d.get('undo')}"
             + (f" ({d.get('reason')})" if d.get("reason") else "")
         ),
-        "compensation_skipped": lambda: f"{d.get('effect')} is not undone: {d.get('reason')}",
-        "compensated": lambda: f"{d.get('undone')} compensation(s) done, newest first",
-        "compensation_incomplete": lambda: (
+        EventKind.COMPENSATION_SKIPPED: lambda: (
+            f"{d.get('effect')} is not undone: {d.get('reason')}"
+        ),
+        EventKind.COMPENSATED: lambda: f"{d.get('undone')} compensation(s) done, newest first",
+        EventKind.COMPENSATION_INCOMPLETE: lambda: (
             f"{d.get('undone')} compensation(s) done, newest first; {d.get('reason')}: "
             "left to a person"
         ),
-        "paused": lambda: (
+        EventKind.PAUSED: lambda: (
             f"{d.get('reason')}"
             + (f" · proposes {d.get('proposal')}" if d.get("proposal") else "")
             + (f" · until {when(d.get('expires_at'))}" if d.get("expires_at") else "")
         ),
-        "timer": lambda: f"{d.get('event')} fired (due {when(d.get('due_at'))})",
-        "retry_scheduled": lambda: (
+        EventKind.TIMER: lambda: f"{d.get('event')} fired (due {when(d.get('due_at'))})",
+        EventKind.RETRY_SCHEDULED: lambda: (
             f"next attempt at {when(d.get('wake_at'))}"
             + (" (the last was never sent: not counted)" if d.get("unsent") else "")
             + f" · {_op(d)}"
         ),
-        "signal": lambda: f"{d.get('event')} (signal {d.get('signal_id')})",
-        "decision_needed": lambda: f"{d.get('reason')}: back to {d.get('to')} for a new decision",
-        "approval_expired": lambda: f"{d.get('reason')}" + (f" · {_op(d)}" if _op(d) else ""),
-        "decision_refused": lambda: (
+        EventKind.SIGNAL: lambda: f"{d.get('event')} (signal {d.get('signal_id')})",
+        EventKind.DECISION_NEEDED: lambda: (
+            f"{d.get('reason')}: back to {d.get('to')} for a new decision"
+        ),
+        EventKind.APPROVAL_EXPIRED: lambda: (
+            f"{d.get('reason')}" + (f" · {_op(d)}" if _op(d) else "")
+        ),
+        EventKind.DECISION_REFUSED: lambda: (
             f"{d.get('decision')} by {d.get('actor')}"
             + (f" ({d.get('role')})" if d.get("role") else "")
             + f" came too late: {d.get('reason')}"
         ),
-        "operator": lambda: (
+        EventKind.OPERATOR: lambda: (
             f"{d.get('action')} by {d.get('actor')} ({d.get('role')})"
             + (f": {d.get('note')}" if d.get("note") else "")
         ),
     }
     render = texts.get(kind)
     text = render() if render else ", ".join(f"{k}={v}" for k, v in d.items() if k != "real_at")
-    if kind in ("approved", "rejected", "operator", "signal") and d.get("via"):  # from where
+    if kind in (
+        EventKind.APPROVED,
+        EventKind.REJECTED,
+        EventKind.OPERATOR,
+        EventKind.SIGNAL,
+    ) and d.get("via"):  # from where
         text += f" · via {d.get('via')} from {printable(str(d.get('from')))}"
-    if kind in ("created", "approved", "rejected") and d.get("ratchet_version"):  # which Ratchet
+    if kind in (EventKind.CREATED, EventKind.APPROVED, EventKind.REJECTED) and d.get(
+        "ratchet_version"
+    ):  # which Ratchet
         text += f" · ratchet {printable(str(d['ratchet_version']))}"
     if "real_at" in d:  # recorded under RATCHET_NOW: show the clock it claimed and the real time
         text += f" · [clock set to {when(event.at)}; really {when(d.get('real_at'))}]"
@@ -186,7 +214,7 @@ def describe(event: EventRecord) -> str:
 
 
 def title(event: EventRecord) -> str:
-    if event.kind == "timeout":  # every ambiguous outcome: say which it was
+    if event.kind == EventKind.TIMEOUT:  # every ambiguous outcome: say which it was
         return _unknown_outcome(str(event.data.get("reason", "")))
     return _TITLES.get(event.kind, event.kind)
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..settings import printable
+from ..words import EventKind, RunStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -97,12 +98,13 @@ def run_summary(runner: Runner, run: RunRecord) -> Json:
     from ..engine.approvals import pending_request
     from ..store.records import latest_event
 
-    request = pending_request(runner, run) if run.status == "waiting" else None
-    queued = latest_event(runner.store.history(run.id), ("queued",))
+    request = pending_request(runner, run) if run.status == RunStatus.WAITING else None
+    person = run.status == RunStatus.NEEDS_PERSON
+    queued = latest_event(runner.store.history(run.id), (EventKind.QUEUED,)) if person else {}
     return {
         **_where(run),
         "waiting_for": request.to_json() if request else None,
-        "operator_action": queued.get("operator_action") if run.status == "needs_person" else None,
+        "operator_action": queued.get("operator_action"),
         "ratchet_version": run.context.get("ratchet_version"),
     }
 
@@ -144,7 +146,7 @@ def summary_text(summary: Mapping[str, Any], headline: str = "") -> str:
         ]
     if summary.get("operator_action"):
         lines.append(f"  for a person: {summary['operator_action']}")
-    if summary["status"] in ("done", "needs_person"):
+    if summary["status"] in (RunStatus.DONE, RunStatus.NEEDS_PERSON):
         lines.append(f"  trace:   ratchet trace {run}")
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..words import RunStatus
 from .operators import Operator
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def decide(
 
     runner = service.runner()
     run = runner.store.resolve(reference)
-    pending = pending_request(runner, run) if run.status == "waiting" else None
+    pending = pending_request(runner, run) if run.status == RunStatus.WAITING else None
     chosen = role  # nothing waits: the library says why, in the role asked for
     if pending is not None:
         chosen = choose_role(operator, pending.roles, role, f"decide {pending.approval!r}")

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import RatchetError
+from ..words import RunStatus
 from .acting import Refusal, decide, operate
 from .operators import token_digest
 from .service import INTERNAL, Service, log_bug, status_of
@@ -46,10 +47,10 @@ PAGE_POLICY = (
 )
 #: The operator actions a run's status allows (``ratchet ops``), in the order shown.
 ACTIONS_BY_STATUS: Mapping[str, tuple[str, ...]] = {
-    "running": ("pause", "cancel"),
-    "waiting": ("pause", "cancel"),
-    "needs_person": ("retry", "reconcile", "compensate", "cancel"),
-    "paused": ("resume", "cancel"),
+    RunStatus.RUNNING: ("pause", "cancel"),
+    RunStatus.WAITING: ("pause", "cancel"),
+    RunStatus.NEEDS_PERSON: ("retry", "reconcile", "compensate", "cancel"),
+    RunStatus.PAUSED: ("resume", "cancel"),
 }
 #: Runs per page in the lists.
 PAGE_SIZE = 50

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from ..words import EventKind, RunStatus
 from .acting import Refusal
 from .console import (
     ACTIONS_BY_STATUS,
@@ -81,7 +82,7 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
     offset = _offset(request)
     runner = service.runner()
     now = runner.decision_now()
-    waiting = runner.store.list_runs("waiting", PAGE_SIZE + 1, offset=offset, oldest=True)
+    waiting = runner.store.list_runs(RunStatus.WAITING, PAGE_SIZE + 1, offset=offset, oldest=True)
     decisions = []
     for run in waiting[:PAGE_SIZE]:
         item = _decision(runner, run, now, session)
@@ -94,7 +95,7 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
     for item in people:
         spec = runner.spec_of(runner.store.resolve(item["run"]))
         ops_roles[item["run"]] = _deciders(spec.operator_roles, session)
-        actions[item["run"]] = actions_for(spec, "needs_person")
+        actions[item["run"]] = actions_for(spec, RunStatus.NEEDS_PERSON)
     return render(
         request,
         "queue.html",
@@ -173,7 +174,7 @@ def _lookups(history: list[Any]) -> dict[str, int]:
     """Reconcile lookups made, per operation ID."""
     counted: dict[str, int] = {}
     for event in history:
-        if event.kind.startswith("reconcile_") and event.kind != "reconcile_impossible":
+        if event.kind.startswith("reconcile_") and event.kind != EventKind.RECONCILE_IMPOSSIBLE:
             key = str(event.data.get("operation_id", ""))
             counted[key] = counted.get(key, 0) + 1
     return counted
@@ -189,8 +190,12 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
     spec = runner.spec_of(run)
     history = runner.store.history(run.id)
     now = runner.decision_now()
-    pending = _decision(runner, run, now, session) if run.status == "waiting" else None
-    queued = latest_event(history, ("queued", "stuck")) if run.status == "needs_person" else {}
+    pending = _decision(runner, run, now, session) if run.status == RunStatus.WAITING else None
+    queued = (
+        latest_event(history, (EventKind.QUEUED, EventKind.STUCK))
+        if run.status == RunStatus.NEEDS_PERSON
+        else {}
+    )
     timeline = [
         {"version": e.version, "kind": e.kind, "title": title, "text": text, "at": e.at}
         for e in history
@@ -205,7 +210,7 @@ def run_page(request: Request, service: Service, session: Session) -> Response:
             "now": now,
             "pending": pending,
             "operator_action": queued.get("operator_action") or queued.get("reason"),
-            "evidence": evidence(runner, run) if run.status == "needs_person" else None,
+            "evidence": evidence(runner, run) if run.status == RunStatus.NEEDS_PERSON else None,
             "actions": actions_for(spec, run.status),
             "ops_roles": _deciders(spec.operator_roles, session),
             "operations": runner.store.operations(run.id),

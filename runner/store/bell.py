@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from ..words import RunStatus
 from .records import Change, NewTimer, RunRecord
 
 #: A timer armed to fire sooner than this many seconds from its commit wakes the workers, so that
@@ -57,7 +58,7 @@ def wakes(change: Change, after: RunRecord) -> bool:
     worker may carry it on now, or it arms a timer due within
     :data:`WAKE_TIMERS_WITHIN` seconds. A worker's commits under its
     lease are not: the run stays its own."""
-    if after.status == "running" and after.lease_token is None:
+    if after.status == RunStatus.RUNNING and after.lease_token is None:
         return True
     return arms_soon(change.new_timers, change.at)
 
@@ -66,7 +67,7 @@ def left_to_workers(run: RunRecord) -> bool:
     """Whether a caller that carried ``run`` on itself with no lease, and made commits that woke
     nobody, leaves it to the workers as it stands: running with no lease on it (its back-off
     ends later, or the caller stopped), or standing in a state whose timers it armed."""
-    if run.status == "running" and run.lease_token is None:
+    if run.status == RunStatus.RUNNING and run.lease_token is None:
         return True
     return run.context.get("timers_of") == run.state
 

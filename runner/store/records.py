@@ -15,8 +15,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from ..words import EventKind, OperationStatus, RunStatus
+from .context import RunContext
+
 #: One entry of a run's history, as a change writes it: its kind and its data (plain JSON).
-Event = tuple[str, dict[str, Any]]
+Event = tuple[EventKind, dict[str, Any]]
 
 #: A row about to be written: the name of its table, its values, and how a message names it.
 Row = tuple[str, Mapping[str, Any], str]
@@ -43,16 +46,20 @@ class RunRecord:
     spec_digest: str
     business_key: str
     state: str
-    status: str
+    status: RunStatus
     version: int
     input: dict[str, Any]
-    context: dict[str, Any]
+    context: RunContext
     created_at: float
     updated_at: float
     wake_at: float | None = None
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: float | None = None
+
+    def __post_init__(self) -> None:
+        # A row read back holds the plain word; the record holds the member it is.
+        object.__setattr__(self, "status", RunStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -73,13 +80,16 @@ class OperationRecord:
     role: str
     args: dict[str, Any]
     fingerprint: str
-    status: str
+    status: OperationStatus
     attempts: int
     receipt: dict[str, Any] | None
     last_error: str | None
     compensates: str | None
     created_at: float
     updated_at: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", OperationStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,7 @@ class NewOperation(TypedDict):
     role: str
     args: dict[str, Any]
     fingerprint: str
-    status: str
+    status: OperationStatus
     attempts: int
 
 
@@ -162,7 +172,7 @@ class OperationUpdate(TypedDict, total=False):
 
     args: dict[str, Any]
     fingerprint: str
-    status: str
+    status: OperationStatus
     attempts: int
     receipt: dict[str, Any] | None
     last_error: str | None
@@ -229,10 +239,10 @@ class NewRun:
     spec_digest: str
     business_key: str
     state: str
-    status: str
+    status: RunStatus
     input: dict[str, Any]
     at: float
-    context: dict[str, Any] = field(default_factory=dict)
+    context: RunContext = field(default_factory=RunContext)
     timers: Sequence[NewTimer] = ()
     events: Sequence[Event] = ()
     binding: dict[str, Any] | None = None
@@ -267,7 +277,7 @@ class NewRun:
             data["binding"] = dict(self.binding)
         if self.ratchet_version is not None:
             data["ratchet_version"] = self.ratchet_version
-        return [("created", data), *self.events]
+        return [(EventKind.CREATED, data), *self.events]
 
     def rows(self) -> Iterator[Row]:
         """The rows its creation writes."""
@@ -303,8 +313,8 @@ class Change:
     # lease, or an expired one) — or keep it, renewed, if it is already this one; how a command
     # holds the runs it changes without an extra round trip (see ratchet_runner.engine.commands)
     take_lease: tuple[str, float] | None = None
-    status: str | None = None
-    context: dict[str, Any] | None = None
+    status: RunStatus | None = None
+    context: RunContext | None = None
     events: list[Event] = field(default_factory=list)
     new_operations: list[NewOperation | NewCompensation] = field(default_factory=list)
     operation_updates: list[tuple[str, OperationUpdate]] = field(default_factory=list)
@@ -320,7 +330,7 @@ class Change:
     #: <ratchet_runner.engine.runner.Runner.advance>`), which wakes them once when it lets go.
     wake: bool = True
 
-    def event(self, kind: str, **data: Any) -> Change:
+    def event(self, kind: EventKind, **data: Any) -> Change:
         self.events.append((kind, data))
         return self
 
@@ -347,7 +357,7 @@ class Change:
         commit that takes the run out of ``running`` releases the lease with it)."""
         context = self.context if self.context is not None else base.context
         status = self.status if self.status is not None else base.status
-        if self.lease_token is None or status != "running":
+        if self.lease_token is None or status != RunStatus.RUNNING:
             base = replace(base, lease_owner=None, lease_token=None, lease_expires_at=None)
         elif self.take_lease is not None:  # the expiry is the database's: this is its estimate
             owner, seconds = self.take_lease

@@ -12,10 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, literal, select
 
+from ..words import ENDED, OperationStatus, RunStatus
 from .tables import duplicates, lease_expired, operations, runs, unmoved
-
-#: Statuses a run is over in: it has no age, no state time, nothing left to do.
-ENDED = ("done", "cancelled")
 
 #: Upper bounds of the run-age histogram's buckets, in seconds (a minute to 30 days).
 AGE_BUCKETS = (60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0, 30 * 86400.0)
@@ -83,7 +81,7 @@ def gather(conn: Connection, now: float, db_now: Any, stuck_after: float) -> Sta
             func.count(),
             func.min(runs.c.updated_at),
         )
-        .where(runs.c.status == "waiting")
+        .where(runs.c.status == RunStatus.WAITING)
         .group_by(runs.c.workflow, runs.c.spec_digest, runs.c.state)
     ):
         stats.waiting[(workflow, digest, state)] = (int(count), max(0.0, now - float(oldest)))
@@ -101,12 +99,12 @@ def gather(conn: Connection, now: float, db_now: Any, stuck_after: float) -> Sta
     ):
         stats.attempts[(workflow, effect, role)] = (int(count), int(attempts or 0))
     for target, where in (
-        (stats.unknown, operations.c.status == "unknown"),
+        (stats.unknown, operations.c.status == OperationStatus.UNKNOWN),
         (
             stats.failed_undos,
             and_(
                 operations.c.role == "compensation",
-                operations.c.status.in_(("refused", "exhausted")),
+                operations.c.status.in_((OperationStatus.REFUSED, OperationStatus.EXHAUSTED)),
             ),
         ),
     ):

@@ -30,6 +30,7 @@ from sqlalchemy.pool import Pool
 
 from ..clock import Clock, SystemClock
 from ..errors import RunNotFound, StoreError
+from ..words import EventKind, RunStatus
 from .bell import Bell, arms_soon, bell_for, wakes
 from .dialects import (
     close_engine,
@@ -219,7 +220,7 @@ class Store:
         database, and nothing is written.
         """
         refuse_unfit(new.rows())
-        wake = new.wake and (new.status == "running" or arms_soon(new.timers, new.at))
+        wake = new.wake and (new.status == RunStatus.RUNNING or arms_soon(new.timers, new.at))
         try:
             self._writer.create_run(new, self._stamped(new.history()), wake=wake)
         except IntegrityError as exc:  # the business key has a run already (or no such spec)
@@ -410,12 +411,12 @@ class Store:
         refuse_unfit(change.rows(after))
         if (
             change.take_lease is not None
-            and after.status == "running"
+            and after.status == RunStatus.RUNNING
             and base.lease_token != change.lease_token
-            and not any(kind == "leased" for kind, _ in change.events)
+            and not any(kind == EventKind.LEASED for kind, _ in change.events)
         ):  # the commit that takes the lease says so, as a claim does
             change.events.insert(
-                0, ("leased", {"owner": change.take_lease[0], "previous": base.lease_owner})
+                0, (EventKind.LEASED, {"owner": change.take_lease[0], "previous": base.lease_owner})
             )
         wake = change.wake and wakes(change, after)
         self._writer.commit(change, after, wake=wake)

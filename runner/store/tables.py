@@ -39,6 +39,7 @@ from sqlalchemy import (
 
 from ..errors import UnstorableValue
 from ..settings import MAX_BUSINESS_KEY, MAX_NAME, is_unicode, shown, unstorable
+from ..words import ENDED, RunStatus
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
 # ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
@@ -232,7 +233,7 @@ def runnable(now: Any, db_now: Any) -> Any:
     """A run a worker may claim at ``now``: running, not waiting for a back-off, and
     :func:`free`."""
     return and_(
-        runs.c.status == "running",
+        runs.c.status == RunStatus.RUNNING,
         or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
         free(db_now),
     )
@@ -247,7 +248,7 @@ def unmoved(now: float, older_than: float) -> Any:
     """A runnable run, unleased, that nobody has touched for ``older_than`` seconds (nor was
     it due to wake up in that time): no worker is running."""
     return and_(
-        runs.c.status == "running",
+        runs.c.status == RunStatus.RUNNING,
         runs.c.lease_token.is_(None),
         runs.c.updated_at < now - older_than,
         or_(runs.c.wake_at.is_(None), runs.c.wake_at < now - older_than),
@@ -309,9 +310,6 @@ SPEC_VERSIONS = select(
 ).order_by(spec_versions.c.created_at.desc(), spec_versions.c.digest)
 
 
-#: The statuses of a run that has ended: nothing more is driven in it.
-ENDED = ("done", "cancelled")
-
 #: The spec version of every live run (one not done or cancelled), each once, in digest order.
 LIVE_SPEC_DIGESTS = (
     select(runs.c.spec_digest)
@@ -328,7 +326,7 @@ NEXT_DUE = select(
     .where(timers.c.fired_at.is_(None), timers.c.due_at > bindparam("b_now"))
     .scalar_subquery(),
     select(func.min(runs.c.wake_at))
-    .where(runs.c.status == "running", runs.c.wake_at > bindparam("b_now"))
+    .where(runs.c.status == RunStatus.RUNNING, runs.c.wake_at > bindparam("b_now"))
     .scalar_subquery(),
 )
 

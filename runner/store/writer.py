@@ -45,6 +45,7 @@ from ..errors import (
     StoreError,
     VersionConflict,
 )
+from ..words import RunStatus
 from .dialects import Dialect, failures, why
 from .records import Change, Event, NewRun, RunRecord
 from .tables import (
@@ -80,7 +81,7 @@ _CAS_VALUES: dict[str, Any] = {
 #: A leased commit that takes the run out of ``running`` gives the lease back with it: a run
 #: nobody can claim needs no lease, and the worker saves a round trip.
 _RELEASE_UNLESS_RUNNING: dict[str, Any] = {
-    column: case((bindparam("n_status") == "running", runs.c[column]), else_=None)
+    column: case((bindparam("n_status") == RunStatus.RUNNING, runs.c[column]), else_=None)
     for column in ("lease_owner", "lease_token", "lease_expires_at")
 }
 
@@ -102,7 +103,7 @@ def _cas_run(*fence: Any, release: bool = False) -> Any:
 def _cas_taking(free: Any, now: Any) -> Any:
     """The compare-and-set of a commit that takes the lease ``:b_token`` for ``:b_owner`` (or
     keeps it, renewed) if the run is ``free``, and gives it back unless the run stays running."""
-    running = bindparam("n_status") == "running"
+    running = bindparam("n_status") == RunStatus.RUNNING
     return (
         update(runs)
         .where(
@@ -451,7 +452,7 @@ class Writer:
                 .values(lease_owner=None, lease_token=None, lease_expires_at=None)
                 .returning(runs.c.status)
             ).scalar()
-        return status == "running"
+        return status == RunStatus.RUNNING
 
     # -- specs and the store itself -----------------------------------------------------------
 

@@ -46,6 +46,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..store.records import RunRecord, TimerRecord
+from ..words import EventKind, RunStatus
 
 
 @dataclass(frozen=True)
@@ -61,21 +62,21 @@ def fire_due(runner: Runner, limit: int = 500) -> list[Fired]:
     store = runner.store
     for timer in store.due_timers(runner.clock.now(), limit):
         run = store.get_run(timer.run_id)
-        if run.status == "paused":
+        if run.status == RunStatus.PAUSED:
             continue  # an operator paused the run: the timer fires when it is resumed
         if is_verification(timer):  # a lookup of a retried operation, whatever the state
             outcome = verify_check(runner, timer, run)
             if outcome not in ("busy", "left"):
                 fired.append(Fired(timer, None, outcome))
             continue
-        if run.state != timer.state or run.status == "cancelled":
+        if run.state != timer.state or run.status == RunStatus.CANCELLED:
             store.discard_timer(timer.id, runner.clock.now())
             fired.append(Fired(timer, run, "stale"))
             continue
         spec = runner.spec_of(run)
         change = runner.change(run)
         change.fire_timer = timer.id
-        change.event("timer", event=timer.event, due_at=timer.due_at)
+        change.event(EventKind.TIMER, event=timer.event, due_at=timer.due_at)
         try:
             moved = runner.move(run, spec, timer.event, change)
         except VersionConflict:

@@ -1,8 +1,9 @@
 """The store's modules sit in layers, with no import going back up (so no circle).
 
-At the bottom, ``records``, ``tables`` and ``dialects`` import no other module of the store;
-above them the writers (``writer``, then ``sqlite`` and ``postgres``, which extend it); on top,
-``store``. Outside the store they may import only the package's errors, clock and settings.
+At the bottom, ``context``, ``tables`` and ``dialects`` import no other module of the store,
+and ``records`` only ``context``; above them the writers (``writer``, then ``sqlite`` and
+``postgres``, which extend it); on top, ``store``. Outside the store they may import only the
+package's ground floor: its errors, clock, settings and words.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ PACKAGE = "ratchet_runner"
 
 #: Each module of the store, and the modules of the store it may import.
 LAYERS: dict[str, set[str]] = {
-    "records": set(),
+    "context": set(),
+    "records": {"context"},
     "tables": set(),
     "dialects": set(),
     "writer": {"records", "tables", "dialects"},
@@ -29,7 +31,7 @@ LAYERS: dict[str, set[str]] = {
     "stats": {"tables"},
     "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres", "bell", "stats"},
 }
-OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings"}
+OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings", f"{PACKAGE}.words"}
 
 
 def _absolute(node: ast.ImportFrom) -> str:

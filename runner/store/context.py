@@ -1,0 +1,119 @@
+"""A run's context: what a run keeps beside its state from one move to the next.
+
+The ``runs`` row holds it as plain JSON, and :class:`RunContext` is the type of that JSON: a
+``TypedDict``, so the object a move reads and writes *is* the stored dict. Nothing converts it
+on the way in or out, so a context is stored exactly as it was before it was typed (its keys in
+the order they were written, a key absent or ``null`` as it was) and a row written by any
+earlier Ratchet loads as it is. Every key is optional: a run has what its moves have written.
+
+Which module writes each key: the runner (on creation), ``timers``, ``controls``, ``drive``,
+``approvals``, ``budget``, ``write_ahead``, ``providers``, ``protocol``, ``compensation``,
+``verify``, ``duplicates`` and ``undo_extra`` of the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict, cast
+
+
+class Budget(TypedDict, total=False):
+    """What a run has spent of its budget (``budget.max_attempts``, ``budget.max_cost``)."""
+
+    attempts: int
+    cost: float
+
+
+class FailedStep(TypedDict):
+    """A step that failed with an error (not an outcome): the run waits for a person."""
+
+    state: str
+    code: str
+    error: str
+
+
+class Verification(TypedDict):
+    """The schedule of an operation sent again at a provider that keeps no key register: looked
+    up every ``every`` seconds until ``until``, ``checks`` made so far."""
+
+    every: float
+    until: float
+    checks: int
+
+
+class HeldFrom(TypedDict, total=False):
+    """Where a run was when a duplicate was first found: ``ratchet ops retry`` returns it there."""
+
+    state: str
+    status: str
+
+
+class RunContext(TypedDict, total=False):
+    """A run's context, as stored (see the module docstring)."""
+
+    # -- written when the run is created ------------------------------------------------------
+    #: The Ratchet that created the run.
+    ratchet_version: str
+    #: The binding the run started under: its name and digest, never a secret.
+    binding: dict[str, Any]
+    #: The strategy a run was started with, when not the protocol (``naive``), kept so that
+    #: whoever drives it on drives it the same way.
+    strategy: str
+
+    # -- where it waits -----------------------------------------------------------------------
+    #: The state whose timers are armed.
+    timers_of: str
+    #: The pause record of the pause or wait state the run stands in.
+    pause: dict[str, Any]
+    #: The status a paused run had (``ratchet ops pause``), to resume to.
+    paused_from: str
+    #: When the run is next to be taken up (a back-off, a settle window), or None.
+    wake_at: float | None
+    #: The step that failed with an error, until ``ratchet ops retry``.
+    failed_step: FailedStep
+
+    # -- its effects ----------------------------------------------------------------------------
+    #: Every operation ID the run has recorded, in the order written.
+    operations: list[str]
+    #: Operation ID to the latest moment its request may have been sent (epoch seconds).
+    sent_by: dict[str, float]
+    #: Effect name to the receipt of its done forward operation.
+    receipts: dict[str, dict[str, Any]]
+    #: The done forward operations, in the order they were done (the saga undoes them newest
+    #: first).
+    completed: list[str]
+    #: Attempts an operator granted, by operation ID (``ratchet ops retry``).
+    grants: dict[str, int]
+    #: Operation ID to how many times its step was left for later because its request could not
+    #: be sent before its deadline (the attempt given back, never counted).
+    unsent: dict[str, int]
+    #: What the run has spent.
+    budget_used: Budget
+    #: The decision last recorded.
+    approval: dict[str, Any]
+    #: The operations being verified, by operation ID.
+    verifying: dict[str, Verification]
+
+    # -- undoing --------------------------------------------------------------------------------
+    #: The compensations done, in order.
+    undone: list[str]
+    #: The forward operations the saga does not undo: found not made, or with no undo
+    #: registered.
+    skipped_undo: list[str]
+    #: Those of them whose change stays made (their undo is impossible): left to a person.
+    cannot_undo: list[str]
+
+    # -- a change found made more than once -----------------------------------------------------
+    #: Each duplicate found: the operation, the change kept, the extra ones and their undos.
+    duplicates: list[dict[str, Any]]
+    #: The undos of extra changes still to make, oldest first.
+    duplicate_undo: list[str]
+    #: Where the run was when the first duplicate was found.
+    duplicate_was: HeldFrom
+    #: The undos of extra changes that failed, with why.
+    duplicate_undo_failed: dict[str, str]
+
+
+def without(context: RunContext, *keys: str) -> RunContext:
+    """``context`` without ``keys``, the others as they were and in their order."""
+    # Every key of a context is optional, so any of them left out is still a context.
+    return cast(RunContext, {k: v for k, v in context.items() if k not in keys})
