@@ -109,6 +109,7 @@ ONLY: tuple[tuple[str, tuple[str, ...], str], ...] = (
             "ratchet_runner.errors",
             "ratchet_runner.clock",
             "ratchet_runner.settings",
+            "ratchet_runner.words",
         ),
         "serve imports only the public API, the session, review.views and the ground floor",
     ),
