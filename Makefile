@@ -41,9 +41,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy | sed -e 's#$(LINKS)/#runner/#'; exit $${PIPESTATUS[0]}
 
 # One worker per core, each test file on one worker (a file's fixtures, ports and shared homes
-# stay in one process); every PostgreSQL test makes its own schema.
+# stay in one process); every PostgreSQL test makes its own schema. The ten slowest are named at
+# the end (the simulation's figures too), so CI shows where its time goes.
 unit: $(STAMP)
-	$(BIN)/pytest -n auto --dist loadfile
+	$(BIN)/pytest -n auto --dist loadfile --durations=10
 
 test: lint typecheck unit
 

@@ -115,8 +115,19 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(line)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Under pytest-xdist (``make test``), the summary lines a worker's tests kept, brought back
+    to the process that prints the summary (they were lost there before)."""
+    SUMMARY.extend(getattr(node, "workeroutput", {}).get("ratchet_summary", []))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Drop the schemas this session made."""
+    """Hand this worker's summary lines to the controller (under pytest-xdist); drop the
+    schemas this session made."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ratchet_summary"] = list(SUMMARY)
     if not _SCHEMAS:
         return
     engine = create_engine(PG_URL, connect_args={"connect_timeout": 3})
