@@ -109,6 +109,7 @@ ONLY: tuple[tuple[str, tuple[str, ...], str], ...] = (
             "ratchet_runner.errors",
             "ratchet_runner.clock",
             "ratchet_runner.settings",
+            "ratchet_runner.words",
         ),
         "serve imports only the public API, the session, review.views and the ground floor",
     ),
@@ -428,6 +429,7 @@ def test_what_the_rules_allow_is_not_reported() -> None:
         "ratchet_runner.serve.acting": "from ..review.views import pending_request",
         "ratchet_runner.serve.run": "from ..session import Session",
         "ratchet_runner.serve.openapi": "from ..settings import VERSION",
+        "ratchet_runner.serve.console": "from ..words import RunStatus",
     }
     assert forbidden_imports(allowed) == []
 
