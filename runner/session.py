@@ -31,7 +31,8 @@ from ratchet_runner.adapters.practice import PracticeWorld, check_fixture
 
 from .clock import Clock, SystemClock
 from .errors import StoreError
-from .settings import ENV_DB, home_folder
+from .settings import ENV_DB
+from .store.home import home_folder
 
 if TYPE_CHECKING:
     from ratchet_runner.adapters.practice.http import PracticeServer
@@ -81,7 +82,7 @@ class Session:
     under ``$RATCHET_HOME`` (default ``./.ratchet``). ``home`` is where the practice world lives
     (default: ``$RATCHET_HOME``, else ``./.ratchet``). ``clock``, when given, is the
     clock of every runner (``RATCHET_NOW`` is then not consulted); else each store's command clock
-    (:func:`~ratchet_runner.clock.command_clock`, read from ``environ``). ``bindings``: the
+    (:func:`~ratchet_runner.store.home.command_clock`, read from ``environ``). ``bindings``: the
     binding file to resolve adapters through (default: looked for, see the module docstring;
     ``spec``: the spec file, beside which ``ratchet.toml`` is looked for)."""
 
@@ -227,8 +228,8 @@ class Session:
         the system clock. ``RATCHET_NOW`` on another store is refused (:class:`UsageError`)."""
         if self._given_clock is not None:
             return self._given_clock
-        from .clock import command_clock
         from .store.dialects import redact
+        from .store.home import command_clock
 
         clock, overridden = command_clock(self._environ, store.is_practice, redact(store.url))
         store.stamp_real_time = overridden
@@ -333,24 +334,36 @@ class Session:
         return PracticeServer(self.writable_world(), host, port)
 
     def resolution(self, store: Store | None = None) -> tuple[AdapterFactory, Resolution]:
-        """How a runner on ``store`` (default: the session's) resolves adapters: through the
-        session's binding; else, on a practice store, the spec's kinds in the practice world;
-        else not at all (every run refused before it is created, none driven)."""
+        """How a runner on ``store`` (default: the session's) resolves adapters, with the
+        admission check a spec passes before a run of it is created: through the session's
+        binding; else, on a practice store, the spec's kinds in the practice world; else not at
+        all (every run refused before it is created, none driven)."""
+        from .binding.check import admit, check, kinds_unserved, unbound
         from .binding.files import place_for, searched
-        from .binding.resolve import resolve
+        from .binding.resolve import bound, refusing, spec_kinds
+        from .engine.resolution import SPEC_KINDS, Resolution
         from .store.dialects import redact
 
         on = self.store if store is None else store
         binding = self.binding
         if self._place is None:
             self._place = place_for(binding, self.writable_world, self._environ)
-        return resolve(
-            binding,
-            practice=binding is None and on.is_practice(),
-            place=self._place,
-            looked=searched(self._spec_path),
-            store=redact(on.url),
+        place, looked = self._place, searched(self._spec_path)
+        if binding is not None:
+            return bound(binding, place), Resolution(
+                stamp=binding.stamp,
+                admit=lambda spec: admit(check(spec, binding, place)),
+                semantics=lambda adapter: binding.semantics_of(adapter.name),
+            )
+        if on.is_practice():
+            return spec_kinds(place), Resolution(
+                stamp=SPEC_KINDS, admit=lambda spec: admit(kinds_unserved(spec, looked))
+            )
+        why = (
+            f"no binding file was found (looked for {looked}), and the store {redact(on.url)} is "
+            "not a practice store: only a practice store runs a spec's adapters as their kinds"
         )
+        return refusing(why), Resolution(missing=why, admit=lambda spec: admit(unbound(spec, why)))
 
     # -- practising ------------------------------------------------------------------------------
 

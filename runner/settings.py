@@ -1,17 +1,18 @@
 """Names and places shared by the command line and the runner, kept free of heavy imports so
-that ``ratchet validate`` starts quickly."""
+that ``ratchet validate`` starts quickly.
+
+On the ground floor, it imports nothing of the package: what refuses a value with an error
+lives with its user (the home folder in :mod:`ratchet_runner.store.home`, ``--data`` and
+``--interrupt`` in the command line's options); what only says why a value is wrong
+(:func:`name_problem`, :func:`unstorable`) stays here."""
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import re
 from typing import TYPE_CHECKING, Any
-
-from .errors import UsageError
-from .words import RunStatus
 
 if TYPE_CHECKING:  # pathlib is imported when a path is made: the command line starts without it
     from pathlib import Path
@@ -144,49 +145,6 @@ def unstorable(value: Any, where: str = "") -> str | None:
     return None
 
 
-def _no_constant(name: str) -> Any:
-    raise UsageError(f"{name} is not a finite number (JSON has no {name})")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise UsageError(f"{text} is not a finite number: too large (the largest is about 1.8e308)")
-    return number
-
-
-def json_object(text: str) -> dict[str, Any]:
-    """``text`` as a JSON object (``--data``); else a :class:`UsageError` that says why. Numbers
-    must be finite (no ``NaN``, ``Infinity``, or ``1e400``, which Python would read as
-    infinity) and text valid Unicode (no lone surrogate such as ``"\\ud800"``): what no store
-    keeps the same way is refused here, before anything is written."""
-    try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"not JSON: {exc}") from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise UsageError(f"not usable JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise UsageError("must be a JSON object")
-    problem = unstorable(value, "")
-    if problem is not None:
-        raise UsageError(problem)
-    return value
-
-
-def interrupt_point(value: str) -> str:
-    """``POINT[:EFFECT]`` as ``--interrupt`` takes it, checked: POINT is one of
-    :data:`INTERRUPT_POINTS` (else a :class:`UsageError`)."""
-    point = value.partition(":")[0]
-    if point not in INTERRUPT_POINTS:
-        raise UsageError(f"{point!r} is not one of {', '.join(INTERRUPT_POINTS)}")
-    return value
-
-
-#: A run's statuses (docs/explanation/lifecycle.md), as the plain words ``--status`` offers (click
-#: would offer an enum's member names).
-RUN_STATUSES = tuple(status.value for status in RunStatus)
-
 #: The operator controls (``ratchet ops ACTION``).
 OPERATOR_ACTIONS = ("pause", "resume", "cancel", "retry", "reconcile", "compensate")
 
@@ -203,45 +161,3 @@ def home() -> Path:
     from pathlib import Path
 
     return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME)
-
-
-def _limit(name: str, fallback: int) -> int:
-    try:
-        return int(os.pathconf("/", name))
-    except (OSError, ValueError):
-        return fallback
-
-
-def home_folder(path: Path | None = None) -> Path:
-    """The home folder ``path`` (default: :func:`home`), made if it is missing; a
-    :class:`UsageError` that says why when it cannot be a folder: a regular file (or a file on
-    the way to it), a name or a path too long for the file system, text that is not UTF-8.
-    Nothing is made when the path is too long."""
-    where = home() if path is None else path
-    text = str(where)
-    named = f"the home folder '{shown(text, 100)}' (RATCHET_HOME)"
-    if not is_unicode(text):
-        raise UsageError(f"{named} is not valid UTF-8")
-    longest_name = _limit("PC_NAME_MAX", 255)
-    for part in where.parts:
-        if len(os.fsencode(part)) > longest_name:
-            raise UsageError(
-                f"{named} has a name of {len(os.fsencode(part)):,} bytes: the file system "
-                f"takes at most {longest_name}"
-            )
-    longest_path = _limit("PC_PATH_MAX", 4096)
-    if len(os.fsencode(os.path.abspath(where))) + len("/practice.db-wal") >= longest_path:
-        raise UsageError(
-            f"{named} is {len(os.fsencode(os.path.abspath(where))):,} bytes long: with the "
-            f"files in it, more than the {longest_path} the file system takes"
-        )
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"{named} is not a folder: a file of that name is in the way") from None
-    except OSError as exc:
-        why = "too long" if exc.errno == errno.ENAMETOOLONG else exc.strerror or str(exc)
-        raise UsageError(f"{named} cannot be made: {why}") from None
-    if not where.is_dir():
-        raise UsageError(f"{named} is not a folder")
-    return where

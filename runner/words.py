@@ -28,6 +28,10 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+#: A run's statuses (docs/explanation/lifecycle.md), as the plain words ``--status`` offers (click
+#: would offer an enum's member names).
+RUN_STATUSES = tuple(status.value for status in RunStatus)
+
 #: The statuses of a run that has ended: nothing more is driven in it.
 ENDED = (RunStatus.DONE, RunStatus.CANCELLED)
 

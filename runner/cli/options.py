@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import CommandLineError, UsageError
-from ..settings import MAX_NAME, interrupt_point, is_unicode, name_problem, shown
+from ..settings import INTERRUPT_POINTS, MAX_NAME, is_unicode, name_problem, shown, unstorable
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from ..engine.commands import CommandResult
@@ -86,6 +86,45 @@ def hinted(option: str) -> Iterator[None]:
         yield
     except UsageError as exc:
         raise click.BadParameter(exc.message, param_hint=option) from None
+
+
+def _no_constant(name: str) -> Any:
+    raise UsageError(f"{name} is not a finite number (JSON has no {name})")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise UsageError(f"{text} is not a finite number: too large (the largest is about 1.8e308)")
+    return number
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object (``--data``); else a :class:`UsageError` that says why. Numbers
+    must be finite (no ``NaN``, ``Infinity``, or ``1e400``, which Python would read as
+    infinity) and text valid Unicode (no lone surrogate such as ``"\\ud800"``): what no store
+    keeps the same way is refused here, before anything is written."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"not JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise UsageError(f"not usable JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError("must be a JSON object")
+    problem = unstorable(value, "")
+    if problem is not None:
+        raise UsageError(problem)
+    return value
+
+
+def interrupt_point(value: str) -> str:
+    """``POINT[:EFFECT]`` as ``--interrupt`` takes it, checked: POINT is one of
+    :data:`~ratchet_runner.settings.INTERRUPT_POINTS` (else a :class:`UsageError`)."""
+    point = value.partition(":")[0]
+    if point not in INTERRUPT_POINTS:
+        raise UsageError(f"{point!r} is not one of {', '.join(INTERRUPT_POINTS)}")
+    return value
 
 
 def checked(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:

@@ -14,11 +14,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ratchet_runner.adapters.practice.faults import FAULT_KINDS, parse_fault
-from ratchet_runner.settings import (
-    OPERATOR_ACTIONS,
-    RUN_STATUSES,
-    json_object,
-)
+from ratchet_runner.settings import OPERATOR_ACTIONS
+from ratchet_runner.words import RUN_STATUSES
 
 from .options import (
     JSON_OPTION,
@@ -32,6 +29,7 @@ from .options import (
     emit_json,
     finite_seconds,
     hinted,
+    json_object,
     named,
     report_result,
     say,

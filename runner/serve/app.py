@@ -131,7 +131,7 @@ def whoami(_request: Request, _service: Service, operator: Operator) -> Any:
 
 def list_runs(request: Request, service: Service, _operator: Operator) -> Any:
     from ..review.views import run_json
-    from ..settings import RUN_STATUSES
+    from ..words import RUN_STATUSES
 
     status = request.query_params.get("status") or None
     if status is not None and status not in RUN_STATUSES:

@@ -133,7 +133,7 @@ def _age(text: str) -> float | None:
 
 def runs_page(request: Request, service: Service, _session: Session) -> Response:
     """The runs, newest first, by workflow, status, business key and age (older than)."""
-    from ..settings import RUN_STATUSES
+    from ..words import RUN_STATUSES
 
     params = request.query_params
     chosen = {key: params.get(key, "").strip() for key in ("workflow", "status", "key", "age")}

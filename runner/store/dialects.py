@@ -32,7 +32,8 @@ from sqlalchemy.pool import Pool
 
 from ..clock import Clock
 from ..errors import StoreError
-from ..settings import ENV_DB, home_folder
+from ..settings import ENV_DB
+from .home import home_folder
 
 #: A pooled PostgreSQL connection idle for longer than this is pinged before it is used again
 #: (one that is in steady use is not: a ping per checkout would double a commit's round trips).

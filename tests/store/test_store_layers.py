@@ -1,9 +1,9 @@
 """The store's modules sit in layers, with no import going back up (so no circle).
 
-At the bottom, ``context``, ``tables`` and ``dialects`` import no other module of the store,
-and ``records`` only ``context``; above them the writers (``writer``, then ``sqlite`` and
-``postgres``, which extend it); on top, ``store``. Outside the store they may import only the
-package's ground floor: its errors, clock, settings and words.
+At the bottom, ``context``, ``tables`` and ``home`` import no other module of the store,
+``dialects`` only ``home``, and ``records`` only ``context``; above them the writers
+(``writer``, then ``sqlite`` and ``postgres``, which extend it); on top, ``store``. Outside the
+store they may import only the package's ground floor: its errors, clock, settings and words.
 """
 
 from __future__ import annotations
@@ -22,14 +22,25 @@ LAYERS: dict[str, set[str]] = {
     "context": set(),
     "records": {"context"},
     "tables": set(),
-    "dialects": set(),
-    "writer": {"records", "tables", "dialects"},
-    "sqlite": {"records", "tables", "dialects", "writer"},
-    "postgres": {"records", "tables", "dialects", "writer"},
+    "home": set(),
+    "dialects": {"home"},
+    "writer": {"records", "tables", "home", "dialects"},
+    "sqlite": {"records", "tables", "home", "dialects", "writer"},
+    "postgres": {"records", "tables", "home", "dialects", "writer"},
     "bell": {"records"},
     "watch": {"bell"},
     "stats": {"tables"},
-    "store": {"records", "tables", "dialects", "writer", "sqlite", "postgres", "bell", "stats"},
+    "store": {
+        "records",
+        "tables",
+        "home",
+        "dialects",
+        "writer",
+        "sqlite",
+        "postgres",
+        "bell",
+        "stats",
+    },
 }
 OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings", f"{PACKAGE}.words"}
 

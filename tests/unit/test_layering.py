@@ -76,14 +76,22 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "engine imports nothing from worker, review, serve, or cli",
     ),
     (
+        "ratchet_runner.binding",
+        (
+            "ratchet_runner.engine",
+            "ratchet_runner.worker",
+            "ratchet_runner.review",
+            "ratchet_runner.session",
+            "ratchet_runner.serve",
+            "ratchet_runner.cli",
+        ),
+        "binding stands beside the engine: it imports nothing from engine, worker, review, "
+        "session, serve, cli",
+    ),
+    (
         "ratchet_runner.adapters",
         (PACKAGE,),
         "adapters import nothing of the package but its errors module",
-    ),
-    (
-        "ratchet_runner.errors",
-        (PACKAGE,),
-        "the errors module imports nothing else of the package",
     ),
     (
         PACKAGE,
@@ -115,12 +123,24 @@ ONLY: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
 )
 
-#: The longest chain of imports between parts the house may have (see :func:`depth`): errors;
-#: clock and settings; the store; the engine; the worker, the binding and the read models;
-#: the session; ``ratchet check``, the public API and the service; the command line.
-MAX_DEPTH = 8
+#: The longest chain of imports between parts the house may have (see :func:`longest_chain`):
+#: the ground floor; the store, the spec and the adapters; the engine and the binding; the
+#: worker and the read models; the session; ``ratchet check``, the public API and the service;
+#: the command line.
+MAX_DEPTH = 7
 
-#: Imports a rule allows although the part they name is forbidden to its importer.
+#: The ground floor: one storey, each module importing nothing of the package, so that
+#: everything may import it (an adapter or a plugin ``ratchet_runner.errors`` alone).
+GROUND = (
+    "ratchet_runner.errors",
+    "ratchet_runner.words",
+    "ratchet_runner.clock",
+    "ratchet_runner.settings",
+)
+GROUND_RULE = "the ground floor (errors, words, clock, settings) imports nothing of the package"
+
+#: Imports a rule allows although the part they name is forbidden to its importer (but to the
+#: ground floor, which imports nothing).
 ALLOWED = ("ratchet_runner.errors",)
 
 #: (the importer, the part it imports): the importers a rule's part has (the command line's
@@ -175,6 +195,9 @@ def forbidden_imports(sources: dict[str, str]) -> list[str]:
     broken: list[str] = []
     for module, source in sorted(sources.items()):
         for target in sorted(imported_modules(module, source)):
+            if module in GROUND and part_of(target) != module:
+                broken.append(f"{module} imports {target}: {GROUND_RULE}")
+                continue
             if any(_within(target, allowed) for allowed in ALLOWED):
                 continue
             for part, banned, words in RULES:
@@ -317,7 +340,7 @@ def test_the_house_is_no_deeper_than_its_pin() -> None:
         ("ratchet_runner.store.records", "from ..engine.runner import Runner", "engine store"),
         ("ratchet_runner.session", "from .serve import run", "serve session"),
         ("ratchet_runner.review.views", "from ..session import Session", "review session"),
-        ("ratchet_runner.errors", "from ratchet_runner.clock import Clock", "clock errors"),
+        ("ratchet_runner.errors", "from .store.home import home_folder", "errors store"),
     ],
 )
 def test_an_import_that_closes_a_circle_is_caught(module: str, source: str, circle: str) -> None:
@@ -394,7 +417,12 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.engine.runner", "from ratchet_runner.worker.pool import Pool", "engine"),
         ("ratchet_runner.engine.lifecycle", "from ratchet_runner import cli", "engine"),
         ("ratchet_runner.adapters.practice", "from ratchet_runner.clock import Clock", "adapters"),
-        ("ratchet_runner.errors", "from ratchet_runner.settings import home", "errors module"),
+        ("ratchet_runner.errors", "from ratchet_runner.settings import home", "ground floor"),
+        ("ratchet_runner.clock", "from .errors import UsageError", "ground floor"),
+        ("ratchet_runner.settings", "from .words import RunStatus", "ground floor"),
+        ("ratchet_runner.words", "from ratchet_runner import errors", "ground floor"),
+        ("ratchet_runner.binding.resolve", "from ..engine.resolution import Resolution", "beside"),
+        ("ratchet_runner.binding.check", "from ..session import Session", "binding stands"),
         ("ratchet_runner.check.cases", "from ratchet_runner.cli import main", "imports cli"),
         ("ratchet_runner.review.views", "from ratchet_runner.cli.options import How", "cli"),
         ("ratchet_runner.session", "from .cli import options", "imports cli"),
@@ -429,6 +457,9 @@ def test_what_the_rules_allow_is_not_reported() -> None:
         "ratchet_runner.serve.acting": "from ..review.views import pending_request",
         "ratchet_runner.serve.run": "from ..session import Session",
         "ratchet_runner.serve.openapi": "from ..settings import VERSION",
+        "ratchet_runner.serve.console": "from ..words import RunStatus",
+        "ratchet_runner.binding.resolve": "from ..spec.model import Adapter",
+        "ratchet_runner.store.home": "from ..clock import ENV_NOW",
     }
     assert forbidden_imports(allowed) == []
 

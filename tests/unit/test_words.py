@@ -10,11 +10,10 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.engine import commands
 from ratchet_runner.engine.controls import operate
-from ratchet_runner.settings import RUN_STATUSES
 from ratchet_runner.store.context import RunContext
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
-from ratchet_runner.words import EventKind, OperationStatus, RunStatus
+from ratchet_runner.words import RUN_STATUSES, EventKind, OperationStatus, RunStatus
 from tests.conftest import MakeRunner, spec_and_text
 
 
