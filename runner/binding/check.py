@@ -10,6 +10,9 @@ table (``B102`` to ``B205``), or, for an adapter the file does not bind, at the 
 once; a spec with no binding found, against the practice world (an adapter of a kind it does not
 serve is ``B201``, as ``ratchet run`` would say). :func:`admit` raises the findings as
 :class:`~ratchet_runner.errors.BindingInvalid`, which is how a run is refused before it is created.
+
+Over 400 lines: one concern, checking a binding against a spec, every B code with its own
+located message.
 """
 
 from __future__ import annotations

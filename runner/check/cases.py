@@ -18,6 +18,9 @@ case injects its own. Only effects the example reaches are checked.
 HTTP on 127.0.0.1 for the whole case and calls it through the real HTTP adapter, made from the
 binding's settings (:mod:`~ratchet_runner.check.http`); a ``--kill`` child gets the
 binding and the server's URL. Every window and fault acts as in-process.
+
+Over 400 lines: one concern, the cases of ``ratchet check``: which to run, and running each (in
+process, killed, over HTTP).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from ratchet_runner.adapters.base import Adapter, Call, LookupResult, Outcome, S
 from ratchet_runner.adapters.practice import PracticeWorld
 
 from ..clock import FakeClock
-from ..engine.approvals import decide, pending_request
+from ..engine.approvals import pending_request
+from ..engine.deciding import decide
 from ..engine.providers import ask, declared_by
 from ..engine.runner import Runner
 from ..errors import ApprovalError, RatchetError, UsageError

@@ -1,11 +1,12 @@
 """The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
 
 The group and the entry point: every command is one click command in the module of the
-front it serves (:mod:`.specs`: the spec's commands; :mod:`.runs`: the run commands;
-:mod:`.serving`: ``worker``, ``serve``, ``token`` and ``practice serve``), sharing the options and
-the output helpers of :mod:`.options`; everything else is the library's. A command imports the
-library modules it uses when it runs, so that ``ratchet --version`` and every ``--help`` import
-no spec machinery, store or diagram (docs/performance.md, "Starting the command").
+front it serves (:mod:`.specs`: the spec's commands; :mod:`.runs`: the commands that change a
+run; :mod:`.reading`: those that read runs; :mod:`.serving`: ``worker``, ``serve``, ``token``
+and ``practice serve``), sharing the options and the output helpers of :mod:`.options`;
+everything else is the library's. A command imports the library modules it uses when it runs,
+so that ``ratchet --version`` and every ``--help`` import no spec machinery, store or diagram
+(docs/performance.md, "Starting the command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -24,7 +25,7 @@ import click
 from ratchet_runner import __version__
 from ratchet_runner.errors import RatchetError
 
-from . import runs, serving, specs
+from . import reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -55,7 +56,7 @@ def cli() -> None:
     configure()  # the library's log to stderr (worker, serve: --log-level, --log-format)
 
 
-for _command in (*specs.COMMANDS, *runs.COMMANDS, *serving.COMMANDS):
+for _command in (*specs.COMMANDS, *runs.COMMANDS, *reading.COMMANDS, *serving.COMMANDS):
     cli.add_command(_command)
 
 

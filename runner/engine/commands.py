@@ -272,7 +272,7 @@ def decide(
     """``ratchet approve`` / ``reject``: record the decision and drive the run on, under the
     run's lease; without ``drive``, record it and leave the run to the workers, whom the commit
     wakes. A refused decision changes nothing (:class:`~ratchet_runner.errors.ApprovalError`)."""
-    from .approvals import decide as record_decision
+    from .deciding import decide as record_decision
 
     def act(run: RunRecord) -> CommandResult:
         recorded = record_decision(runner, run.id, decision, actor, role, reason)

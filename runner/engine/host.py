@@ -6,7 +6,7 @@ adapters, a change fenced by the run's lease, a move by the transition table, th
 before a call, the clock a decision is judged by, and the in-process waits. The runner satisfies
 it (structurally: it does not name it), and so may a test double. :class:`RunHost` adds the spec
 version a run is pinned to, which recording a decision needs
-(:mod:`ratchet_runner.engine.approvals`).
+(:mod:`ratchet_runner.engine.deciding`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the runs waiting for a person, with what to do and the evidence.
 The one read model of the queue, for the CLI (``ratchet queue``), the HTTP API and the console.
 A decision waiting (:func:`decision`) carries the exact arguments and digest asked for, when the
 pause expires and how long an approval given now would stay valid, whether approving in each
-role would be taken (:func:`~ratchet_runner.engine.approvals.verdicts`, the checks approving
+role would be taken (:func:`~ratchet_runner.engine.deciding.verdicts`, the checks approving
 makes), and the evidence the approval declares (:mod:`~ratchet_runner.engine.evidence`).
 """
 
@@ -15,7 +15,8 @@ from typing import Any
 
 from ..store.records import RunRecord, latest_event
 from ..words import GAVE_UP, EventKind, OperationStatus, RunStatus
-from .approvals import pending_request, verdicts
+from .approvals import pending_request
+from .deciding import verdicts
 from .evidence import related
 from .runner import Runner
 

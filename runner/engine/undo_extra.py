@@ -57,19 +57,7 @@ class ExtraUndoStep(CompensationStep):
         reason: str,
         evidence: dict[str, Any] | None = None,
     ) -> RunRecord:
-        change = self._change()
-        if op.status != event:
-            change.operation_updates.append(
-                (op.operation_id, {"status": event, "last_error": reason})
-            )
-        change.event(
-            EventKind(event),
-            operation_id=op.operation_id,
-            effect=self.effect.name,
-            role=self.role,
-            reason=reason,
-            evidence=evidence or {},
-        )
+        change = self._ended_change(op, event, reason, evidence)
         self._taken_off(change, op, f"{event}: {reason}")
         self.run = self.host.store.commit(change)
         return self.run

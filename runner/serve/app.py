@@ -14,6 +14,9 @@ Errors are JSON with the CLI's codes: ``{"error": {"code": "R302", "message": ".
 
 Handlers are plain functions: Starlette runs them in its thread pool, and each thread gets one
 runner of its own over the service's one store.
+
+Over 400 lines: one concern, the API's routes, each a short handler over the commands and the
+read models.
 """
 
 from __future__ import annotations

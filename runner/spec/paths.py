@@ -14,7 +14,7 @@ runtime undoes a run's effects newest first in the order *that run* made them
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from .model import Effect, Row, Spec
@@ -80,17 +80,13 @@ def made_before(spec: Spec) -> dict[str, Known]:
     if spec.start not in spec.states:
         return {}
     known: dict[str, Known] = {spec.start: {}}
-    queue = deque([spec.start])
-    while queue:
-        state = queue.popleft()
-        for row in spec.rows_from(state):
-            if row.next_state not in spec.states:
-                continue
-            before = known.get(row.next_state)
-            after = join(before or {}, after_row(spec, row, known[state]))
-            if after != before:
-                known[row.next_state] = after
-                queue.append(row.next_state)
+
+    def carry(row: Row) -> bool:
+        before = known.get(row.next_state)
+        known[row.next_state] = join(before or {}, after_row(spec, row, known[row.state]))
+        return known[row.next_state] != before
+
+    _until_stable(spec, carry)
     return known
 
 
@@ -115,23 +111,35 @@ def histories_before(spec: Spec, limit: int = MAX_HISTORIES) -> dict[str, Histor
     if spec.start not in spec.states:
         return {}
     found: dict[str, Histories] = {spec.start: {(): {}}}
+
+    def carry(row: Row) -> bool | None:
+        into = found.setdefault(row.next_state, {})
+        changed = False
+        for order, before in list(found[row.state].items()):
+            after = after_row(spec, row, before)
+            next_order = history_after_row(spec, row, order, before)
+            joined = join(into.get(next_order, {}), after)
+            if into.get(next_order) != joined:
+                into[next_order] = joined
+                changed = True
+        return None if len(into) > limit else changed
+
+    return found if _until_stable(spec, carry) else None
+
+
+def _until_stable(spec: Spec, carry: Callable[[Row], bool | None]) -> bool:
+    """A fixed point over the transition graph from ``start``: ``carry(row)`` carries what is
+    known at the row's state into its next state and says whether that changed it; a state
+    changed is visited again (loops included) until nothing changes. ``carry`` returns None to
+    give up: False then."""
     queue = deque([spec.start])
     while queue:
-        state = queue.popleft()
-        for row in spec.rows_from(state):
+        for row in spec.rows_from(queue.popleft()):
             if row.next_state not in spec.states:
                 continue
-            into = found.setdefault(row.next_state, {})
-            changed = False
-            for order, before in list(found[state].items()):
-                after = after_row(spec, row, before)
-                next_order = history_after_row(spec, row, order, before)
-                joined = join(into.get(next_order, {}), after)
-                if into.get(next_order) != joined:
-                    into[next_order] = joined
-                    changed = True
-            if len(into) > limit:
-                return None
+            changed = carry(row)
+            if changed is None:
+                return False
             if changed and row.next_state not in queue:
                 queue.append(row.next_state)
-    return found
+    return True

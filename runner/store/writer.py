@@ -13,6 +13,9 @@ that its transactions take SQLite's write lock up front, and
 :class:`~ratchet_runner.store.postgres.PostgresWriter` writes what it can in one statement and
 comes back here for the rest. A transaction runs on ``engine`` with the execution option
 ``ratchet_write``, which tells a write transaction from a read.
+
+Over 400 lines: one concern, the store's writes, each one transaction, with the statements they
+run, built once.
 """
 
 from __future__ import annotations

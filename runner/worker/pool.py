@@ -13,12 +13,12 @@ operation before calling, and an in-flight call of the paused one carries the sa
 A database restart or failover kills every connection. No thread of the pool dies of it: each
 one (opening its store, firing timers, claiming, advancing a run, renewing leases) catches the
 failure, waits (capped exponential back-off with jitter, from the poll interval up to
-:data:`MAX_BACKOFF` seconds) and tries again with new connections. The pool counts such a time
-as one *outage* of the store: it logs one line when the store stops answering and one when it
-answers again, and its :class:`PoolReport` counts the outages and the seconds they lasted. A run
-whose step an outage interrupted is not a failed run: its lease is released (or runs out) and it
-is claimed again. Any other unexpected exception a thread meets is reported once, and the thread
-goes on.
+:data:`~ratchet_runner.worker.trouble.MAX_BACKOFF` seconds) and tries again with new
+connections. The pool counts such a time as one *outage* of the store: it logs one line when the
+store stops answering and one when it answers again, and its :class:`PoolReport` counts the
+outages and the seconds they lasted. A run whose step an outage interrupted is not a failed run:
+its lease is released (or runs out) and it is claimed again. Any other unexpected exception a
+thread meets is reported once, and the thread goes on.
 
 A run started under another binding than the pool's is left to a worker that has it: its lease is
 given back unchanged, and the pool's claims skip it for :data:`LEFT_FOR` seconds. A pool with no
@@ -31,23 +31,21 @@ lease is long enough, and the pool warns once per spec version. With ``refuse_sh
 that its lease covers the spec of every live run, and otherwise stops at once: :meth:`Pool.run`
 raises the refusal (:func:`~ratchet_runner.worker.passes.lease_refusal`).
 
-Over 500 lines: one concern, the pool's threads and what each of them may meet (an outage of the
-store, an unexpected error, a run left to another worker), which share the pool's lock, its
-report and its back-off; a step itself is :mod:`~ratchet_runner.worker.passes`'s.
+Over 400 lines: one concern, the pool's threads and what each of them may meet (an outage of the
+store, an unexpected error, a run left to another worker), which share the pool's lock and its
+report; a step itself is :mod:`~ratchet_runner.worker.passes`'s, telling what a thread met
+apart and its back-off :mod:`~ratchet_runner.worker.trouble`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
-
-from sqlalchemy import exc as sa_exc
 
 from ..engine.lease import Lease, Leases, owner_identity, validate_lease
 from ..engine.runner import Runner, RunnerOptions
@@ -64,14 +62,9 @@ from ..store.records import RunRecord
 from ..store.watch import Watch, watch_for
 from .outages import Outages
 from .passes import advance_leased, fire_due, lease_refusal, unbound_warning
+from .trouble import MIN_BACKOFF, backoff, connection_lost, describe, seconds_text, short
 
 LOG = logging.getLogger(__name__)
-
-#: The longest wait, in seconds, between two attempts to reach a store that does not answer.
-MAX_BACKOFF = 5.0
-
-#: The shortest wait, in seconds, after a failure (a pool that polls faster still waits this).
-MIN_BACKOFF = 0.05
 
 #: The shortest wait, in seconds, of an idle thread for the next due time.
 MIN_IDLE = 0.001
@@ -79,43 +72,6 @@ MIN_IDLE = 0.001
 #: How long, in seconds, the pool's claims skip a run it left to another worker (one with the
 #: run's binding, or with a longer lease).
 LEFT_FOR = 60.0
-
-#: Errors that say the database could not be reached or dropped the connection (as opposed to
-#: refusing a value or a statement): SQLAlchemy's wrappers, and the socket errors beneath them.
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.DisconnectionError,
-    sa_exc.TimeoutError,
-    ConnectionError,
-    TimeoutError,
-)
-
-#: The same, as the database drivers (psycopg, sqlite3) name them, when one escapes unwrapped.
-_DRIVER_CONNECTION_ERRORS = frozenset({"OperationalError", "InterfaceError"})
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc``, or an exception it was raised from or while handling, says that the
-    database could not be reached or dropped the connection: the server restarting or failing
-    over, a backend terminated, a network cut; not a value or a statement it refused."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, _CONNECTION_ERRORS):
-            return True
-        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
-            return True
-        if type(current).__name__ in _DRIVER_CONNECTION_ERRORS and type(
-            current
-        ).__module__.startswith(("psycopg", "sqlite3")):
-            return True
-        pending += [current.__cause__, current.__context__]
-    return False
 
 
 @dataclass
@@ -443,7 +399,7 @@ class Pool:
             watch = watch_for(runner.store, self._say, self.listen_url)
             self.watch = watch
         if watch is not None:
-            self._say(f"{watch.describe()}; polls every {_s(self.poll)} s as well")
+            self._say(f"{watch.describe()}; polls every {seconds_text(self.poll)} s as well")
             watch.start()
 
     def _warn_unbound(self, runner: Runner) -> None:
@@ -471,13 +427,6 @@ class Pool:
                 return
             self.stop.wait(min(left, MIN_BACKOFF))
 
-    def _backoff(self, failures: int) -> float:
-        """Seconds to wait after ``failures`` failures in a row: doubling from the poll interval
-        (at least :data:`MIN_BACKOFF`) up to :data:`MAX_BACKOFF`, with jitter (half to all)."""
-        base = max(MIN_BACKOFF, min(self.poll, MAX_BACKOFF))
-        ceiling = min(MAX_BACKOFF, base * 2.0 ** min(max(failures, 1) - 1, 16))
-        return random.uniform(ceiling / 2, ceiling)
-
     def _trouble(
         self, link: _Link, exc: BaseException, *, store_level: bool = False, run_id: str = ""
     ) -> float:
@@ -494,24 +443,23 @@ class Pool:
         )
         if not outage:
             link.wake = None
-            delay = self._backoff(link.failures)
-            where = _last_frame(exc)
-            what = f"unexpected {type(exc).__name__}: {_short(str(exc))}" + (
-                f" (at {where})" if where else ""
-            )
+            delay = backoff(self.poll, link.failures)
+            what = describe(exc)
             if f"{run_id} {what}" != link.unexpected:
                 link.unexpected = f"{run_id} {what}"
                 with self._lock:
                     self.report.failed.append((run_id, what))
                 run = f" with run {run_id}" if run_id else ""
-                self._warn(f"{link.name}{run}: {what}; the thread goes on in {_s(delay)} s")
+                self._warn(
+                    f"{link.name}{run}: {what}; the thread goes on in {seconds_text(delay)} s"
+                )
             return delay
-        delay = self._backoff(link.failures)
-        met = self.outages.met(link.epoch, link.began, _short(str(exc)), _s(delay))
+        delay = backoff(self.poll, link.failures)
+        met = self.outages.met(link.epoch, link.began, short(str(exc)), seconds_text(delay))
         if met.known:
             link.failures = 0  # it met an outage already known, now over or being retried
             link.wake = None
-            return self._backoff(1)
+            return backoff(self.poll, 1)
         link.wake = met.wake
         return delay
 
@@ -534,23 +482,3 @@ class Pool:
 
     def _warn(self, line: str) -> None:
         self._say(line, logging.WARNING)
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:.2f}" if seconds < 1 else f"{seconds:.1f}"
-
-
-def _short(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _last_frame(exc: BaseException) -> str:
-    """``file:line`` where ``exc`` was raised (its traceback's innermost frame)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None:
-        return ""
-    name = tb.tb_frame.f_code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return f"{name}:{tb.tb_lineno}"

@@ -22,7 +22,7 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import Clock, FakeClock, SystemClock
-from ratchet_runner.engine.approvals import decide
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import VersionConflict
 from ratchet_runner.store.records import RunRecord

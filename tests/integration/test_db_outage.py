@@ -37,7 +37,8 @@ from sqlalchemy import create_engine, text
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import SystemClock
-from ratchet_runner.engine.approvals import decide, pending_request
+from ratchet_runner.engine.approvals import pending_request
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import RatchetError
 from ratchet_runner.spec.model import Spec

@@ -19,8 +19,8 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock, SystemClock
-from ratchet_runner.engine.approvals import decide
 from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.engine.versions import migrate
 from ratchet_runner.errors import ApprovalError, OperatorRefused

@@ -206,7 +206,7 @@ def test_a_commit_under_no_lease_clears_an_expired_one(
     run, _ = runner.start(spec, text, spec.examples["T-90104"].input)
     store.claim_run(run.id, "worker-dead", 0.2, 0.0)
     time.sleep(0.3)
-    from ratchet_runner.engine.approvals import decide
+    from ratchet_runner.engine.deciding import decide
 
     decide(runner, run.id, "reject", "agent-7", None, "the customer withdrew")
     assert store.get_run(run.id).lease_owner is None

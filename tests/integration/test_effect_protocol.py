@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.engine.approvals import decide, pending_request, valid_approval
+from ratchet_runner.engine.approvals import pending_request, valid_approval
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.identity import evaluate_args, operation_id
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import ApprovalError, ApprovalStale

@@ -19,9 +19,9 @@ import pytest
 
 from ratchet_runner.adapters.http import HttpAdapter
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.approvals import decide
 from ratchet_runner.engine.compensation import outcome_unresolved
 from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.operator_queue import queue
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.model import Adapter as AdapterSpec

@@ -9,8 +9,9 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.approvals import decide, valid_approval
+from ratchet_runner.engine.approvals import valid_approval
 from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.operator_queue import queue
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.engine.versions import migrate

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 
 from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.engine.approvals import decide
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.errors import SpecError
 from ratchet_runner.spec.validate import load_stored_spec, validate_text
 from ratchet_runner.store.store import Store

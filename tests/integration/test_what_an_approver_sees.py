@@ -18,7 +18,7 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.approvals import decide, verdicts
+from ratchet_runner.engine.deciding import decide, verdicts
 from ratchet_runner.engine.evidence import digest_of, keys
 from ratchet_runner.engine.operator_queue import decision, decisions
 from ratchet_runner.engine.runner import Runner

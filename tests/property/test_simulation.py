@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from ratchet_runner.engine import protocol
-from ratchet_runner.engine.approvals import decide as record_decision
+from ratchet_runner.engine.deciding import decide as record_decision
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.engine.versions import migrate
 from ratchet_runner.spec.model import Spec

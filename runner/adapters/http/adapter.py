@@ -18,6 +18,9 @@ retry may reuse a key the provider keeps for ``key_retention`` seconds. A listin
 (:meth:`HttpAdapter.semantics`), and the runner waits that out from the time of the attempt,
 which it keeps with the run, before it believes "none listed". No request is sent once the
 call's deadline (``Call.deadline``) has passed.
+
+Over 400 lines: one concern, an operation sent and looked up over HTTP (a lookup endpoint, or a
+listing read page by page), with the checks made before a request leaves.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ receipt (holding the lookup's ``receipt_field``, or, without one, an operation's
 listing that does not list the operation ID is :class:`NotFound` only once the settle time
 after the call has passed. Every text kept (reasons, evidence, receipts) is redacted by the
 binding's :class:`~ratchet_runner.adapters.http.secrets.Credentials`.
+
+Over 400 lines: one concern, the classification table, every row of it and of a lookup's, which
+read best beside each other.
 """
 
 from __future__ import annotations

@@ -9,19 +9,20 @@ unknown, of the wrong type or out of range. Secrets are named here, never held: 
 listed, with the classification table they feed, in ``docs/reference/adapters.md`` ("The HTTP
 adapter").
 
-Over 500 lines: one concern, reading a binding's HTTP settings, every setting checked and
-named in its own message.
+Over 400 lines: one concern, reading a binding's HTTP settings, every setting checked and
+named in its own message; the checked reading of one table is :mod:`.table`'s.
 """
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 from ratchet_runner.errors import BindingError
+
+from .table import Table, kind, scale, template
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 #: What a remap may make of a status: the rows of the classification table.
@@ -176,119 +177,7 @@ class HttpSettings:
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
-class _Table:
-    """One table of the settings, read key by key; every problem names its setting."""
-
-    def __init__(self, data: Any, where: str, path: str = "") -> None:
-        self.where = where
-        self.path = path
-        if not isinstance(data, Mapping):
-            self.fail(path or "settings", f"must be a table, not {_kind(data)}")
-        self.data: Mapping[str, Any] = data
-
-    def name(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def fail(self, setting: str, problem: str) -> NoReturn:
-        raise BindingError(f"{self.where}: setting {setting!r} {problem}")
-
-    def only(self, *known: str) -> None:
-        for key in self.data:
-            if key not in known:
-                self.fail(self.name(str(key)), f"is unknown (known: {', '.join(known)})")
-
-    def text(self, key: str, default: str | None = None, *, required: bool = False) -> Any:
-        value = self.data.get(key, default)
-        if value is None:
-            return self.fail(self.name(key), "is required") if required else None
-        if not isinstance(value, str):
-            self.fail(self.name(key), f"must be a string, not {_kind(value)}")
-        return value
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> Any:
-        value = self.text(key, default, required=True)
-        if value not in choices:
-            self.fail(self.name(key), f"must be one of {', '.join(choices)}, not {value!r}")
-        return value
-
-    def seconds(self, key: str, default: float | None, *, zero: bool = False) -> Any:
-        value = self.data.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(self.name(key), f"must be a number of seconds, not {_kind(value)}")
-        if value < 0 or (value == 0 and not zero) or value != value or value == float("inf"):
-            bound = "zero or more" if zero else "more than zero"
-            self.fail(self.name(key), f"must be {bound} seconds, not {value!r}")
-        return float(value)
-
-    def integer(self, key: str, default: int | None, low: int, high: int) -> Any:
-        value = self.data.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            self.fail(self.name(key), f"must be a whole number from {low} to {high}, not {value!r}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if not isinstance(value, bool):
-            self.fail(self.name(key), f"must be true or false, not {_kind(value)}")
-        return bool(value)
-
-    def pointer(self, key: str, default: str | None = "", *, required: bool = False) -> Any:
-        value = self.text(key, default, required=required)
-        if value is not None and value != "" and not value.startswith("/"):
-            self.fail(
-                self.name(key), f"must be a JSON pointer ('' or starting with '/'): {value!r}"
-            )
-        return value
-
-    def pair(self, first: str, second: str) -> tuple[str | None, str | None]:
-        """Two settings that go together: both or neither."""
-        a, b = self.pointer(first, None), self.text(second)
-        if (a is None) != (b is None):
-            self.fail(
-                self.name(second if a is not None else first),
-                f"goes with {first!r} and {second!r}: set both or neither",
-            )
-        return a, b
-
-    def table(self, key: str) -> _Table | None:
-        value = self.data.get(key)
-        return None if value is None else _Table(value, self.where, self.name(key))
-
-
-def _kind(value: Any) -> str:
-    names = {bool: "a boolean", str: "a string", int: "a number", float: "a number"}
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return names.get(type(value), type(value).__name__)
-
-
-def _template(table: _Table, key: str, allowed: frozenset[str] | None) -> str:
-    """A path template: starts with '/'; ``{name}`` placeholders only (of ``allowed``, if
-    given); returns it unchanged."""
-    path: str = table.text(key, required=True)
-    if not path.startswith("/"):
-        table.fail(table.name(key), f"must start with '/': {path!r}")
-    try:
-        parts = list(string.Formatter().parse(path))
-    except ValueError as exc:
-        return table.fail(table.name(key), f"is no path template ({exc}): {path!r}")
-    for _, name, spec, conversion in parts:
-        if name is None:
-            continue
-        if spec or conversion or not name.isidentifier():
-            table.fail(table.name(key), f"has a placeholder that is no plain name: {path!r}")
-        if allowed is not None and name not in allowed:
-            table.fail(table.name(key), f"may name only {{operation_id}}, not {{{name}}}")
-    return path
-
-
-def _secret(table: _Table, stem: str, base_dir: Path | None) -> SecretSource:
+def _secret(table: Table, stem: str, base_dir: Path | None) -> SecretSource:
     """``STEM_env`` or ``STEM_file``: exactly one of them."""
     env, file = table.text(f"{stem}_env"), table.text(f"{stem}_file")
     if (env is None) == (file is None):
@@ -302,7 +191,7 @@ def _secret(table: _Table, stem: str, base_dir: Path | None) -> SecretSource:
     return SecretSource(file=_relative(Path(file), base_dir))
 
 
-def _auth(table: _Table, base_dir: Path | None) -> AuthSettings:
+def _auth(table: Table, base_dir: Path | None) -> AuthSettings:
     kind = table.choice("type", ("bearer", "basic"))
     if kind == "bearer":
         table.only("type", "token_env", "token_file")
@@ -314,7 +203,7 @@ def _auth(table: _Table, base_dir: Path | None) -> AuthSettings:
     return AuthSettings("basic", _secret(table, "password", base_dir), username)
 
 
-def _signing(table: _Table, base_dir: Path | None) -> SigningSettings:
+def _signing(table: Table, base_dir: Path | None) -> SigningSettings:
     table.only("header", "key_env", "key_file", "algorithm", "prefix")
     return SigningSettings(
         header=_header_name(table, "header", None),
@@ -324,27 +213,27 @@ def _signing(table: _Table, base_dir: Path | None) -> SigningSettings:
     )
 
 
-def _header_name(table: _Table, key: str, default: str | None) -> str:
+def _header_name(table: Table, key: str, default: str | None) -> str:
     name: str = table.text(key, default, required=True)
     if not name or not all(c.isalnum() or c in "-_" for c in name):
         table.fail(table.name(key), f"is no header name: {name!r}")
     return name
 
 
-def _operation(table: _Table) -> OperationSettings:
+def _operation(table: Table) -> OperationSettings:
     table.only("method", "path", "arguments", "receipt", "receipt_field")
     method = table.choice("method", METHODS, "POST")
     default_go = "query" if method in ("GET", "DELETE") else "json"
     return OperationSettings(
         method=method,
-        path=_template(table, "path", None),
+        path=template(table, "path", None),
         arguments=table.choice("arguments", ("json", "query"), default_go),
         receipt=table.pointer("receipt"),
         receipt_field=table.text("receipt_field", required=True),
     )
 
 
-def _lookup(table: _Table) -> Lookup:
+def _lookup(table: Table) -> Lookup:
     by = table.choice("by", ("endpoint", "listing"))
     common = ("by", "method", "path", "receipt", "receipt_field")
     method = table.choice("method", METHODS, "GET")
@@ -352,7 +241,7 @@ def _lookup(table: _Table) -> Lookup:
         table.only(
             *common, "not_found_status", "not_found_pointer", "not_found_equals", "every_change"
         )
-        path = _template(table, "path", frozenset({"operation_id"}))
+        path = template(table, "path", frozenset({"operation_id"}))
         if "{operation_id}" not in path:
             table.fail(table.name("path"), f"must hold {{operation_id}}: {path!r}")
         pointer, equals = table.pair("not_found_pointer", "not_found_equals")
@@ -390,7 +279,7 @@ def _lookup(table: _Table) -> Lookup:
         )
     return ListingLookup(
         method=method,
-        path=_template(table, "path", frozenset({"operation_id"})),
+        path=template(table, "path", frozenset({"operation_id"})),
         items=table.pointer("items"),
         reference=reference,
         receipt=table.pointer("receipt"),
@@ -404,7 +293,7 @@ def _lookup(table: _Table) -> Lookup:
     )
 
 
-def _names_table(table: _Table, key: str, *, pointers: bool) -> dict[str, str]:
+def _names_table(table: Table, key: str, *, pointers: bool) -> dict[str, str]:
     """A table of strings to argument names (``match``: item pointers; ``filter``: query
     parameters), each argument name a plain name."""
     inner = table.table(key)
@@ -424,12 +313,10 @@ def _remaps(data: Any, where: str) -> tuple[Remap, ...]:
     if data is None:
         return ()
     if not isinstance(data, list):
-        raise BindingError(
-            f"{where}: setting 'remap' must be an array of tables, not {_kind(data)}"
-        )
+        raise BindingError(f"{where}: setting 'remap' must be an array of tables, not {kind(data)}")
     remaps = []
     for i, entry in enumerate(data):
-        table = _Table(entry, where, f"remap[{i}]")
+        table = Table(entry, where, f"remap[{i}]")
         table.only("status", "outcome", "body_pointer", "body_equals")
         if "status" not in table.data:
             table.fail(table.name("status"), "is required")
@@ -445,16 +332,16 @@ def _remaps(data: Any, where: str) -> tuple[Remap, ...]:
     return tuple(remaps)
 
 
-def _named(table: _Table | None, read: Any) -> dict[str, Any]:
+def _named(table: Table | None, read: Any) -> dict[str, Any]:
     if table is None:
         return {}
     return {
-        str(name): read(_Table(value, table.where, table.name(str(name))))
+        str(name): read(Table(value, table.where, table.name(str(name))))
         for name, value in table.data.items()
     }
 
 
-def _headers(table: _Table | None) -> dict[str, str]:
+def _headers(table: Table | None) -> dict[str, str]:
     if table is None:
         return {}
     headers = {}
@@ -477,7 +364,7 @@ def parse_settings(data: Any, *, name: str = "http", base_dir: Path | None = Non
     naming the first wrong setting. Relative secret and CA files are taken from ``base_dir``
     (the binding file's folder), when given."""
     where = f"binding {name!r}"
-    top = _Table(data, where)
+    top = Table(data, where)
     top.only(
         "base_url",
         "operations",
@@ -532,16 +419,8 @@ def parse_settings(data: Any, *, name: str = "http", base_dir: Path | None = Non
         auth=None if auth is None else _auth(auth, base_dir),
         signing=None if signing is None else _signing(signing, base_dir),
         remaps=_remaps(top.data.get("remap"), where),
-        timeout_scale=_scale(top, "timeout_scale"),
+        timeout_scale=scale(top, "timeout_scale"),
     )
-
-
-def _scale(table: _Table, key: str) -> float:
-    """A factor above 0 and at most 1 (default 1)."""
-    value = table.data.get(key, 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        table.fail(key, f"must be a number above 0 and at most 1, not {value!r}")
-    return float(value)
 
 
 def _relative(path: Path, base_dir: Path | None) -> Path:

@@ -1,4 +1,5 @@
-"""The practice database: the one SQLite file the practice world keeps, and how it is opened.
+"""The practice database: the one SQLite file the practice world keeps, its tables, and how it is
+opened.
 
 Every change is one ``BEGIN IMMEDIATE`` transaction (:meth:`PracticeDatabase.transaction`), in
 WAL mode. A database that is there but cannot be written (a read-only mount, a folder of another
@@ -20,6 +21,56 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ratchet_runner.errors import StoreError
+
+#: The practice database's tables, made when the file is first opened for writing.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS orders (
+    order_id TEXT PRIMARY KEY, item TEXT, sku TEXT, paid REAL NOT NULL, currency TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stock (sku TEXT PRIMARY KEY, available INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation_id TEXT NOT NULL,
+    service TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    args TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    result TEXT NOT NULL,
+    at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS ix_changes_operation ON changes (operation_id);
+CREATE TABLE IF NOT EXISTS holds (
+    hold_id TEXT PRIMARY KEY, kind TEXT NOT NULL, trip TEXT NOT NULL, ref TEXT NOT NULL,
+    status TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calls (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation_id TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE TABLE IF NOT EXISTS faults (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    effect TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    calls TEXT,
+    times INTEGER,
+    used INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS late (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation_id TEXT NOT NULL,
+    service TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    args TEXT NOT NULL,
+    dedupe INTEGER NOT NULL,
+    due REAL NOT NULL
+);
+"""
 
 
 class PracticeDatabase:

@@ -43,8 +43,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ratchet_runner.errors import UsageError
 
 from ..base import Call, Done, Found, LookupFailed, Refused
+from .faults import COMMITS_LATE_SECONDS, SLOW_REPLY_SECONDS
 from .services import GENERIC, PRACTICE_SERVICES, operation, operation_names
-from .world import COMMITS_LATE_SECONDS, SLOW_REPLY_SECONDS, Handled, PracticeWorld
+from .world import Handled, PracticeWorld
 
 LOG = logging.getLogger(__name__)
 

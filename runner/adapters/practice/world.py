@@ -25,8 +25,9 @@ later, and until then the same operation ID is "still being processed").
 :meth:`PracticeWorld.call` is how an in-process caller sees it, and
 :mod:`~ratchet_runner.adapters.practice.http` serves the same over HTTP.
 
-Over 500 lines: one concern, the practice world's provider behaviour (its database, the
-faults on each request, the keys it deduplicates by, and the changes it commits late).
+Over 400 lines: one concern, the practice world's provider behaviour (the faults on each
+request, the keys it deduplicates by, and the changes it commits late); its tables are
+:mod:`~ratchet_runner.adapters.practice.db`'s.
 """
 
 from __future__ import annotations
@@ -52,88 +53,22 @@ from ..base import (
     Transient,
     not_sent,
 )
-from .db import PracticeDatabase
+from .db import SCHEMA, PracticeDatabase
 from .faults import (
     COMMITS_LATE_SECONDS,
     COMMITS_WITHIN_SECONDS,
-    FAULT_KINDS,
     SLOW_COMMIT_SECONDS,
     SLOW_REPLY_SECONDS,
     insert_fault,
     next_fault,
-    parse_fault,
 )
 from .fixtures import check_fixture
-from .services import GENERIC, PRACTICE_SERVICES, Operation, declared_operations, operation
+from .services import GENERIC, Operation, declared_operations, operation
 
 practice_operation = operation  # by another name where ``operation`` names an argument
 
 if TYPE_CHECKING:  # annotations only
     from ..base import LookupResult, Outcome
-
-__all__ = [
-    "COMMITS_LATE_SECONDS",
-    "COMMITS_WITHIN_SECONDS",
-    "FAULT_KINDS",
-    "PRACTICE_SERVICES",
-    "SLOW_COMMIT_SECONDS",
-    "SLOW_REPLY_SECONDS",
-    "Change",
-    "Handled",
-    "PracticeAdapter",
-    "PracticeWorld",
-    "check_fixture",
-    "parse_fault",
-]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS orders (
-    order_id TEXT PRIMARY KEY, item TEXT, sku TEXT, paid REAL NOT NULL, currency TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS stock (sku TEXT PRIMARY KEY, available INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS changes (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    operation_id TEXT NOT NULL,
-    service TEXT NOT NULL,
-    operation TEXT NOT NULL,
-    effect TEXT NOT NULL,
-    args TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    result TEXT NOT NULL,
-    at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-);
-CREATE INDEX IF NOT EXISTS ix_changes_operation ON changes (operation_id);
-CREATE TABLE IF NOT EXISTS holds (
-    hold_id TEXT PRIMARY KEY, kind TEXT NOT NULL, trip TEXT NOT NULL, ref TEXT NOT NULL,
-    status TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS calls (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    operation_id TEXT NOT NULL,
-    effect TEXT NOT NULL,
-    operation TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-);
-CREATE TABLE IF NOT EXISTS faults (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    effect TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    calls TEXT,
-    times INTEGER,
-    used INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS late (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    operation_id TEXT NOT NULL,
-    service TEXT NOT NULL,
-    operation TEXT NOT NULL,
-    effect TEXT NOT NULL,
-    args TEXT NOT NULL,
-    dedupe INTEGER NOT NULL,
-    due REAL NOT NULL
-);
-"""
 
 
 #: How a request was treated, as :class:`Handled` reports it.
@@ -203,7 +138,7 @@ class PracticeWorld:
         self.now: Callable[[], float] = time.time
         #: The database; read-only when it is there and cannot be written (then it is read,
         #: by ``ratchet effects``, and never changed).
-        self.db = PracticeDatabase(self.path, _SCHEMA)
+        self.db = PracticeDatabase(self.path, SCHEMA)
         self._tx = self.db.transaction
 
     @property

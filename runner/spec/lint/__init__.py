@@ -11,6 +11,7 @@ the input schema), :mod:`~ratchet_runner.spec.lint.inputs` those of what a run i
 input fields its business key and arguments read, its example's practice world),
 :mod:`~ratchet_runner.spec.lint.graph` the state-graph checks (E4xx/W4xx),
 :mod:`~ratchet_runner.spec.lint.effects` the effect-safety checks (E5xx/W5xx),
+:mod:`~ratchet_runner.spec.lint.keys` those of the idempotency keys,
 :mod:`~ratchet_runner.spec.lint.types` the types of expressions' operands (E313), and
 :mod:`~ratchet_runner.spec.lint.support` what they share.
 """
@@ -24,7 +25,6 @@ from .effects import (
     check_compensation,
     check_compensation_approvals,
     check_effect_states,
-    check_idempotency_keys,
     check_operator_actions,
     check_pinned_approvals,
     check_retry_and_hope,
@@ -33,6 +33,7 @@ from .effects import (
 from .endings import check_saga_endings
 from .graph import check_event_names, check_events, check_graph
 from .inputs import check_example_worlds, check_input_reads
+from .keys import check_idempotency_keys
 from .references import (
     check_evidence,
     check_expressions,

@@ -2,6 +2,9 @@
 input schema, with a "did you mean" where a name is close to a known one.
 
 The registry of every check is :data:`ratchet_runner.spec.lint.CHECKS`.
+
+Over 400 lines: one concern, the checks that every name a spec uses exists, each with its own
+message and "did you mean".
 """
 
 from __future__ import annotations
