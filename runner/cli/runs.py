@@ -15,7 +15,6 @@ import click
 
 from ratchet_runner.adapters.practice.faults import FAULT_KINDS, parse_fault
 from ratchet_runner.settings import OPERATOR_ACTIONS
-from ratchet_runner.words import RUN_STATUSES
 
 from .options import (
     RUN_COMMAND,
