@@ -13,6 +13,10 @@ runs a spec's adapters as their kinds (the practice world); on any other store e
 refused before it is created, and a run found there is not driven.
 
 The store and the runner are imported when first used, so that ``ratchet validate`` stays quick.
+
+Over 400 lines, as one concern: everything a front end opens is put together here and nowhere
+else (store, clock, practice world, binding and its resolution, runners, the pool, the naive
+strategy's steps), so that no other module composes parts of the house.
 """
 
 from __future__ import annotations
