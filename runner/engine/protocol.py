@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 from ratchet_runner.adapters.base import (
     Ambiguous,
@@ -357,10 +358,9 @@ class EffectStep(Step):
         unsent = {**self.run.context.get("unsent", {})}
         passes = unsent.get(op.operation_id, 0) + 1
         unsent[op.operation_id] = passes
-        context = uncount_attempt({**self.run.context, "unsent": unsent}, self.effect)
+        change.context = uncount_attempt({**self.run.context, "unsent": unsent}, self.effect)
         given_back = replace(op, attempts=op.attempts - 1)
         change.operation_updates.append((op.operation_id, {"attempts": given_back.attempts}))
-        change.context = context
         if passes >= UNSENT_PASSES:
             self.run = self.host.store.commit(change)
             reason = (
@@ -369,18 +369,9 @@ class EffectStep(Step):
                 "effect's timeout, or the timeout too short; nothing was sent"
             )
             return self._escalate(given_back, Escalate(reason, possibly_applied=False))
+        self._ended = None  # nothing left: what the run keeps of its sends stays as it is
         delay = backoff(self.effect, max(1, given_back.attempts), self.host.rng)
-        wake = change.at + delay
-        change.context = {**context, "wake_at": wake}
-        change.event(
-            EventKind.RETRY_SCHEDULED,
-            operation_id=op.operation_id,
-            wake_at=wake,
-            unsent=True,
-            attempts=given_back.attempts,
-        )
-        self.run = self.host.store.commit(change)
-        return self.run
+        return self._schedule(given_back, delay, change=change, unsent=True)
 
     def _retry(self, op: OperationRecord, retry_after: float | None = None) -> RunRecord:
         if op.attempts < max_attempts(self.run, self.effect, op):
@@ -391,16 +382,24 @@ class EffectStep(Step):
         return self._attempts(op)
 
     def _schedule(
-        self, op: OperationRecord, delay: float, kind: EventKind = EventKind.RETRY_SCHEDULED
+        self,
+        op: OperationRecord,
+        delay: float,
+        kind: EventKind = EventKind.RETRY_SCHEDULED,
+        change: Change | None = None,
+        **data: Any,
     ) -> RunRecord:
         """A wait too long for this process (a back-off, a settle window): store the wake-up
         time and stop; whoever takes the run up then goes on from the record. What this process
-        learnt of its call's end is kept with it (its request left before then)."""
-        change = self._change()
+        learnt of its call's end is kept with it (its request left before then). ``change``:
+        one begun already (an attempt given back), committed with it; ``data``: more for the
+        event."""
+        change = self._change() if change is None else change
         wake = change.at + delay
-        change.context = {**self.run.context, "wake_at": wake}
+        base = change.context if change.context is not None else self.run.context
+        change.context = {**base, "wake_at": wake}
         self._keep_what_ended(change, op)
-        change.event(kind, operation_id=op.operation_id, wake_at=wake)
+        change.event(kind, operation_id=op.operation_id, wake_at=wake, **data)
         self.run = self.host.store.commit(change)
         return self.run
 

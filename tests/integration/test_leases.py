@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from ratchet_runner import trace_lines
+from ratchet_runner.adapters.base import Call, not_sent
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.engine.lease import Lease
 from ratchet_runner.engine.protocol import UNSENT_PASSES
@@ -464,6 +466,45 @@ def test_a_machine_too_starved_to_send_in_time_spends_no_attempt(
     given_back = [e for e in events if e.kind == "retry_scheduled" and e.data.get("unsent")]
     assert len(given_back) == 2  # two passes left for later, each after two sends not made
     assert [c["operation"] for c in world.calls()] == ["create_label"]  # one request, one label
+    shown = "\n".join(trace_lines(run, events))
+    assert shown.count("(the last was never sent: not counted)") == 2
+
+
+class _LateToSend:
+    """An adapter that finds each request's deadline passed ``times`` times (as an adapter
+    does, checking it as its last step before the send), then sends through ``real``."""
+
+    def __init__(self, real: Any, times: int) -> None:
+        self.real, self.left = real, times
+
+    def call(self, request: Call) -> Any:
+        if self.left > 0:
+            self.left -= 1
+            return not_sent(request)
+        return self.real.call(request)
+
+    def lookup(self, *args: Any, **kwargs: Any) -> Any:
+        return self.real.lookup(*args, **kwargs)
+
+    def semantics(self, *args: Any) -> Any:
+        return self.real.semantics(*args)
+
+
+def test_a_send_the_adapter_finds_past_its_deadline_spends_no_attempt_either(
+    world: PracticeWorld, store: Store, clock: Any
+) -> None:
+    """The adapter's own last check (``Call.deadline``) refuses four sends: a ``Transient``
+    that says nothing was sent, counted as a failed call before (the run went ``exhausted``
+    after three). None is counted; the fifth is sent, once."""
+    adapter = _LateToSend(world.adapter("warehouse"), 4)
+    runner = Runner(store, lambda spec_adapter: adapter, clock)
+    (run,) = labels(runner, world, 1)
+    run = _drive(runner, store, clock, run, passes=10)
+    assert adapter.left == 0
+    assert (run.state, run.status) == ("labelled", "done")
+    (op,) = store.operations(run.id)
+    assert op.attempts == 1
+    assert [c["operation"] for c in world.calls()] == ["create_label"]
 
 
 def test_an_effect_that_can_never_be_sent_in_time_goes_to_a_person_with_nothing_sent(

@@ -67,14 +67,21 @@ def operation(
 def semantics_of(service: str, name: str, config: Mapping[str, Any] | None) -> Semantics | None:
     """What the practice ``service``'s operation ``name`` does with a second request under one
     operation ID (None: no such operation). Those that do not deduplicate commit a request
-    within ``COMMITS_WITHIN_SECONDS`` of receiving it, or abandon it."""
-    from .faults import COMMITS_WITHIN_SECONDS
-
+    within ``COMMITS_WITHIN_SECONDS`` of receiving it, or abandon it (:func:`semantics_for`)."""
     try:
         declared = declared_operations(config) if service == GENERIC else None
     except WorldError:
         return None
-    op = operation(service, name, declared)
+    return semantics_for(operation(service, name, declared))
+
+
+def semantics_for(op: Operation | None) -> Semantics | None:
+    """What practice operation ``op`` does with a second request (None: no such operation):
+    one that deduplicates returns the first result; the others make a second change, commit a
+    request within ``COMMITS_WITHIN_SECONDS`` of receiving it or abandon it, and their lookups
+    answer with every change made under the ID, at once."""
+    from .faults import COMMITS_WITHIN_SECONDS
+
     if op is None:
         return None
     if op.dedupe:

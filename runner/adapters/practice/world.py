@@ -63,7 +63,7 @@ from .faults import (
     next_fault,
 )
 from .fixtures import check_fixture
-from .services import GENERIC, Operation, declared_operations, operation
+from .services import GENERIC, Operation, declared_operations, operation, semantics_for
 
 practice_operation = operation  # by another name where ``operation`` names an argument
 
@@ -447,11 +447,4 @@ class PracticeAdapter:
         second change, and commit a request within :data:`COMMITS_WITHIN_SECONDS` of receiving
         it or abandon it. Its lookups never lag behind a change, and answer with every change made
         under the ID."""
-        op = practice_operation(self.service, operation, self.declared)
-        if op is None:
-            return None
-        if op.dedupe:
-            return Semantics(dedupe=True)
-        return Semantics(
-            dedupe=False, commits_within=COMMITS_WITHIN_SECONDS, sees_every_change=True
-        )
+        return semantics_for(practice_operation(self.service, operation, self.declared))
