@@ -17,23 +17,22 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
     __version__: str
 
     # one statement a name, as the explicit re-export form of PEP 484 spells it
-    from ratchet_runner.adapters.base import Adapter as Adapter
-    from ratchet_runner.adapters.base import Ambiguous as Ambiguous
-    from ratchet_runner.adapters.base import Call as Call
-    from ratchet_runner.adapters.base import Done as Done
-    from ratchet_runner.adapters.base import Escalate as Escalate
-    from ratchet_runner.adapters.base import Found as Found
-    from ratchet_runner.adapters.base import LookupFailed as LookupFailed
-    from ratchet_runner.adapters.base import LookupResult as LookupResult
-    from ratchet_runner.adapters.base import NotFound as NotFound
-    from ratchet_runner.adapters.base import Outcome as Outcome
-    from ratchet_runner.adapters.base import Refused as Refused
-    from ratchet_runner.adapters.base import Semantics as Semantics
-    from ratchet_runner.adapters.base import Transient as Transient
-    from ratchet_runner.adapters.base import receipt_of as receipt_of
-    from ratchet_runner.adapters.http import HttpAdapter as HttpAdapter
-    from ratchet_runner.adapters.practice import PracticeWorld
-
+    from .adapters.base import Adapter as Adapter
+    from .adapters.base import Ambiguous as Ambiguous
+    from .adapters.base import Call as Call
+    from .adapters.base import Done as Done
+    from .adapters.base import Escalate as Escalate
+    from .adapters.base import Found as Found
+    from .adapters.base import LookupFailed as LookupFailed
+    from .adapters.base import LookupResult as LookupResult
+    from .adapters.base import NotFound as NotFound
+    from .adapters.base import Outcome as Outcome
+    from .adapters.base import Refused as Refused
+    from .adapters.base import Semantics as Semantics
+    from .adapters.base import Transient as Transient
+    from .adapters.base import receipt_of as receipt_of
+    from .adapters.http import HttpAdapter as HttpAdapter
+    from .adapters.practice import PracticeWorld
     from .clock import Clock, FakeClock, SystemClock
     from .engine.commands import CommandResult
     from .engine.commands import decide as decide_run
@@ -82,6 +81,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
     from .store.records import RunRecord
     from .store.store import Store
     from .worker.passes import worker_pass
+    from .worker.pool import Pool
 
 __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "Adapter",
@@ -112,6 +112,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "NotFound",
     "OperatorRefused",
     "Outcome",
+    "Pool",
     "PracticeWorld",
     "RatchetError",
     "Refused",
@@ -160,6 +161,7 @@ _HOMES: dict[str, str] = {
     "ratchet_runner.store.store": "Store",
     "ratchet_runner.store.records": "RunRecord",
     "ratchet_runner.worker.passes": "worker_pass",
+    "ratchet_runner.worker.pool": "Pool",
     "ratchet_runner.adapters.practice": "PracticeWorld",
     "ratchet_runner.adapters.http": "HttpAdapter",
     "ratchet_runner.adapters.base": (

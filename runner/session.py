@@ -14,9 +14,16 @@ refused before it is created, and a run found there is not driven.
 
 The store and the runner are imported when first used, so that ``ratchet validate`` stays quick.
 
+A front end that lets runs be started another way than the effect protocol (the naive strategy
+of ``ratchet run --naive`` and ``ratchet check --compare naive``) gives the session its step
+chooser (``steps``): every runner the session builds then drives such a run the way it was
+started. A worker pool is made over :meth:`Session.runner_factory`
+(``Pool(session.runner_factory(), concurrency=2)``). So the session sits beside the worker and
+the read models, below every front end.
+
 Over 400 lines, as one concern: everything a front end opens is put together here and nowhere
-else (store, clock, practice world, binding and its resolution, runners, the pool, the naive
-strategy's steps), so that no other module composes parts of the house.
+else (store, clock, practice world, binding and its resolution, runners), so that no other
+module composes parts of the house.
 """
 
 from __future__ import annotations
@@ -31,16 +38,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ratchet_runner.adapters.practice import PracticeWorld, check_fixture
-
+from .adapters.practice import PracticeWorld, check_fixture
 from .clock import Clock, SystemClock
 from .errors import StoreError
 from .settings import ENV_DB
 from .store.home import home_folder
 
 if TYPE_CHECKING:
-    from ratchet_runner.adapters.practice.http import PracticeServer
-
+    from .adapters.practice.http import PracticeServer
     from .binding.files import Binding
     from .binding.implementations import Place
     from .engine.resolution import Resolution
@@ -48,13 +53,13 @@ if TYPE_CHECKING:
         AdapterFactory,
         Interrupt,
         Runner,
+        RunnerFactory,
         RunnerOptions,
+        StepKind,
     )
-    from .review.naive import Strategy
+    from .store.context import RunContext
     from .store.records import RunRecord
     from .store.store import Store
-    from .worker.pool import Pool as Pool  # the service names what Session.pool returns
-    from .worker.pool import RunnerFactory
 
 #: The practice world's file, and the default store's, under the home.
 WORLD_FILE, STORE_FILE = "practice.db", "ratchet.db"
@@ -88,7 +93,11 @@ class Session:
     clock of every runner (``RATCHET_NOW`` is then not consulted); else each store's command clock
     (:func:`~ratchet_runner.store.home.command_clock`, read from ``environ``). ``bindings``: the
     binding file to resolve adapters through (default: looked for, see the module docstring;
-    ``spec``: the spec file, beside which ``ratchet.toml`` is looked for)."""
+    ``spec``: the spec file, beside which ``ratchet.toml`` is looked for). ``steps``: which
+    step performs each effect in every runner the session builds (default: the effect protocol
+    for every effect); the command line, the service and ``ratchet check`` give the naive
+    strategy's (:func:`ratchet_runner.review.naive.step_for`), so that a run started naive stays
+    naive whichever of them drives it."""
 
     def __init__(
         self,
@@ -99,8 +108,10 @@ class Session:
         environ: Mapping[str, str] | None = None,
         bindings: str | Path | None = None,
         spec: str | Path | None = None,
+        steps: StepKind | None = None,
     ) -> None:
         self.url = db
+        self.steps = steps
         self.home = home
         self._given_clock = clock
         self._environ = os.environ if environ is None else environ
@@ -247,13 +258,15 @@ class Session:
         store: Store | None = None,
         adapters: AdapterFactory | None = None,
         interrupt: Interrupt | None = None,
-        strategy: Strategy = "ratchet",
+        marks: RunContext | None = None,
         options: RunnerOptions | None = None,
     ) -> Runner:
-        """A runner on ``store`` (default: the session's) with its clock; its adapters resolve
-        through the session's binding (:meth:`resolution`) unless ``adapters`` is given (then
-        nothing is recorded on the runs it starts, and it drives any run); ``options``: how it
-        works (a pool passes its own). The one place a Runner is built."""
+        """A runner on ``store`` (default: the session's) with its clock and the session's
+        ``steps``; its adapters resolve through the session's binding (:meth:`resolution`)
+        unless ``adapters`` is given (then nothing is recorded on the runs it starts, and it
+        drives any run); ``marks``: what every run it starts keeps in its context (the naive
+        strategy's :data:`~ratchet_runner.review.naive.MARKS`); ``options``: how it works (a pool
+        passes its own). The one place a Runner is built."""
         from .engine.runner import Runner
 
         on = self.store if store is None else store
@@ -263,15 +276,13 @@ class Session:
         clock = self.clock if store is None else self.clock_for(on)
         if not isinstance(clock, SystemClock):
             self._tie_world(clock)
-        from .review.naive import MARKS, step_for
-
         made = Runner(
             on,
             adapters,
             clock,
             interrupt=interrupt,
-            steps=step_for,  # a run started naive stays naive, whoever drives it
-            marks=MARKS if strategy == "naive" else None,
+            steps=self.steps,
+            marks=marks,
             options=options,
             resolution=resolution,
         )
@@ -279,44 +290,17 @@ class Session:
         return made
 
     def runner_factory(self, adapters: AdapterFactory | None = None) -> RunnerFactory:
-        """Runners for a pool: each call opens its own store (a worker thread's connections),
-        so a worker started while the database is down waits for it instead of failing here."""
+        """Runners for a worker pool (``Pool(session.runner_factory(), concurrency=2)``): each
+        call opens its own store (a worker thread's connections), so a worker started while the
+        database is down waits for it instead of failing here. ``RATCHET_NOW`` on a store that
+        is not a practice store is refused here, once (:class:`UsageError`)."""
+        if self._environ.get("RATCHET_NOW"):
+            self.clock_for(self.store)
 
         def make(*, options: RunnerOptions) -> Runner:
             return self.runner(store=self.open_store(), adapters=adapters, options=options)
 
         return make
-
-    def pool(
-        self,
-        *,
-        concurrency: int = 1,
-        lease_seconds: float = 30.0,
-        poll: float = 0.5,
-        log: Callable[[str], None] | None = None,
-        listen_url: str | None = None,
-        refuse_short_lease: bool = False,
-    ) -> Pool:
-        """A pool of ``concurrency`` worker threads on the session's store (``log``: the store's
-        outages and unexpected errors, a line at a time; ``listen_url``: where a PostgreSQL pool
-        listens for wake-ups, if not over the store's own URL; ``refuse_short_lease``: stop
-        before any claim if the lease is too short for a live run's spec, as ``ratchet worker``
-        does). ``RATCHET_NOW`` on a store that is not a practice store is refused here, once;
-        otherwise the pool opens the store itself, so a worker started while the database is
-        down waits for it."""
-        from .worker.pool import Pool
-
-        if self._environ.get("RATCHET_NOW"):
-            self.clock_for(self.store)
-        return Pool(
-            self.runner_factory(),
-            concurrency=concurrency,
-            lease_seconds=lease_seconds,
-            poll=poll,
-            log=log,
-            listen_url=listen_url,
-            refuse_short_lease=refuse_short_lease,
-        )
 
     def reset(self, everything: bool = False, practice: bool = False) -> None:
         """Empty the practice world; with ``everything``, the store too; with ``practice`` as
@@ -333,7 +317,7 @@ class Session:
     def practice_server(self, host: str = "127.0.0.1", port: int = 0) -> PracticeServer:
         """The practice world served over HTTP on ``host``:``port`` (0: a free port), listening
         once made (``ratchet practice serve``)."""
-        from ratchet_runner.adapters.practice.http import PracticeServer
+        from .adapters.practice.http import PracticeServer
 
         return PracticeServer(self.writable_world(), host, port)
 

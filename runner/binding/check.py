@@ -326,8 +326,7 @@ def kinds_unserved(spec: Spec, looked: str) -> list[Diagnostic]:
     """``B201`` at every adapter of ``spec`` whose kind the practice world does not serve (an
     ``http`` adapter needs a binding, even on a practice store); a kind no implementation has is
     the spec's error (``E304``), not reported again here."""
-    from ratchet_runner.adapters.practice.services import PRACTICE_SERVICES
-
+    from ..adapters.practice.services import PRACTICE_SERVICES
     from ..spec.kinds import KINDS
 
     return [

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner.adapters.base import Semantics
-
+from ..adapters.base import Semantics
 from ..errors import BindingInvalid, Diagnostic
 from .implementations import Place
 

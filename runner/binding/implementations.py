@@ -36,9 +36,8 @@ from ..errors import BindingError, RatchetError
 if TYPE_CHECKING:  # imported where used: `ratchet validate` reads no installed metadata
     from importlib.metadata import EntryPoint
 
-    from ratchet_runner.adapters.base import Adapter, Semantics
-    from ratchet_runner.adapters.practice import PracticeWorld
-
+    from ..adapters.base import Adapter, Semantics
+    from ..adapters.practice import PracticeWorld
     from ..spec.model import Adapter as AdapterSpec
 
 #: The entry-point group under which an installed distribution registers adapter kinds.
@@ -96,8 +95,8 @@ def known(kind: str) -> bool:
 def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: Place) -> Offer:
     """What implementation ``kind`` with ``settings`` offers for the spec's ``adapter``."""
     if kind == "http":
-        from ratchet_runner.adapters.http import lookup_semantics
-        from ratchet_runner.adapters.http.settings import parse_settings
+        from ..adapters.http import lookup_semantics
+        from ..adapters.http.settings import parse_settings
 
         parsed = parse_settings(dict(settings), name=adapter.name, base_dir=place.base_dir)
         return Offer(
@@ -112,12 +111,12 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
             lambda operation, lookup: lookup_semantics(parsed, lookup),
         )
     if kind == "noop":
-        from ratchet_runner.adapters.noop import NOOP_SEMANTICS
+        from ..adapters.noop import NOOP_SEMANTICS
 
         _no_settings(kind, settings, adapter)
         return Offer(None, None, semantics=lambda operation, lookup: NOOP_SEMANTICS)
     if kind == "practice":
-        from ratchet_runner.adapters.practice.services import operation_names, semantics_of
+        from ..adapters.practice.services import operation_names, semantics_of
 
         service = _service(settings, adapter)
         names = operation_names(service, adapter.config)
@@ -154,7 +153,7 @@ def offer(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: P
 def _declared(says: Callable[..., Any]) -> Callable[[str, str | None], Semantics | None]:
     """A factory's (or its adapter's) own ``semantics(operation, lookup)``, asked safely: a
     declaration that fails or answers no :class:`Semantics` says nothing."""
-    from ratchet_runner.adapters.base import Semantics
+    from ..adapters.base import Semantics
 
     def ask(operation: str, lookup: str | None) -> Semantics | None:
         try:
@@ -170,13 +169,13 @@ def make(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec, place: Pl
     """The adapter implementation ``kind`` with ``settings`` makes for the spec's ``adapter``."""
     made: Adapter
     if kind == "http":
-        from ratchet_runner.adapters.http import HttpAdapter
+        from ..adapters.http import HttpAdapter
 
         made = HttpAdapter.from_data(
             dict(settings), name=adapter.name, base_dir=place.base_dir, environ=place.environ
         )
     elif kind == "noop":
-        from ratchet_runner.adapters.noop import NoopAdapter
+        from ..adapters.noop import NoopAdapter
 
         _no_settings(kind, settings, adapter)
         made = NoopAdapter()
@@ -202,7 +201,7 @@ def _no_settings(kind: str, settings: Mapping[str, Any], adapter: AdapterSpec) -
 
 def _service(settings: Mapping[str, Any], adapter: AdapterSpec) -> str:
     """The practice service a ``practice`` binding stands for: ``service``, else the kind."""
-    from ratchet_runner.adapters.practice.services import PRACTICE_SERVICES
+    from ..adapters.practice.services import PRACTICE_SERVICES
 
     unknown = [key for key in settings if key != "service"]
     if unknown:
@@ -278,7 +277,7 @@ def _call(
     factory: Callable[..., Any], settings: dict[str, Any], where: str, adapter: AdapterSpec
 ) -> Adapter:
     """``factory(settings)``, which must make an adapter (``call`` and ``lookup``)."""
-    from ratchet_runner.adapters.base import Adapter
+    from ..adapters.base import Adapter
 
     try:
         made = factory(settings)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ratchet_runner.adapters.base import Adapter
-
+from ..adapters.base import Adapter
 from ..errors import BindingError
 from ..spec.model import Adapter as AdapterSpec
 from . import implementations

@@ -36,16 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_runner.adapters.base import Adapter, Call, LookupResult, Outcome, Semantics
-from ratchet_runner.adapters.practice import PracticeWorld
-
+from ..adapters.base import Adapter, Call, LookupResult, Outcome, Semantics
+from ..adapters.practice import PracticeWorld
 from ..clock import FakeClock
 from ..engine.approvals import pending_request
 from ..engine.deciding import decide
 from ..engine.providers import ask, declared_by
 from ..engine.runner import Runner
 from ..errors import ApprovalError, RatchetError, UsageError
-from ..review.naive import Strategy
+from ..review.naive import MARKS, NAIVE, Strategy, step_for
 from ..session import Session
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec
@@ -194,7 +193,8 @@ class _InFlight:
 
 def _session(home: str | Path) -> Session:
     """A case's store and practice world in ``home``, on a fake clock of its own."""
-    return Session(f"sqlite:///{Path(home) / 'store.db'}", home=Path(home), clock=FakeClock())
+    url = f"sqlite:///{Path(home) / 'store.db'}"
+    return Session(url, home=Path(home), clock=FakeClock(), steps=step_for)
 
 
 def _runner(
@@ -226,7 +226,8 @@ def _runner(
             fired["done"] = True
             die()
 
-    return session.runner(adapters=adapter_for, interrupt=interrupt, strategy=case.strategy)
+    marks = MARKS if case.strategy == NAIVE else None
+    return session.runner(adapters=adapter_for, interrupt=interrupt, marks=marks)
 
 
 def _seed(world: PracticeWorld, spec: Spec, case: Case) -> None:

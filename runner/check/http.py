@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ratchet_runner.adapters.base import Adapter
-from ratchet_runner.adapters.practice import PracticeWorld
-from ratchet_runner.adapters.practice.http import EFFECT_HEADER, PracticeServer
-
+from ..adapters.base import Adapter
+from ..adapters.practice import PracticeWorld
+from ..adapters.practice.http import EFFECT_HEADER, PracticeServer
 from ..binding import implementations
 from ..binding.files import Binding, find, load, place_for
 from ..binding.implementations import Place

@@ -25,8 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ratchet_runner.adapters.practice import Change, PracticeWorld
-
+from ..adapters.practice import Change, PracticeWorld
 from ..engine.identity import compensation_id
 from ..engine.runner import Runner
 from ..spec.model import Compensation, Spec

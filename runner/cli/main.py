@@ -22,9 +22,8 @@ import sys
 
 import click
 
-from ratchet_runner import __version__
-from ratchet_runner.errors import RatchetError
-
+from .. import __version__
+from ..errors import RatchetError
 from . import reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error

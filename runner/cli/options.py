@@ -30,9 +30,10 @@ from ..errors import CommandLineError, UsageError
 from ..settings import INTERRUPT_POINTS, MAX_NAME, is_unicode, name_problem, shown, unstorable
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
+    from pathlib import Path
+
     from ..engine.commands import CommandResult
     from ..engine.runner import Runner
-    from ..review.naive import Strategy
     from ..session import Session
 
 #: A file a command writes (instead of stdout).
@@ -304,11 +305,26 @@ def with_options(
 RUN_COMMAND = ("lease", "db", "bindings", "json")
 
 
+def open_session(
+    db: str | None = None, bindings: str | None = None, spec: str | Path | None = None
+) -> Session:
+    """The session of a command that drives runs: with the naive strategy's step chooser, so
+    that a run started with ``ratchet run --naive`` stays naive whichever command drives it on
+    (the session's ``steps``)."""
+    from ..review.naive import step_for
+    from ..session import Session
+
+    return Session(db, bindings=bindings, spec=spec, steps=step_for)
+
+
 def command_runner(session: Session, interrupt: str | None = None, naive: bool = False) -> Runner:
     """The command's runner on the session's store, clock and practice world; ``interrupt``:
-    the ``--interrupt`` point to end the process at."""
-    strategy: Strategy = "naive" if naive else "ratchet"
-    return session.runner(interrupt=session.kill_at(interrupt, say), strategy=strategy)
+    the ``--interrupt`` point to end the process at; ``naive``: the runs it starts are the naive
+    strategy's."""
+    from ..review.naive import MARKS
+
+    marks = MARKS if naive else None
+    return session.runner(interrupt=session.kill_at(interrupt, say), marks=marks)
 
 
 def report_result(
@@ -328,9 +344,7 @@ def drive(how: How, key: str, command: Callable[..., CommandResult], *args: Any,
     """Call the run command ``command`` (of :mod:`~ratchet_runner.engine.commands`) with the
     session's runner, ``args``, ``kw`` and the lease ``how`` gives, then show its result under
     ``key``."""
-    from ..session import Session
-
-    with Session(how.db, bindings=how.bindings) as session:
+    with open_session(how.db, how.bindings) as session:
         runner = command_runner(session, how.interrupt)
         result = command(runner, *args, lease_seconds=how.lease_seconds, **kw)
         report_result(runner, result, how, key)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import click
 
-from ratchet_runner.words import RUN_STATUSES
-
+from ..words import RUN_STATUSES
 from .options import (
     JSON_OPTION,
     LIMIT,
@@ -47,8 +46,8 @@ from .options import (
 @with_options("db", "json")
 def runs_command(status: str | None, limit: int, stuck: bool, older_than: float, how: How) -> None:
     """List runs, newest first (or, with --stuck, the ones nobody is moving)."""
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
+    from ..review import views
+    from ..session import Session
 
     with Session(how.db) as session:
         if stuck:
@@ -71,8 +70,8 @@ def runs_command(status: str | None, limit: int, stuck: bool, older_than: float,
 def status_command(how: How) -> None:
     """Runs by status, the leases workers hold (owner, how long held, time left by the
     database's clock), and the runs whose lease expired."""
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
+    from ..review import views
+    from ..session import Session
 
     with Session(how.db) as session:
         now = session.clock.now()
@@ -90,9 +89,9 @@ def status_command(how: How) -> None:
 def trace(run_id: str, how: How) -> None:
     """Show RUN's history, one line per event: approval, write-ahead record, call, timeout,
     reconcile found / not found, receipt, move."""
-    from ratchet_runner.review import trace as traces
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
+    from ..review import trace as traces
+    from ..review import views
+    from ..session import Session
 
     with Session(how.db) as session:
         found = session.store.resolve(run_id)
@@ -104,8 +103,8 @@ def trace(run_id: str, how: How) -> None:
 @JSON_OPTION
 def effects(as_json: bool) -> None:
     """List the changes in the practice database, with their operation IDs and call counts."""
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
+    from ..review import views
+    from ..session import Session
 
     with Session() as session:
         changes, calls = session.world.changes(), session.world.calls()
@@ -136,8 +135,8 @@ def effects(as_json: bool) -> None:
 def reset(everything: bool, practice: bool, how: How) -> None:
     """Empty the practice world (orders, changes, calls, faults); with --all, the store too;
     with --all --practice, declare that store a practice store."""
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
+    from ..review import views
+    from ..session import Session
 
     if practice and not everything:
         raise click.UsageError(
@@ -169,10 +168,10 @@ def queue_command(actor: str | None, role: str | None, how: How) -> None:
     run waiting for a person shows what to do, how long it has waited, and the evidence (what
     was done, undone, left, and what failed).
     """
-    from ratchet_runner.engine.operator_queue import decisions, queue
-    from ratchet_runner.review import views
-    from ratchet_runner.review.decisions import decision_lines
-    from ratchet_runner.session import Session
+    from ..engine.operator_queue import decisions, queue
+    from ..review import views
+    from ..review.decisions import decision_lines
+    from ..session import Session
 
     with Session(how.db) as session:
         runner = session.runner()

@@ -13,9 +13,8 @@ from typing import Any
 
 import click
 
-from ratchet_runner.adapters.practice.faults import FAULT_KINDS, parse_fault
-from ratchet_runner.settings import OPERATOR_ACTIONS
-
+from ..adapters.practice.faults import FAULT_KINDS, parse_fault
+from ..settings import OPERATOR_ACTIONS
 from .options import (
     RUN_COMMAND,
     How,
@@ -25,6 +24,7 @@ from .options import (
     hinted,
     json_object,
     named,
+    open_session,
     report_result,
     say,
     with_options,
@@ -90,10 +90,9 @@ def run(
     """
     from pathlib import Path
 
-    from ratchet_runner.review import views
-    from ratchet_runner.session import Session
-    from ratchet_runner.spec.loader import load_file
-    from ratchet_runner.spec.validate import load_spec
+    from ..review import views
+    from ..spec.loader import load_file
+    from ..spec.validate import load_spec
 
     if (input_path is None) == (example is None):
         raise click.UsageError("give exactly one of --input FILE and --example NAME")
@@ -108,9 +107,9 @@ def run(
         world = chosen.world
     if naive:
         say(views.NAIVE_WARNING)
-    from ratchet_runner.engine import commands
+    from ..engine import commands
 
-    with Session(how.db, bindings=how.bindings, spec=spec_path) as session:
+    with open_session(how.db, how.bindings, spec_path) as session:
         if naive and not session.store.is_practice():  # it makes duplicates on purpose
             raise click.BadParameter(
                 "the naive strategy runs only on a practice store: it makes duplicates on "
@@ -143,7 +142,7 @@ def run(
 def _decide(
     run_id: str, decision: str, actor: str, role: str | None, reason: str | None, how: How
 ) -> None:
-    from ratchet_runner.engine import commands
+    from ..engine import commands
 
     drive(
         how, "decision", commands.decide, run_id, decision, actor, role, reason, drive=not how.leave
@@ -197,7 +196,7 @@ def resume(run_id: str, how: How) -> None:
     who carries it on (exit status 0). A run held by a process that died is taken over once
     that process's lease has run out.
     """
-    from ratchet_runner.engine import commands
+    from ..engine import commands
 
     drive(how, "resume", commands.resume, run_id)
 
@@ -257,10 +256,10 @@ def signal_command(
     (exit status 4). With --to, the signal goes to a service as a signed webhook (Standard
     Webhooks; the body {"run", "event", "data"}), as a provider would send it.
     """
-    from ratchet_runner.engine import commands
+    from ..engine import commands
 
     if to_url is not None:
-        from ratchet_runner.serve.client import send_signed
+        from ..serve.client import send_signed
 
         send_signed(to_url, secret_env, run_id, event, signal_id, data, how.as_json)
         return
@@ -303,7 +302,7 @@ def ops_command(
     Each is authorised by the spec's operators.roles and recorded in the run's history; an
     unauthorised call changes nothing.
     """
-    from ratchet_runner.engine import commands
+    from ..engine import commands
 
     drive(how, "operator", commands.operate, run_id, action, actor, role, note)
 

@@ -27,12 +27,13 @@ from .options import (
     finite_seconds,
     lease_option,
     named,
+    open_session,
     with_options,
 )
 
 if TYPE_CHECKING:
-    from ratchet_runner.worker.passes import PassReport
-    from ratchet_runner.worker.pool import PoolReport
+    from ..worker.passes import PassReport
+    from ..worker.pool import PoolReport
 
 Json = dict[str, Any]
 
@@ -133,10 +134,10 @@ def worker(
     met later that needs a longer lease is left, unchanged, to a worker that has one, with a
     warning once per spec version (docs/explanation/leases.md).
     """
-    from ..session import Session
     from ..worker.passes import lease_refusal, unbound_warning, worker_pass
+    from ..worker.pool import Pool
 
-    with Session(how.db, bindings=how.bindings) as session:
+    with open_session(how.db, how.bindings) as session:
         if once:
             runner = session.runner()
             refused = lease_refusal(runner, how.lease_seconds)
@@ -153,7 +154,8 @@ def worker(
             echo_lines(out)
             echo_lines(err, err=True)
             return
-        pool = session.pool(
+        pool = Pool(
+            session.runner_factory(),
             concurrency=concurrency,
             lease_seconds=how.lease_seconds,
             poll=poll,

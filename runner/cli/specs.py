@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ratchet_runner.settings import (
+from ..settings import (
     DIAGRAM_IMAGE_FORMATS,
     DIAGRAM_TEXT_FORMATS,
     DIAGRAM_VIEWS,
 )
-
 from .options import (
     BINDINGS_OPTION,
     EXIT_INTERNAL,
@@ -37,7 +36,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
-    from ratchet_runner.review.naive import Strategy
+    from ..review.naive import Strategy
 
 
 @click.command()
@@ -64,8 +63,8 @@ def validate(
     adapter). Exit status: 0 valid, 1 invalid (with --strict, also when there are warnings),
     2 usage error.
     """
-    from ratchet_runner.binding.check import Checker
-    from ratchet_runner.review import views
+    from ..binding.check import Checker
+    from ..review import views
 
     done = Checker(bindings, os.environ).validate(specs, debug=bool(os.getenv("RATCHET_DEBUG")))
     for name, why in done.crashed:  # a bug: reported, and the other files went on
@@ -93,7 +92,7 @@ def schema() -> None:
     \b
       # yaml-language-server: $schema=../runner/spec/spec.schema.json
     """
-    from ratchet_runner.spec.schema import spec_schema_text
+    from ..spec.schema import spec_schema_text
 
     click.echo(spec_schema_text(), nl=False)
 
@@ -111,8 +110,8 @@ def schema() -> None:
 @click.option("-o", "--output", type=OUTPUT, help="Write to FILE instead of stdout.")
 def table(spec: str, fmt: str, output: str | None) -> None:
     """Print the transition table of SPEC: one row per transition, all eleven columns."""
-    from ratchet_runner.review import table as tables
-    from ratchet_runner.spec.validate import load_spec
+    from ..review import table as tables
+    from ..spec.validate import load_spec
 
     loaded = load_spec(spec)
     text = tables.to_markdown(loaded) if fmt == "md" else tables.to_html(loaded)
@@ -156,7 +155,7 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     red with their codes, the findings are printed on stderr, and when any is an error (an E
     code) the exit status is 1.
     """
-    from ratchet_runner.review.diagram import draw as diagrams
+    from ..review.diagram import draw as diagrams
 
     with hinted("--format"):
         fmt = diagrams.output_format(fmt, output)
@@ -225,9 +224,9 @@ def check(
     the binding binds to http go through the HTTP adapter to the case's practice world, served
     on 127.0.0.1 (never to the host the binding names).
     """
-    from ratchet_runner.check import cases as checks
-    from ratchet_runner.check import report
-    from ratchet_runner.check.plan import plan
+    from ..check import cases as checks
+    from ..check import report
+    from ..check.plan import plan
 
     if how.as_json and results_path == "-":
         raise click.BadParameter(

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ratchet_runner.adapters.base import Found, LookupFailed, LookupResult, NotFound
-
+from ..adapters.base import Found, LookupFailed, LookupResult, NotFound
 from ..spec.model import Compensation, Effect, Spec
 from ..store.context import RunContext
 from ..store.records import Change, OperationRecord, RunRecord

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ratchet_runner.adapters.base import Found, LookupFailed
-
+from ..adapters.base import Found, LookupFailed
 from ..clock import format_time
 from ..errors import OperatorRefused
 from ..settings import OPERATOR_ACTIONS

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ratchet_runner.adapters.base import Found
-
+from ..adapters.base import Found
 from ..errors import RunError
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord

@@ -15,8 +15,7 @@ import random
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ratchet_runner.adapters.base import Adapter, Semantics
-
+from ..adapters.base import Adapter, Semantics
 from ..spec.model import Effect, Spec
 from ..store.records import Change, OperationRecord, RunRecord
 from ..store.store import Store

@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ratchet_runner.adapters.base import (
+from ..adapters.base import (
     Ambiguous,
     Call,
     Done,
@@ -37,7 +37,6 @@ from ratchet_runner.adapters.base import (
     Transient,
     not_sent,
 )
-
 from ..clock import format_time
 from ..errors import (
     ApprovalError,

@@ -24,8 +24,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from ratchet_runner.adapters.base import Adapter, LookupFailed, LookupResult, Semantics
-
+from ..adapters.base import Adapter, LookupFailed, LookupResult, Semantics
 from ..store.records import Change, OperationRecord, RunRecord
 
 #: The seconds a call may take when its effect declares no ``timeout`` and no lease bounds it:

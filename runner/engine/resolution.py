@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ratchet_runner.adapters.base import Semantics
-
+from ..adapters.base import Semantics
 from ..errors import BindingError, BindingMismatch
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec

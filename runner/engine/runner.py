@@ -42,12 +42,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 
-from ratchet_runner.adapters.base import Adapter, Semantics
-
+from ..adapters.base import Adapter, Semantics
 from ..clock import Clock, SystemClock
 from ..errors import (
     DuplicateOperation,
@@ -86,6 +85,13 @@ Interrupt = Callable[[str, str], None]
 #: a composition root that gives some runs another than the effect protocol's (a demonstration
 #: of a hand-rolled retry loop, which ``ratchet check`` shows beside it).
 StepKind = Callable[[RunRecord, Spec, Effect], type[EffectStep]]
+
+
+class RunnerFactory(Protocol):
+    """Makes a worker thread's runner (on its own store connection), set to work by the pool's
+    ``options`` (:meth:`ratchet_runner.session.Session.runner_factory`)."""
+
+    def __call__(self, *, options: RunnerOptions) -> Runner: ...
 
 
 def _never() -> bool:

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ratchet_runner.adapters.base import Escalate, Found
-
+from ..adapters.base import Escalate, Found
 from ..spec.model import Effect, Row, Spec
 from ..store.records import Change, Event, OperationRecord, RunRecord
 from ..words import EventKind, OperationStatus, RunStatus

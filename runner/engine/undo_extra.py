@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ratchet_runner.adapters.base import Escalate
-
+from ..adapters.base import Escalate
 from ..spec.model import Spec
 from ..store.context import without
 from ..store.records import Change, OperationRecord, RunRecord

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol
 
-from ratchet_runner.adapters.base import Found
-
+from ..adapters.base import Found
 from ..errors import VersionConflict
 from ..spec.model import Compensation, Spec
 from ..store.records import Change, OperationRecord, RunRecord, TimerRecord

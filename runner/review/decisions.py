@@ -3,7 +3,7 @@
 expires and how long an approval given now stays valid (as times and as "in 1h 12m"), the
 verdict of approving in each role, and the evidence the approval declares. Plain functions of
 the queue's JSON (:func:`ratchet_runner.engine.operator_queue.decision`); the console shows the
-same items, and uses :func:`relative` for its times too.
+same items, and its times through :func:`~ratchet_runner.review.views.relative` as this does.
 """
 
 from __future__ import annotations
@@ -14,23 +14,7 @@ from typing import Any
 from ..clock import format_time
 from ..settings import printable
 from ..spec.model import canonical_json
-from .views import age
-
-
-def relative(seconds: float) -> str:
-    """A moment ``seconds`` from now, for a person: ``in 45 s``, ``in 12m``, ``in 1h 12m``,
-    ``in 3d 4h``, or as long ago (``1h 12m ago``)."""
-    later = seconds >= 0
-    left = round(abs(seconds))
-    if left < 60:
-        span = f"{left} s"
-    elif left < 3600:
-        span = f"{left // 60}m"
-    elif left < 172800:
-        span = f"{left // 3600}h {left % 3600 // 60}m"
-    else:
-        span = f"{left // 86400}d {left % 86400 // 3600}h"
-    return f"in {span}" if later else f"{span} ago"
+from .views import age, relative
 
 
 def expiry_text(at: float | None, now: float) -> str:

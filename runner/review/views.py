@@ -20,8 +20,7 @@ from ..words import EventKind, RunStatus
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ratchet_runner.adapters.practice import Change
-
+    from ..adapters.practice import Change
     from ..engine.approvals import ApprovalRequest
     from ..engine.host import RunHost
     from ..engine.observe import CallObserver
@@ -388,10 +387,19 @@ def watch_calls(observer: CallObserver) -> Callable[[], None]:
 
 
 def relative(seconds: float) -> str:
-    """A moment ``seconds`` from now, for a person (``in 12m``, ``1h 12m ago``)."""
-    from .decisions import relative as from_now
-
-    return from_now(seconds)
+    """A moment ``seconds`` from now, for a person: ``in 45 s``, ``in 12m``, ``in 1h 12m``,
+    ``in 3d 4h``, or as long ago (``1h 12m ago``)."""
+    later = seconds >= 0
+    left = round(abs(seconds))
+    if left < 60:
+        span = f"{left} s"
+    elif left < 3600:
+        span = f"{left // 60}m"
+    elif left < 172800:
+        span = f"{left // 3600}h {left % 3600 // 60}m"
+    else:
+        span = f"{left // 86400}d {left % 86400 // 3600}h"
+    return f"in {span}" if later else f"{span} ago"
 
 
 def when(epoch: Any) -> str:

@@ -16,7 +16,7 @@ from ..words import RunStatus
 from .operators import Operator
 
 if TYPE_CHECKING:
-    from .. import CommandResult
+    from ..engine.commands import CommandResult
     from .service import Service
 
 
@@ -68,7 +68,7 @@ def decide(
     """Approve or reject (``decision``) what the run named by ``reference`` waits for, as
     ``operator``; with ``digest``, only if the arguments waiting are still those (409 R404
     otherwise). The run is left to the workers, whom the commit wakes."""
-    from .. import decide_run
+    from ..engine.commands import decide as decide_run
     from ..review.views import pending_request
 
     runner = service.runner()
@@ -103,7 +103,7 @@ def operate(
     """Carry out the operator ``action`` on the run named by ``reference``, as ``operator``,
     under the run's lease (as ``ratchet ops`` does), and leave the run to the workers, whom the
     commit wakes: a request never waits on the calls the run makes next."""
-    from .. import operate_run
+    from ..engine.commands import operate as operate_run
     from ..settings import OPERATOR_ACTIONS
 
     if action not in OPERATOR_ACTIONS:

@@ -44,7 +44,7 @@ from .service import INTERNAL, Service, error, log_bug, status_of
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from .. import Spec
+    from ..spec.model import Spec
 
 #: The largest request body accepted, in bytes.
 MAX_BODY = 64 * 1024
@@ -246,7 +246,7 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
     """Start a run of a served workflow (or find the one with the same business key), and
     leave it to the workers: 201 when created, 200 when it already existed with the same input
     (409 R409 with another: :class:`~ratchet_runner.errors.InputConflict` is a run error)."""
-    from .. import start_run as start
+    from ..engine.commands import start
     from ..review.views import command_summary
 
     data = body(request, ("workflow", "input"))
@@ -382,6 +382,7 @@ class Guard:
 def create_app(service: Service) -> Starlette:
     """The application; with ``service.workers``, it runs that many workers while it serves."""
 
+    from ..worker.pool import Pool
     from .metrics import Metrics
 
     service.metrics = Metrics(service.runner, lambda: dict(service.counts))
@@ -390,7 +391,8 @@ def create_app(service: Service) -> Starlette:
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         thread = None
         if service.workers > 0:
-            service.pool = service.session.pool(concurrency=service.workers)
+            made = service.session.runner_factory()
+            service.pool = Pool(made, concurrency=service.workers)
             thread = threading.Thread(target=service.pool.run, name="ratchet-serve-workers")
             thread.start()
         try:
@@ -418,7 +420,7 @@ def create_app(service: Service) -> Starlette:
 
 def load_specs(paths: Iterable[str]) -> dict[str, tuple[Spec, str]]:
     """The specs named, by workflow name (a spec that does not validate is refused)."""
-    from .. import load_spec
+    from ..spec.validate import load_spec
 
     specs: dict[str, tuple[Spec, str]] = {}
     for path in paths:

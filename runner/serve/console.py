@@ -37,7 +37,7 @@ from .sessions import COOKIE, LOGIN_COOKIE, Session, same_token
 if TYPE_CHECKING:
     import jinja2
 
-    from .. import Spec
+    from ..spec.model import Spec
 
 #: The pages' security policy: nothing but the service's own style sheet, no script at all,
 #: forms only to the service, never framed.

@@ -32,7 +32,9 @@ from .service import Service
 from .sessions import Session
 
 if TYPE_CHECKING:
-    from .. import Runner, RunRecord, Spec
+    from ..engine.runner import Runner
+    from ..spec.model import Spec
+    from ..store.records import RunRecord
 
 
 def stylesheet(_request: Request) -> Response:

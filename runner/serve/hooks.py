@@ -30,7 +30,7 @@ def webhook(request: Request) -> Response:
     sender's ``events`` map does not list is acknowledged and ignored (200). A signal the run
     cannot take now, or for a run not found, is refused (409, 404) with nothing changed, so
     that the sender retries it later."""
-    from .. import signal_run
+    from ..engine.commands import signal as signal_run
     from ..session import acting_from
     from .webhooks import verify
 

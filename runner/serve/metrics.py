@@ -34,7 +34,7 @@ from ..errors import RatchetError, UsageError
 from ..review.views import age_buckets, watch_calls
 
 if TYPE_CHECKING:
-    from .. import Runner
+    from ..engine.runner import Runner
     from ..review.views import Stats
     from ..session import Session
 

@@ -26,11 +26,12 @@ def serve(
     picks a free one), then say the URL, then hand the socket to uvicorn."""
     import uvicorn
 
+    from ..review.naive import step_for
     from ..session import Session
 
     settings = load_config(find_config(config))
     served = load_specs(specs)
-    with Session(db, bindings=bindings) as session:
+    with Session(db, bindings=bindings, steps=step_for) as session:  # naive runs stay naive
         session.store  # noqa: B018 -- opened (and created) before the first request
         app = create_app(Service(session, settings, served, workers))
         sock = listening_socket(host, port)

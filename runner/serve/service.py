@@ -31,8 +31,10 @@ from .sessions import Sessions
 LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from .. import Runner, Spec
-    from ..session import Pool, Session
+    from ..engine.runner import Runner
+    from ..session import Session
+    from ..spec.model import Spec
+    from ..worker.pool import Pool
     from .metrics import Metrics
 
 

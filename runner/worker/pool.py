@@ -45,10 +45,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from ..engine.lease import Lease, Leases, owner_identity, validate_lease
-from ..engine.runner import Runner, RunnerOptions
+from ..engine.runner import Runner, RunnerFactory, RunnerOptions
 from ..errors import (
     BindingMismatch,
     LeaseTooShort,
@@ -92,13 +91,6 @@ class PoolReport:
     unreachable: bool = False
     left: int = 0
     left_for_lease: int = 0
-
-
-class RunnerFactory(Protocol):
-    """Makes a worker thread's runner (on its own store connection), set to work by the pool's
-    ``options``."""
-
-    def __call__(self, *, options: RunnerOptions) -> Runner: ...
 
 
 class _Link:

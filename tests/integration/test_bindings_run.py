@@ -29,6 +29,7 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.binding.files import load
 from ratchet_runner.session import Session
+from ratchet_runner.worker.pool import Pool
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
@@ -292,7 +293,7 @@ def test_a_pool_with_another_binding_leaves_the_run_and_stops_claiming_it(
 ) -> None:
     started = _started(store_url, home, PRACTICE_BINDING)
     with Session(store_url, home=home, bindings=other_binding, environ={}) as session:
-        pool = session.pool(concurrency=1, poll=0.05, log=lambda _line: None)
+        pool = Pool(session.runner_factory(), concurrency=1, poll=0.05, log=lambda _line: None)
         report = pool.run(until_idle=True)
     assert (report.left, report.advanced, report.failed) == (1, 0, [])
     left = _get(store_url, started.id)
@@ -364,7 +365,7 @@ def test_a_pool_with_no_binding_on_a_store_that_is_not_practice_warns_once(
 ) -> None:
     lines: list[str] = []
     with Session(store_url, home=home, environ={}) as session:
-        pool = session.pool(concurrency=3, poll=0.05, log=lines.append)
+        pool = Pool(session.runner_factory(), concurrency=3, poll=0.05, log=lines.append)
         pool.run(until_idle=True)
     warnings = [line for line in lines if "binding" in line]  # not how it wakes
     assert [line.split(": ", 1)[1][: len(WARNING)] for line in warnings] == [WARNING]

@@ -15,6 +15,7 @@ import pytest
 
 from ratchet_runner.cli.logs import JsonFormatter, configure
 from ratchet_runner.session import Session
+from ratchet_runner.worker.pool import Pool
 from tests.conftest import ROOT, ratchet_process
 
 
@@ -76,10 +77,10 @@ def test_a_pool_logs_under_its_module_and_a_given_log_receives_lines_instead(
     configure("info", "json")
     try:
         with Session(f"sqlite:///{tmp_path / 'ratchet.db'}") as session:
-            pool = session.pool()
+            pool = Pool(session.runner_factory())
             pool.note("a line")
             said: list[str] = []
-            session.pool(log=said.append).note("another")
+            Pool(session.runner_factory(), log=said.append).note("another")
         record = json.loads(capsys.readouterr().err.strip())
         assert record["logger"] == "ratchet_runner.worker.pool"
         assert record["message"] == f"worker {pool.owner}: a line"

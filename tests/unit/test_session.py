@@ -11,7 +11,9 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeAdapter
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.runner import RunnerOptions
+from ratchet_runner.engine.protocol import EffectStep
 from ratchet_runner.errors import BindingError, UsageError
+from ratchet_runner.review.naive import MARKS, NaiveStep, step_for
 from ratchet_runner.session import Session
 from ratchet_runner.spec.model import Adapter as AdapterSpec
 from ratchet_runner.store.records import RunRecord
@@ -125,11 +127,35 @@ def test_runners_on_a_practice_store_use_the_practice_world_and_refuse_a_kind_it
     spec, _ = spec_and_text("refund")
     unserved = replace(spec, adapters={"payments": AdapterSpec("payments", "swift")})
     with Session(home=tmp_path, environ={}) as session:  # the store under the home: practice
-        runner = session.runner(strategy="naive")
-        assert runner.marks == {"strategy": "naive"}  # its runs start naive, and stay so
+        runner = session.runner(marks=MARKS)
+        assert runner.marks == {"strategy": "naive"}  # its runs start naive
         assert isinstance(runner.adapter(spec, "payments"), PracticeAdapter)
         with pytest.raises(BindingError, match="'swift' is no practice service"):
             session.runner().adapter(unserved, "payments")
+
+
+def test_every_runner_of_a_session_given_steps_drives_a_run_started_naive_naive(
+    tmp_path: Path,
+) -> None:
+    spec, _ = spec_and_text("refund")
+    effect = spec.effects["request_refund"]
+    naive_run = replace(_run(), state="refunding", context={"strategy": "naive"})
+    plain_run = replace(naive_run, context={})
+    with Session(home=tmp_path, environ={}, steps=step_for) as session:
+        pooled = session.runner_factory()(options=RunnerOptions())
+        for runner in (session.runner(), pooled):
+            assert runner.step_kind(naive_run, spec, effect) is NaiveStep
+            assert runner.step_kind(plain_run, spec, effect) is EffectStep
+    with Session(home=tmp_path, environ={}) as session:  # no steps given: the protocol's
+        assert session.runner().step_kind(naive_run, spec, effect) is EffectStep
+
+
+def test_a_pools_runners_refuse_ratchet_now_off_a_practice_store_before_any_is_made(
+    tmp_path: Path,
+) -> None:
+    now = {"RATCHET_NOW": "2030-01-01T00:00:00Z"}
+    with Session(_url(tmp_path), environ=now) as session, pytest.raises(UsageError):
+        session.runner_factory()
 
 
 def test_the_pools_runners_take_its_options_each_on_its_own_store(tmp_path: Path) -> None:

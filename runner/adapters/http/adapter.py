@@ -39,8 +39,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ratchet_runner.errors import BindingError
-
+from ...errors import BindingError
 from ..base import (
     Ambiguous,
     Call,

@@ -21,8 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ratchet_runner.errors import BindingError
-
+from ...errors import BindingError
 from .settings import HttpSettings, SecretSource
 
 REDACTED = "[redacted]"

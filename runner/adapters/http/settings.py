@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ratchet_runner.errors import BindingError
-
+from ...errors import BindingError
 from .table import Table, kind, scale, template
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

@@ -13,7 +13,7 @@ import string
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from ratchet_runner.errors import BindingError
+from ...errors import BindingError
 
 
 class Table:

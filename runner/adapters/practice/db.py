@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from ratchet_runner.errors import StoreError
+from ...errors import StoreError
 
 #: The practice database's tables, made when the file is first opened for writing.
 SCHEMA = """

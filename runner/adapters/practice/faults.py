@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ratchet_runner.errors import WorldError
+from ...errors import WorldError
 
 if TYPE_CHECKING:  # the command line reads FAULT_KINDS for its help: no database driver for that
     import sqlite3

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ratchet_runner.errors import WorldError
-
+from ...errors import WorldError
 from .faults import check_fault_calls
 
 #: The keys of a fixture, of an order, and of a fault.

@@ -40,8 +40,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ratchet_runner.errors import UsageError
-
+from ...errors import UsageError
 from ..base import Call, Done, Found, LookupFailed, Refused
 from .faults import COMMITS_LATE_SECONDS, SLOW_REPLY_SECONDS
 from .services import GENERIC, PRACTICE_SERVICES, operation, operation_names

@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ratchet_runner.errors import WorldError
-
+from ...errors import WorldError
 from ..base import Call, Done, Outcome, Refused, Semantics
 
 #: The services the practice world serves (adapter kinds it stands in for).
