@@ -29,10 +29,10 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.binding.files import load
 from ratchet_runner.session import Session
-from ratchet_runner.worker.pool import Pool
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
+from ratchet_runner.worker.pool import Pool
 from tests.conftest import PRACTICE_BINDING, RATCHET, ROOT, SPECS
 from tests.conftest import run_cli as run
 

@@ -21,12 +21,12 @@ import pytest
 from sqlalchemy import update
 
 from ratchet_runner.session import Session
-from ratchet_runner.worker.pool import Pool
 from ratchet_runner.spec.validate import load_spec_text
 from ratchet_runner.store.records import RunRecord
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.tables import spec_versions
 from ratchet_runner.worker.passes import lease_refusal, worker_pass
+from ratchet_runner.worker.pool import Pool
 from tests.conftest import PRACTICE_BINDING, SPECS, ratchet_process, run_cli, spec_and_text
 
 REFUND = SPECS / "refund.yaml"
@@ -217,7 +217,9 @@ def test_a_pool_leaves_the_runs_of_a_spec_its_lease_is_too_short_for_and_warns_o
             runner.start(spec, text, {**example.input, "ticket": ticket})[0]
             for ticket in ("T-1", "T-2")
         ]
-        pool = Pool(session.runner_factory(), concurrency=1, lease_seconds=5, poll=0.05, log=lines.append)
+        pool = Pool(
+            session.runner_factory(), concurrency=1, lease_seconds=5, poll=0.05, log=lines.append
+        )
         report = pool.run(until_idle=True)
         assert session.world.calls() == []
     assert report.failed == []

@@ -1,5 +1,6 @@
 """The library logs through :mod:`logging`; the command line sends it to stderr, as text or as
-JSON lines (``--log-format``), at the level ``--log-level`` names (``runner/cli/logs.py``)."""
+JSON lines (``--log-format``), at the level ``--log-level`` names
+(``ratchet_runner/cli/logs.py``)."""
 
 from __future__ import annotations
 

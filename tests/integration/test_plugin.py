@@ -30,7 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin-mailer"
 WELCOME = PLUGIN / "welcome.yaml"
-SOURCES = ("runner", "setup.py", "pyproject.toml", "README.md")
+SOURCES = ("ratchet_runner", "pyproject.toml", "README.md")
 
 
 def _wheel(tree: Path, out: Path, pattern: str) -> Path:

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("runner", "setup.py", "pyproject.toml", "README.md")
+SOURCES = ("ratchet_runner", "pyproject.toml", "README.md")
 
 
 def _expected_modules() -> set[str]:
     """Every file the wheel must carry, by its path inside the wheel."""
     files = {"ratchet_runner/py.typed"}
-    for path in (ROOT / "runner").rglob("*"):
+    for path in (ROOT / "ratchet_runner").rglob("*"):
         if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
-            files.add(f"ratchet_runner/{path.relative_to(ROOT / 'runner').as_posix()}")
+            files.add(f"ratchet_runner/{path.relative_to(ROOT / 'ratchet_runner').as_posix()}")
     return files
 
 

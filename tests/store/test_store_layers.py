@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-STORE = ROOT / "runner" / "store"
+STORE = ROOT / "ratchet_runner" / "store"
 PACKAGE = "ratchet_runner"
 
 #: Each module of the store, and the modules of the store it may import.

@@ -1,11 +1,11 @@
 """The ``ratchet`` command imports only what the command given needs (docs/performance.md, "Starting
 the command").
 
-``ratchet --version`` and every ``--help`` print from the command line's modules (``runner/cli/``)
-and a few light ones: no spec machinery (YAML, the JSON Schemas, CEL), no diagrams, no store, no
-package metadata. ``ratchet validate`` loads the spec machinery, but no store, no engine and no
-diagrams. Each command runs in a fresh interpreter, which reports the modules it imported; nothing
-here is timed (the times are ``bench/bench_cli.py``'s).
+``ratchet --version`` and every ``--help`` print from the command line's modules
+(``ratchet_runner/cli/``) and a few light ones: no spec machinery (YAML, the JSON Schemas, CEL),
+no diagrams, no store, no package metadata. ``ratchet validate`` loads the spec machinery, but no
+store, no engine and no diagrams. Each command runs in a fresh interpreter, which reports the
+modules it imported; nothing here is timed (the times are ``bench/bench_cli.py``'s).
 """
 
 from __future__ import annotations

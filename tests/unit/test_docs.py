@@ -150,7 +150,8 @@ def _documented_fields() -> dict[str, list[str]]:
 def test_every_schema_field_is_documented_in_the_spec_reference() -> None:
     missing = sorted(set(SCHEMA_FIELDS) - set(_documented_fields()))
     assert not missing, (
-        f"fields in runner/spec/spec.schema.json but not in docs/reference/spec.md: {missing}"
+        "fields in ratchet_runner/spec/spec.schema.json but not in docs/reference/spec.md: "
+        f"{missing}"
     )
 
 

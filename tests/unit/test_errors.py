@@ -40,12 +40,18 @@ REFUND = ROOT / "specs" / "refund.yaml"
 #: Exception classes defined outside the errors module, each with the reason it is no failure
 #: a user ever sees.
 NOT_USER_FACING = {
-    ("runner/check/cases.py", "Crash"): "the in-process stand-in for a killed process: a "
+    ("ratchet_runner/check/cases.py", "Crash"): "the in-process stand-in for a killed process: a "
     "BaseException that no `except Exception` may catch, and that `ratchet check` always catches",
-    ("runner/adapters/practice/http.py", "_Refusal"): "a request the practice HTTP server refuses "
+    (
+        "ratchet_runner/adapters/practice/http.py",
+        "_Refusal",
+    ): "a request the practice HTTP server refuses "
     "before it reaches the world: always caught in the request's handler and answered as a JSON "
     "error",
-    ("runner/serve/acting.py", "Refusal"): "a request the service refuses before it asks the "
+    (
+        "ratchet_runner/serve/acting.py",
+        "Refusal",
+    ): "a request the service refuses before it asks the "
     "library (a malformed body, a role the operator does not hold): always caught by the "
     "route's wrapper and answered as a JSON error with the CLI's code",
 }
@@ -192,7 +198,7 @@ def test_the_cli_shows_each_error_with_its_code_and_the_documented_exit_status(
 
 
 def _sources() -> list[Path]:
-    return sorted((ROOT / "runner").rglob("*.py"))
+    return sorted((ROOT / "ratchet_runner").rglob("*.py"))
 
 
 def _exception_classes(path: Path) -> list[str]:
@@ -211,7 +217,7 @@ def test_no_module_but_errors_defines_an_exception_class() -> None:
     outside = {
         (str(path.relative_to(ROOT)), name)
         for path in _sources()
-        if path != ROOT / "runner" / "errors.py"
+        if path != ROOT / "ratchet_runner" / "errors.py"
         for name in _exception_classes(path)
     }
     assert outside == set(NOT_USER_FACING)

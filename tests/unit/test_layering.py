@@ -186,8 +186,8 @@ PACKAGES: set[str] = set()
 def module_sources() -> dict[str, str]:
     """The source of every module the distribution installs, by its import name."""
     sources: dict[str, str] = {}
-    for path in sorted((ROOT / "runner").rglob("*.py")):
-        parts = list(path.relative_to(ROOT / "runner").with_suffix("").parts)
+    for path in sorted((ROOT / "ratchet_runner").rglob("*.py")):
+        parts = list(path.relative_to(ROOT / "ratchet_runner").with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
             PACKAGES.add(".".join([PACKAGE, *parts]))
@@ -524,7 +524,7 @@ def test_what_the_rules_allow_is_not_reported() -> None:
         "ratchet_runner.serve.app": "from .. import Spec, start_run",
         "ratchet_runner.serve.acting": "from ..engine.commands import decide, CommandResult",
         "ratchet_runner.serve.service": "from ..worker.pool import Pool",
-        "ratchet_runner.serve.run": "from ..review.naive import step_for",
+        "ratchet_runner.serve.metrics": "from ..review.naive import step_for",
         "ratchet_runner.serve.hooks": "from ..review.views import pending_request",
         "ratchet_runner.serve.run": "from ..session import Session",
         "ratchet_runner.serve.openapi": "from ..settings import VERSION",
@@ -546,11 +546,11 @@ def test_the_architecture_page_links_every_module() -> None:
     """docs/explanation/architecture.md stays true to the house: it links every file the
     distribution installs (a new or moved module that the page does not show fails here)."""
     page = (ROOT / "docs" / "explanation" / "architecture.md").read_text(encoding="utf-8")
-    files = list((ROOT / "runner").rglob("*.py"))
+    files = list((ROOT / "ratchet_runner").rglob("*.py"))
     unlinked = [
         path.relative_to(ROOT).as_posix()
         for path in files
-        if path.name != "__init__.py" or path.parent.name in ("runner", "lint", "adapters")
+        if path.name != "__init__.py" or path.parent.name in ("ratchet_runner", "lint", "adapters")
         if f"(../../{path.relative_to(ROOT).as_posix()})" not in page
     ]
     assert unlinked == []
@@ -571,7 +571,7 @@ def test_no_module_is_over_500_lines_without_a_reason() -> None:
 def test_the_engine_knows_nothing_of_the_naive_strategy() -> None:
     """The naive strategy (a hand-rolled retry loop, kept as a warning) is a step of its own in
     ``review/naive.py``, given to a runner by its composition root: no engine module names it."""
-    engine = ROOT / "runner" / "engine"
+    engine = ROOT / "ratchet_runner" / "engine"
     naming = [
         p.name for p in engine.glob("*.py") if "naive" in p.read_text(encoding="utf-8").lower()
     ]

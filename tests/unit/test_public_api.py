@@ -1,7 +1,7 @@
 """The public API: ``ratchet_runner.__all__``, imported lazily, and its reference page.
 
-* The names ``runner/__init__.py`` declares for mypy and editors (its ``TYPE_CHECKING`` block)
-  are the names in ``__all__``, and each resolves, lazily, to the object its module defines.
+* The names ``ratchet_runner/__init__.py`` declares for mypy and editors (its ``TYPE_CHECKING``
+  block) are the names in ``__all__``, and each resolves, lazily, to the object its module defines.
 * ``docs/reference/python-api.md`` documents exactly the names in ``__all__``, and its embedding
   example runs and prints what its comments say.
 * ``import ratchet_runner`` imports nothing heavy: no SQLAlchemy, no jsonschema, no CEL, none of
@@ -24,7 +24,7 @@ import ratchet_runner
 from tests.conftest import ROOT
 
 API_MD = ROOT / "docs" / "reference" / "python-api.md"
-INIT = ROOT / "runner" / "__init__.py"
+INIT = ROOT / "ratchet_runner" / "__init__.py"
 EXAMPLE = re.compile(r"<!-- ratchet-api: example -->\s*```python\n(.*?)```", re.S)
 
 
@@ -64,7 +64,8 @@ def _absolute(node: ast.ImportFrom) -> str:
 
 
 def declared() -> dict[str, tuple[str, str]]:
-    """What ``runner/__init__.py`` imports for type checkers: name -> (module, name there)."""
+    """What ``ratchet_runner/__init__.py`` imports for type checkers: name -> (module, its name
+    there)."""
     tree = ast.parse(INIT.read_text(encoding="utf-8"))
     block = next(
         node

@@ -41,8 +41,8 @@ def test_each_shipped_spec_validates_against_the_schema(path: Path) -> None:
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_each_shipped_spec_names_the_schema_for_editors(path: Path) -> None:
     first = path.read_text(encoding="utf-8").splitlines()[0]
-    assert first == "# yaml-language-server: $schema=../runner/spec/spec.schema.json"
-    assert (path.parent / "../runner/spec/spec.schema.json").resolve().is_file()
+    assert first == "# yaml-language-server: $schema=../ratchet_runner/spec/spec.schema.json"
+    assert (path.parent / "../ratchet_runner/spec/spec.schema.json").resolve().is_file()
 
 
 def _refund_with(old: str, new: str) -> str:

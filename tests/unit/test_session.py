@@ -10,8 +10,8 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeAdapter
 from ratchet_runner.clock import FakeClock
-from ratchet_runner.engine.runner import RunnerOptions
 from ratchet_runner.engine.protocol import EffectStep
+from ratchet_runner.engine.runner import RunnerOptions
 from ratchet_runner.errors import BindingError, UsageError
 from ratchet_runner.review.naive import MARKS, NaiveStep, step_for
 from ratchet_runner.session import Session

@@ -7,7 +7,8 @@ A kind is a word of the spec language, like a state's ``kind``: ``payments``, ``
 the practice world stands in for, this module names the operations it offers and the receipt
 field each returns, so that ``ratchet validate`` can say "the practice world's travel has no
 operation 'hold_car'" without loading the practice world. The practice world implements them
-(``runner/adapters/practice/services.py``); ``tests/unit/test_layering.py`` pins the two to agree.
+(``ratchet_runner/adapters/practice/services.py``); ``tests/unit/test_layering.py`` pins the
+two to agree.
 """
 
 from __future__ import annotations

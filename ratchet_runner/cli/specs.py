@@ -90,7 +90,7 @@ def schema() -> None:
     Point your editor at it for autocompletion and hover help; the shipped specs start with
 
     \b
-      # yaml-language-server: $schema=../runner/spec/spec.schema.json
+      # yaml-language-server: $schema=../ratchet_runner/spec/spec.schema.json
     """
     from ..spec.schema import spec_schema_text
 
