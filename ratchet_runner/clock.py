@@ -10,6 +10,7 @@ ground floor, imports nothing of the package.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 #: Sets "now" for practice: epoch seconds or an ISO 8601 time.
@@ -57,6 +58,5 @@ def format_time(epoch: float | None) -> str:
     """An epoch time as ``2030-01-01 00:00:00Z``, for messages."""
     if epoch is None:
         return "no time"
-    from datetime import UTC, datetime
 
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")

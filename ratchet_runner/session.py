@@ -12,7 +12,6 @@ the file given (``bindings``), else ``$RATCHET_BINDINGS``, else ``ratchet.toml``
 runs a spec's adapters as their kinds (the practice world); on any other store every run is
 refused before it is created, and a run found there is not driven.
 
-The store and the runner are imported when first used, so that ``ratchet validate`` stays quick.
 
 A front end that lets runs be started another way than the effect protocol (the naive strategy
 of ``ratchet run --naive`` and ``ratchet check --compare naive``) gives the session its step
@@ -39,27 +38,26 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .adapters.practice import PracticeWorld, check_fixture
+from .adapters.practice.http import PracticeServer
+from .binding.check import admit, check, kinds_unserved, unbound
+from .binding.files import find, load, place_for, searched
+from .binding.resolve import bound, refusing, spec_kinds
 from .clock import Clock, SystemClock
+from .engine.audit import acting_from as acting
+from .engine.resolution import SPEC_KINDS, Resolution
+from .engine.runner import Runner
 from .errors import StoreError
 from .settings import ENV_DB
-from .store.home import home_folder
+from .store.dialects import redact, sqlite_url
+from .store.home import command_clock, home_folder
+from .store.store import Store
 
 if TYPE_CHECKING:
-    from .adapters.practice.http import PracticeServer
     from .binding.files import Binding
     from .binding.implementations import Place
-    from .engine.resolution import Resolution
-    from .engine.runner import (
-        AdapterFactory,
-        Interrupt,
-        Runner,
-        RunnerFactory,
-        RunnerOptions,
-        StepKind,
-    )
+    from .engine.runner import AdapterFactory, Interrupt, RunnerFactory, RunnerOptions, StepKind
     from .store.context import RunContext
     from .store.records import RunRecord
-    from .store.store import Store
 
 #: The practice world's file, and the default store's, under the home.
 WORLD_FILE, STORE_FILE = "practice.db", "ratchet.db"
@@ -72,8 +70,6 @@ LOG = logging.getLogger(__name__)
 def acting_from(via: str, address: str) -> Iterator[None]:
     """Within the block, every decision and operator action records ``via`` and ``from``: the
     origin a front end (the service's API, its console, a webhook) gives what it does."""
-    from .engine.audit import acting_from as acting
-
     with acting(via, address):
         yield
 
@@ -210,8 +206,6 @@ class Session:
         :class:`~ratchet_runner.errors.BindingInvalid` for a file that is no binding), or None
         when no binding file is given or found."""
         if self._binding is None:
-            from .binding.files import find, load
-
             path = find(self._bindings, spec=self._spec_path, environ=self._environ)
             self._binding = (None if path is None else load(path),)
         return self._binding[0]
@@ -222,9 +216,6 @@ class Session:
         default store's URL is built from the home's path (which may hold ``?`` or ``%``); when
         the store is there and the home cannot be written (a read-only mount), it is opened for
         reading: the read commands work, a change is refused by the database."""
-        from .store.dialects import sqlite_url
-        from .store.store import Store
-
         url, create = self.url, True
         if url is None and (self.home is not None or not os.environ.get(ENV_DB)):
             folder = home_folder(self.home)
@@ -243,8 +234,6 @@ class Session:
         the system clock. ``RATCHET_NOW`` on another store is refused (:class:`UsageError`)."""
         if self._given_clock is not None:
             return self._given_clock
-        from .store.dialects import redact
-        from .store.home import command_clock
 
         clock, overridden = command_clock(self._environ, store.is_practice, redact(store.url))
         store.stamp_real_time = overridden
@@ -267,8 +256,6 @@ class Session:
         drives any run); ``marks``: what every run it starts keeps in its context (the naive
         strategy's :data:`~ratchet_runner.review.naive.MARKS`); ``options``: how it works (a pool
         passes its own). The one place a Runner is built."""
-        from .engine.runner import Runner
-
         on = self.store if store is None else store
         resolution: Resolution | None = None
         if adapters is None:
@@ -317,8 +304,6 @@ class Session:
     def practice_server(self, host: str = "127.0.0.1", port: int = 0) -> PracticeServer:
         """The practice world served over HTTP on ``host``:``port`` (0: a free port), listening
         once made (``ratchet practice serve``)."""
-        from .adapters.practice.http import PracticeServer
-
         return PracticeServer(self.writable_world(), host, port)
 
     def resolution(self, store: Store | None = None) -> tuple[AdapterFactory, Resolution]:
@@ -326,12 +311,6 @@ class Session:
         admission check a spec passes before a run of it is created: through the session's
         binding; else, on a practice store, the spec's kinds in the practice world; else not at
         all (every run refused before it is created, none driven)."""
-        from .binding.check import admit, check, kinds_unserved, unbound
-        from .binding.files import place_for, searched
-        from .binding.resolve import bound, refusing, spec_kinds
-        from .engine.resolution import SPEC_KINDS, Resolution
-        from .store.dialects import redact
-
         on = self.store if store is None else store
         binding = self.binding
         if self._place is None:

@@ -48,6 +48,7 @@ from ..review.naive import MARKS, NAIVE, Strategy, step_for
 from ..session import Session
 from ..spec.model import Adapter as AdapterSpec
 from ..spec.model import Spec
+from ..spec.validate import validate_path
 from ..store.records import RunRecord
 from ..words import RunStatus
 from .http import HttpReach, OverHttp, over_http, reaching, served
@@ -373,8 +374,6 @@ def _child(argv: list[str]) -> None:
     [BINDING URL]``: drive the case (its store and practice world in HOME; with BINDING, its
     adapters bound to http calling the case's practice server at URL through the HTTP adapter)
     until its window, then die by SIGKILL (no cleanup, as a real crash)."""
-    from ..spec.validate import validate_path
-
     spec_path, tmp, example, effect, window, fault, strategy, *http = argv
     report = validate_path(spec_path)
     assert report.spec is not None

@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from ..adapters.practice import Change, PracticeWorld
 from ..engine.identity import compensation_id
+from ..engine.operator_queue import evidence
 from ..engine.runner import Runner
 from ..spec.model import Compensation, Spec
 from ..store.records import EventRecord, OperationRecord, RunRecord, latest_event
@@ -231,8 +232,6 @@ def _declared_undo(spec: Spec, effect: str) -> Compensation | None:
 def _named_in_queue(runner: Runner, run: RunRecord) -> set[str]:
     """The effects and operation IDs the run's operator item names: in its evidence (left to
     undo, failed, or impossible to undo), or in what it asks the person to do."""
-    from ..engine.operator_queue import evidence
-
     found = evidence(runner, run)
     named = {str(d["effect"]) for d in found["left"]} | {str(d["effect"]) for d in found["failed"]}
     named |= {str(d["effect"]) for d in found["not_undoable"] if d.get("undo") == "impossible"}

@@ -13,9 +13,11 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..binding.check import Checker
 from ..errors import Diagnostic, SpecError, UsageError
 from ..review.naive import Strategy
 from ..spec.model import Spec
+from ..spec.validate import validate_path
 from . import cases as check
 from .cases import FAULTS, WINDOWS, Case, cases
 from .http import OverHttp, over_http
@@ -28,9 +30,6 @@ def load_checkable(
     which a check runs anyway to show what they cause; any other error is a :class:`SpecError`.
     A binding file (``bindings``, or the one found for the spec) that does not cover the spec is
     a :class:`~ratchet_runner.errors.BindingInvalid`."""
-    from ..binding.check import Checker
-    from ..spec.validate import validate_path
-
     report = validate_path(spec_path)
     if report.spec is None or any(not d.code.startswith(("E5", "W")) for d in report.errors):
         raise SpecError(report.errors or report.diagnostics)

@@ -34,10 +34,13 @@ from ..errors import RunBusy, StoreError, VersionConflict
 from ..spec.model import Spec
 from ..store.records import RunRecord
 from ..words import ENDED, RunStatus
+from .controls import operate as carry_out
+from .deciding import decide as record_decision
 from .drive import carry_on
 from .lease import Lease, owner_identity, validate_lease
 from .resolution import refusal
 from .runner import Runner
+from .signals import send_signal
 from .versions import migrate
 
 #: How long a command leases a run for by default; a heartbeat renews it while the command works,
@@ -272,7 +275,6 @@ def decide(
     """``ratchet approve`` / ``reject``: record the decision and drive the run on, under the
     run's lease; without ``drive``, record it and leave the run to the workers, whom the commit
     wakes. A refused decision changes nothing (:class:`~ratchet_runner.errors.ApprovalError`)."""
-    from .deciding import decide as record_decision
 
     def act(run: RunRecord) -> CommandResult:
         recorded = record_decision(runner, run.id, decision, actor, role, reason)
@@ -304,7 +306,6 @@ def signal(
     """``ratchet signal``: deliver the signal once per ID and drive the run on, under its
     lease; without ``drive``, deliver it and leave the run to the workers, whom the commit
     wakes."""
-    from .signals import send_signal
 
     def act(run: RunRecord) -> CommandResult:
         outcome = send_signal(runner, run.id, event, signal_id, data, spec_version, drive=drive)
@@ -332,7 +333,6 @@ def operate(
     """``ratchet ops ACTION``: the operator control, under the run's lease (see
     :func:`ratchet_runner.engine.controls.operate`); then the run driven on, or (``drive``
     False) left to the workers, whom the commit wakes."""
-    from .controls import operate as carry_out
 
     def act(run: RunRecord) -> CommandResult:
         outcome = carry_out(runner, run.id, action, actor, role, note, drive=drive)

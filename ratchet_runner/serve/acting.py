@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..engine.commands import decide as decide_run
+from ..engine.commands import operate as operate_run
+from ..review.views import pending_request
+from ..settings import OPERATOR_ACTIONS
 from ..words import RunStatus
 from .operators import Operator
 
@@ -68,9 +72,6 @@ def decide(
     """Approve or reject (``decision``) what the run named by ``reference`` waits for, as
     ``operator``; with ``digest``, only if the arguments waiting are still those (409 R404
     otherwise). The run is left to the workers, whom the commit wakes."""
-    from ..engine.commands import decide as decide_run
-    from ..review.views import pending_request
-
     runner = service.runner()
     run = runner.store.resolve(reference)
     pending = pending_request(runner, run) if run.status == RunStatus.WAITING else None
@@ -103,9 +104,6 @@ def operate(
     """Carry out the operator ``action`` on the run named by ``reference``, as ``operator``,
     under the run's lease (as ``ratchet ops`` does), and leave the run to the workers, whom the
     commit wakes: a request never waits on the calls the run makes next."""
-    from ..engine.commands import operate as operate_run
-    from ..settings import OPERATOR_ACTIONS
-
     if action not in OPERATOR_ACTIONS:
         raise Refusal(404, "R405", f"no operator action {action!r} ({', '.join(OPERATOR_ACTIONS)})")
     runner = service.runner()

@@ -35,9 +35,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..engine.commands import start
 from ..errors import RatchetError, UsageError
-from .acting import Refusal, text
+from ..review.views import command_summary, queue, run_json, run_summary, trace_json
+from ..review.views import decisions as waiting_decisions
+from ..session import acting_from
+from ..spec.validate import load_spec
+from ..words import RUN_STATUSES
+from ..worker.pool import Pool
+from .acting import Refusal, decide, text
+from .acting import operate as carry_out
+from .console_pages import routes as console_routes
 from .hooks import webhook
+from .metrics import CONTENT_TYPE, Metrics
+from .openapi import describe
 from .operators import Operator
 from .service import INTERNAL, Service, error, log_bug, status_of
 
@@ -65,7 +76,6 @@ Handler = Callable[[Request, Service, Operator], Any]
 def authenticated(handler: Handler) -> Callable[[Request], Response]:
     """A route that needs an operator: 401 without a valid token, the library's errors as JSON,
     every decision and action recorded with the request's client address."""
-    from ..session import acting_from
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
@@ -133,9 +143,6 @@ def whoami(_request: Request, _service: Service, operator: Operator) -> Any:
 
 
 def list_runs(request: Request, service: Service, _operator: Operator) -> Any:
-    from ..review.views import run_json
-    from ..words import RUN_STATUSES
-
     status = request.query_params.get("status") or None
     if status is not None and status not in RUN_STATUSES:
         raise Refusal(400, "R200", f"status must be one of {', '.join(RUN_STATUSES)}")
@@ -149,15 +156,11 @@ def list_runs(request: Request, service: Service, _operator: Operator) -> Any:
 
 
 def read_run(request: Request, service: Service, _operator: Operator) -> Any:
-    from ..review.views import run_summary
-
     runner = service.runner()
     return run_summary(runner, runner.store.resolve(request.path_params["run"]))
 
 
 def run_trace(request: Request, service: Service, _operator: Operator) -> Any:
-    from ..review.views import trace_json
-
     store = service.session.store
     run = store.resolve(request.path_params["run"])
     return trace_json(run, store.history(run.id))
@@ -186,9 +189,6 @@ def operator_queue(request: Request, service: Service, operator: Operator) -> An
     for, both expiries, whether approving in each of the operator's roles would be taken, and
     the declared evidence), oldest first, then of the runs waiting for a person (what to do,
     and the evidence); ``next_offset`` when either list has more."""
-    from ..review.views import decisions as waiting_decisions
-    from ..review.views import queue
-
     offset, limit = _page(request)
     runner = service.runner()
     decisions, read = waiting_decisions(
@@ -204,9 +204,6 @@ def operator_queue(request: Request, service: Service, operator: Operator) -> An
 
 
 def _decide(request: Request, service: Service, operator: Operator, decision: str) -> Any:
-    from ..review.views import command_summary
-    from .acting import decide
-
     data = body(
         request, ("role", "digest", "reason") if decision == "reject" else ("role", "digest")
     )
@@ -231,9 +228,6 @@ def reject(request: Request, service: Service, operator: Operator) -> Any:
 
 
 def operate(request: Request, service: Service, operator: Operator) -> Any:
-    from ..review.views import command_summary
-    from .acting import operate as carry_out
-
     data = body(request, ("role", "note"))
     action = request.path_params["action"]
     reference = request.path_params["run"]
@@ -246,9 +240,6 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
     """Start a run of a served workflow (or find the one with the same business key), and
     leave it to the workers: 201 when created, 200 when it already existed with the same input
     (409 R409 with another: :class:`~ratchet_runner.errors.InputConflict` is a run error)."""
-    from ..engine.commands import start
-    from ..review.views import command_summary
-
     data = body(request, ("workflow", "input"))
     workflow = text(data, "workflow", required=True)
     given = data.get("input")
@@ -268,8 +259,6 @@ def start_run(request: Request, service: Service, _operator: Operator) -> Any:
 def metrics(request: Request) -> Response:
     """The Prometheus exposition (:mod:`~ratchet_runner.serve.metrics`): no token, like the
     health routes; it says how many runs are where, never which."""
-    from .metrics import CONTENT_TYPE
-
     service: Service = request.app.state.service
     assert service.metrics is not None
     return Response(service.metrics.exposition(), media_type=CONTENT_TYPE)
@@ -277,15 +266,11 @@ def metrics(request: Request) -> Response:
 
 def openapi(_request: Request) -> Response:
     """The API's OpenAPI description (no token)."""
-    from .openapi import describe
-
     return JSONResponse(describe())
 
 
 def routes() -> list[Route]:
     """Every route: the console's pages (:mod:`~ratchet_runner.serve.console`) and the API."""
-    from .console_pages import routes as console_routes
-
     return [*console_routes(), *api_routes()]
 
 
@@ -382,9 +367,6 @@ class Guard:
 def create_app(service: Service) -> Starlette:
     """The application; with ``service.workers``, it runs that many workers while it serves."""
 
-    from ..worker.pool import Pool
-    from .metrics import Metrics
-
     service.metrics = Metrics(service.runner, lambda: dict(service.counts))
 
     @asynccontextmanager
@@ -420,8 +402,6 @@ def create_app(service: Service) -> Starlette:
 
 def load_specs(paths: Iterable[str]) -> dict[str, tuple[Spec, str]]:
     """The specs named, by workflow name (a spec that does not validate is refused)."""
-    from ..spec.validate import load_spec
-
     specs: dict[str, tuple[Spec, str]] = {}
     for path in paths:
         spec = load_spec(path)

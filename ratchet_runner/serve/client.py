@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import click
+import httpx
 
 from ..errors import RatchetError, UsageError
 from .webhooks import deliver, secret_key
@@ -29,7 +30,6 @@ def send_signed(
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"--to takes an http:// or https:// URL, not {url!r}")
     body = json.dumps({"run": run, "event": event, "data": data}).encode()
-    import httpx
 
     try:
         status, answer = deliver(url, keys, signal_id, body, now=time.time())

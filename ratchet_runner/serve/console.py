@@ -18,16 +18,22 @@ from.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+import jinja2
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import RatchetError
+from ..errors import GraphvizNotFound, RatchetError
+from ..review.views import age, diagram_svg, relative, when
+from ..session import acting_from
 from ..words import RunStatus
 from .acting import Refusal, decide, operate
 from .operators import token_digest
@@ -35,8 +41,6 @@ from .service import INTERNAL, Service, log_bug, status_of
 from .sessions import COOKIE, LOGIN_COOKIE, Session, same_token
 
 if TYPE_CHECKING:
-    import jinja2
-
     from ..spec.model import Spec
 
 #: The pages' security policy: nothing but the service's own style sheet, no script at all,
@@ -58,9 +62,6 @@ PAGE_SIZE = 50
 
 @cache
 def templates() -> jinja2.Environment:
-    import jinja2
-
-    from ..review.views import age, relative, when
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("ratchet_runner.serve", "templates"),
@@ -83,15 +84,11 @@ def templates() -> jinja2.Environment:
 
 def _iso(epoch: float) -> str:
     """An epoch time as RFC 3339, for a ``<time datetime>``."""
-    from datetime import UTC, datetime
-
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _ticks(text: str) -> Any:
     """``text``, escaped, with its `backticked` spans (a guard, in a verdict) as code."""
-    from markupsafe import Markup, escape
-
     parts = str(text).split("`")
     if len(parts) % 2 == 0:  # an odd backtick: no spans
         return escape(text)
@@ -150,8 +147,6 @@ def _safe_next(target: str | None) -> str:
 
 
 def login_page(request: Request) -> Response:
-    import secrets
-
     service: Service = request.app.state.service
     service.check_config()
     target = _safe_next(request.query_params.get("next"))
@@ -240,7 +235,6 @@ def page(handler: PageHandler) -> Callable[[Request], Response]:
 def action(handler: Callable[[Request, Service, Session, dict[str, str]], str]) -> Any:
     """A form's POST: only with a session and its CSRF token, from this service's own pages;
     what ``handler`` did is said on the page it sends the browser to."""
-    from ..session import acting_from
 
     def route(request: Request) -> Response:
         service: Service = request.app.state.service
@@ -364,8 +358,6 @@ def diagram(spec: Spec, view: str, current: str | None = None) -> str | None:
         found = _drawn.get(key)
     if found is not None:
         return found
-    from ..errors import GraphvizNotFound
-    from ..review.views import diagram_svg
 
     try:
         svg = diagram_svg(spec, view, current).decode("utf-8")

@@ -12,7 +12,17 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ..words import EventKind, RunStatus
+from ..errors import StoreError
+from ..review.views import (
+    decision,
+    event_line,
+    evidence,
+    latest_event,
+    parse_duration,
+    queue,
+    table_html,
+)
+from ..words import RUN_STATUSES, EventKind, RunStatus
 from .acting import Refusal
 from .console import (
     ACTIONS_BY_STATUS,
@@ -64,8 +74,6 @@ def _decision(
     (:func:`~ratchet_runner.review.views.decision`: both expiries, the verdict of
     approving in each of their roles the approval allows, the evidence), with the roles in
     which they may approve (``may``: those the guard lets through) and reject (``may_reject``)."""
-    from ..review.views import decision
-
     operator = session.operator
     item = decision(runner, run, now, actor=operator.name, holding=operator.roles)
     if item is None:
@@ -79,8 +87,6 @@ def queue_page(request: Request, service: Service, session: Session) -> Response
     """Decisions waiting (oldest first), with the exact arguments and digest, both expiries,
     the verdict for each of the operator's roles and the declared evidence; then the runs
     waiting for a person, with what to do and the evidence."""
-    from ..review.views import queue
-
     offset = _offset(request)
     runner = service.runner()
     now = runner.decision_now()
@@ -125,8 +131,6 @@ def actions_for(spec: Spec, status: str) -> tuple[str, ...]:
 
 def _age(text: str) -> float | None:
     """``45s``, ``30m``, ``2h``, ``1d`` as seconds (a spec's durations); None when empty."""
-    from ..review.views import parse_duration
-
     try:
         return parse_duration(text.strip().lower() or None)
     except ValueError:
@@ -135,8 +139,6 @@ def _age(text: str) -> float | None:
 
 def runs_page(request: Request, service: Service, _session: Session) -> Response:
     """The runs, newest first, by workflow, status, business key and age (older than)."""
-    from ..words import RUN_STATUSES
-
     params = request.query_params
     chosen = {key: params.get(key, "").strip() for key in ("workflow", "status", "key", "age")}
     if chosen["status"] and chosen["status"] not in RUN_STATUSES:
@@ -185,8 +187,6 @@ def _lookups(history: list[Any]) -> dict[str, int]:
 def run_page(request: Request, service: Service, session: Session) -> Response:
     """A run: where it is, what it waits for (and who may decide), what a person is asked to
     do, its effects, its state diagram, and its history as a timeline."""
-    from ..review.views import event_line, evidence, latest_event
-
     runner = service.runner()
     run = runner.store.resolve(request.path_params["run"])
     spec = runner.spec_of(run)
@@ -243,9 +243,6 @@ def specs_page(request: Request, service: Service, _session: Session) -> Respons
 
 def spec_page(request: Request, service: Service, _session: Session) -> Response:
     """A spec version's transition table and its three diagrams."""
-    from ..errors import StoreError
-    from ..review.views import table_html
-
     digest = request.path_params["digest"]
     served = {spec.digest: spec for spec, _ in service.specs.values()}
     spec = served.get(digest)

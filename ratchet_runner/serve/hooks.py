@@ -9,8 +9,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..engine.commands import signal as signal_run
 from ..errors import RatchetError, VersionConflict
+from ..session import acting_from
 from .service import Service, error, status_of
+from .webhooks import verify
 
 
 def _at(data: Any, path: str) -> Any:
@@ -30,10 +33,6 @@ def webhook(request: Request) -> Response:
     sender's ``events`` map does not list is acknowledged and ignored (200). A signal the run
     cannot take now, or for a run not found, is refused (409, 404) with nothing changed, so
     that the sender retries it later."""
-    from ..engine.commands import signal as signal_run
-    from ..session import acting_from
-    from .webhooks import verify
-
     service: Service = request.app.state.service
     service.check_config()  # a sender added or its mapping changed counts from this message
     sender = service.config.senders.get(request.path_params["sender"])

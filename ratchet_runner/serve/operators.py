@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from .webhooks import secret_key
 
 #: Where the configuration is looked for when no file is named.
 ENV_CONFIG = "RATCHET_SERVE_CONFIG"
@@ -213,8 +214,6 @@ SENDER_KEYS = {"name", "secret_env", "run", "event", "data", "events"}
 
 
 def _sender(where: str, entry: Any, environ: Mapping[str, str]) -> Sender:
-    from .webhooks import secret_key
-
     if not isinstance(entry, dict) or set(entry) - SENDER_KEYS:
         raise UsageError(f"{where}: a sender has {', '.join(sorted(SENDER_KEYS))}")
     name, env = entry.get("name"), entry.get("secret_env")

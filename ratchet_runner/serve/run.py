@@ -6,6 +6,11 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import uvicorn
+
+from ..errors import UsageError
+from ..review.naive import step_for
+from ..session import Session
 from .app import create_app, load_specs
 from .operators import find_config, load_config
 from .service import Service
@@ -24,10 +29,6 @@ def serve(
 ) -> None:
     """Serve until SIGTERM or Ctrl-C: bind first (so a port in use is a clear error, and port 0
     picks a free one), then say the URL, then hand the socket to uvicorn."""
-    import uvicorn
-
-    from ..review.naive import step_for
-    from ..session import Session
 
     settings = load_config(find_config(config))
     served = load_specs(specs)
@@ -57,8 +58,6 @@ def listening_socket(host: str, port: int) -> socket.socket:
     its protocol named (``IPPROTO_TCP``): asyncio turns Nagle's algorithm off on the
     connections it accepts only then, and with it on a reply's body waited for the client's
     delayed ACK of its headers, 40 ms a request."""
-    from ..errors import UsageError
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

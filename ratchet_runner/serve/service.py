@@ -25,7 +25,7 @@ from ..errors import (
     UsageError,
     VersionConflict,
 )
-from .operators import Config
+from .operators import Config, load_config
 from .sessions import Sessions
 
 LOG = logging.getLogger(__name__)
@@ -71,8 +71,6 @@ class Service:
         other roles counts from the next request, and the console's sessions of an operator
         removed or changed end. A file that no longer reads is not taken: the configuration
         before it stays, and the log says why."""
-        from .operators import load_config
-
         path = self.config.path
         now = time.monotonic()
         if path is None or now - self._looked < self.config_interval:

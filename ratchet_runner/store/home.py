@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..clock import ENV_ALLOW_OVERRIDE, ENV_NOW, Clock, FakeClock, SystemClock
@@ -78,8 +79,6 @@ def clock_from_env(value: str | None) -> Clock:
     try:
         return FakeClock(float(value))
     except ValueError:
-        from datetime import datetime
-
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:

@@ -10,6 +10,7 @@ modules it imported; nothing here is timed (the times are ``bench/bench_cli.py``
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -125,3 +126,51 @@ def test_the_version_printed_is_the_one_the_distribution_declares() -> None:
     assert ratchet_runner.__version__ == declared["project"]["version"]
     done, _ = _imported("--version")
     assert done.stdout == f"ratchet, version {ratchet_runner.__version__}\n"
+
+
+#: Modules off the command line's start-up that still import inside a function, each with why.
+LAZY_FOR_A_REASON = {
+    "ratchet_runner": "the public API imports each name's module when the name is first used",
+    "ratchet_runner.review.diagram.dot": "graphviz only when a picture is drawn in DOT",
+    "ratchet_runner.review.diagram.draw": "graphviz only when a picture is rendered",
+    "ratchet_runner.store.watch": "the driver of the store in use (psycopg or sqlite3), not both",
+    "ratchet_runner.serve.webhooks": "httpx only when a webhook is sent (ratchet token reads it)",
+    "ratchet_runner.serve.metrics": "the exporter's server only for ratchet worker --metrics-port",
+}
+
+
+def _imports_inside_functions() -> dict[str, list[int]]:
+    """The lines of every import inside a function, by module."""
+    found: dict[str, list[int]] = {}
+    for path in sorted((ROOT / "ratchet_runner").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = [
+                    sub.lineno
+                    for sub in ast.walk(node)
+                    if isinstance(sub, ast.Import | ast.ImportFrom)
+                ]
+                if lines:
+                    found.setdefault(module, []).extend(lines)
+    return found
+
+
+def test_an_import_inside_a_function_is_one_the_start_up_needs() -> None:
+    """Imports sit at the top of a module, but in the modules the command line loads to print a
+    help, its version, a table or a validation (there an import waits for the command that needs
+    it, so that these stay quick) and in the few that say why (:data:`LAZY_FOR_A_REASON`)."""
+    loaded: set[str] = set()
+    for argv in (("--help",), ("validate", "specs/refund.yaml"), ("table", "specs/refund.yaml")):
+        done, modules = _imported(*argv)
+        assert done.returncode == 0, done.stderr
+        loaded.update(modules)
+    inside = _imports_inside_functions()
+    assert "ratchet_runner.cli.runs" in inside  # the start-up's own lazy imports are seen
+    stray = {
+        module: lines
+        for module, lines in inside.items()
+        if module not in loaded and module not in LAZY_FOR_A_REASON
+    }
+    assert stray == {}
