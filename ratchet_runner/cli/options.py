@@ -8,7 +8,7 @@ every run command takes (its runner, its result shown). The commands themselves,
 
 Light to import, as the command line is: ``ratchet --version`` and every ``--help`` import
 this module, so the views, the session and the spec loader are imported by the helpers that use
-them. About 400 lines, as one concern: every option and output helper the commands share, kept
+them. Over 400 lines, as one concern: every option and output helper the commands share, kept
 in one place so that each command's module holds only its commands.
 """
 
