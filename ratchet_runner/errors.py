@@ -14,7 +14,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   ├── BindingError        R203  an adapter binding's settings are missing, mistyped or wrong
     │   │   ├── BindingInvalid  R204  a binding file is invalid or does not cover what a spec uses
     │   │   └── BindingMismatch R205  the run started under another binding than this process's
-    │   └── CommandLineError    R206  the command line is malformed (exit status 2)
+    │   ├── CommandLineError    R206  the command line is malformed (exit status 2)
+    │   └── MappingInvalid      R207  a version mapping file is unreadable or malformed
     ├── StoreError              R300  the store could not do what was asked
     │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
@@ -193,6 +194,24 @@ class CommandLineError(UsageError):
 
     code = "R206"
     exit_status = 2
+
+
+class MappingInvalid(UsageError):
+    """A version mapping file (``ratchet diff --mapping``) cannot be used: it cannot be read as
+    a safe YAML mapping (the spec loader's ``E1xx``), or has a key, a type or a value a mapping
+    may not have (``V201`` to ``V203``). It carries the located findings, which the CLI prints
+    one per line."""
+
+    code = "R207"
+
+    def __init__(self, diagnostics: list[Diagnostic], message: str | None = None) -> None:
+        self.diagnostics = sorted(diagnostics)
+        first = self.diagnostics[0].format() if self.diagnostics else None
+        super().__init__(message or first)
+
+    def report(self) -> list[str]:
+        """Every finding as ``FILE:LINE:COL: CODE message``; with none, the code and message."""
+        return [d.format() for d in self.diagnostics] or super().report()
 
 
 class StoreError(RatchetError):

@@ -1,7 +1,8 @@
 """The ``ratchet`` command line: a thin shell that parses, calls the library, and formats.
 
 The group and the entry point: every command is one click command in the module of the
-front it serves (:mod:`.specs`: the spec's commands; :mod:`.runs`: the commands that change a
+front it serves (:mod:`.specs`: the spec's commands; :mod:`.diffing`: ``diff``, two versions of
+a spec compared; :mod:`.runs`: the commands that change a
 run; :mod:`.reading`: those that read runs; :mod:`.serving`: ``worker``, ``serve``, ``token``
 and ``practice serve``), sharing the options and the output helpers of :mod:`.options`;
 everything else is the library's. A command imports the library modules it uses when it runs,
@@ -24,7 +25,7 @@ import click
 
 from .. import __version__
 from ..errors import RatchetError
-from . import reading, runs, serving, specs
+from . import diffing, reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -55,7 +56,13 @@ def cli() -> None:
     configure()  # the library's log to stderr (worker, serve: --log-level, --log-format)
 
 
-for _command in (*specs.COMMANDS, *runs.COMMANDS, *reading.COMMANDS, *serving.COMMANDS):
+for _command in (
+    *specs.COMMANDS,
+    *diffing.COMMANDS,
+    *runs.COMMANDS,
+    *reading.COMMANDS,
+    *serving.COMMANDS,
+):
     cli.add_command(_command)
 
 

@@ -70,6 +70,15 @@ def _reads(source: str, reader: str, pointer: str) -> list[InputRead]:
     return [InputRead(path, tested, reader, source, pointer) for path in paths]
 
 
+def tested(source: str) -> frozenset[tuple[str, ...]]:
+    """The name paths the expression ``source`` tests with ``has()`` (none when it does not
+    compile): a field it may read only when it is there."""
+    try:
+        return frozenset(_tested(compile_expression(source)))
+    except ExpressionError:
+        return frozenset()
+
+
 def _tested(expression: Expression) -> Iterator[tuple[str, ...]]:
     """The name paths ``has()`` tests in ``expression`` (``has(input.a.b)``: ``input.a.b``)."""
     root = expression.tree

@@ -30,7 +30,7 @@ from sqlalchemy.pool import Pool
 
 from ..clock import Clock, SystemClock
 from ..errors import RunNotFound, StoreError
-from ..words import EventKind, RunStatus
+from ..words import ENDED, EventKind, RunStatus
 from .bell import Bell, arms_soon, bell_for, wakes
 from .dialects import (
     close_engine,
@@ -88,6 +88,8 @@ _RUN_BY_KEY = select(runs).where(
     runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
 )
 _OPERATION_BY_ID = select(operations).where(operations.c.operation_id == bindparam("b_id"))
+#: How many runs one read of several runs' rows names at most.
+_RUNS_PER_READ = 500
 
 
 class Store:
@@ -347,12 +349,14 @@ class Store:
         with self._read() as conn:
             return [OperationRecord(**row._mapping) for row in conn.execute(query)]
 
-    def approvals(self, run_id: str) -> list[ApprovalRecord]:
-        with self._read() as conn:
-            rows = conn.execute(
-                select(approvals).where(approvals.c.run_id == run_id).order_by(approvals.c.id)
-            )
-            return [ApprovalRecord(**row._mapping) for row in rows]
+    def approvals(
+        self, run_id: str | None = None, *, runs_in: Sequence[str] | None = None
+    ) -> list[ApprovalRecord]:
+        """The decisions recorded for ``run_id`` (``runs_in``: for those runs), oldest first."""
+        return [
+            ApprovalRecord(**row)
+            for row in self._rows_of(approvals, run_id, runs_in, approvals.c.id)
+        ]
 
     # -- timers and signals -----------------------------------------------------------------
 
@@ -371,12 +375,50 @@ class Store:
         """Mark a timer whose run has left its state as stale (it will never fire)."""
         self._writer.discard_timer(timer_id, at)
 
-    def timers(self, run_id: str) -> list[TimerRecord]:
+    def timers(
+        self, run_id: str | None = None, *, runs_in: Sequence[str] | None = None
+    ) -> list[TimerRecord]:
+        """The timers of ``run_id`` (``runs_in``: of those runs), fired or not, oldest first."""
+        return [TimerRecord(**row) for row in self._rows_of(timers, run_id, runs_in, timers.c.id)]
+
+    def signals(
+        self, run_id: str | None = None, *, runs_in: Sequence[str] | None = None
+    ) -> list[SignalRecord]:
+        """The signals ``run_id`` (``runs_in``: those runs) received, in the order received."""
+        order = (signals.c.received_at, signals.c.signal_id)
+        return [SignalRecord(**row) for row in self._rows_of(signals, run_id, runs_in, *order)]
+
+    def open_runs(self, workflow: str) -> list[RunRecord]:
+        """Every unfinished run of ``workflow`` (neither done nor cancelled), whatever its spec
+        version, oldest first: the runs a new version of it may have to move."""
+        query = (
+            select(runs)
+            .where(runs.c.workflow == workflow, runs.c.status.not_in([str(s) for s in ENDED]))
+            .order_by(runs.c.created_at, runs.c.id)
+        )
         with self._read() as conn:
-            rows = conn.execute(
-                select(timers).where(timers.c.run_id == run_id).order_by(timers.c.id)
-            )
-            return [TimerRecord(**row._mapping) for row in rows]
+            return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
+    def _rows_of(
+        self, table: Any, run_id: str | None, runs_in: Sequence[str] | None, *order: Any
+    ) -> list[dict[str, Any]]:
+        """The rows of ``table`` of one run, or of the runs ``runs_in`` names (read
+        :data:`_RUNS_PER_READ` at a time, so that no statement names thousands), in ``order``."""
+        if run_id is not None:
+            groups: list[list[str]] = [[run_id]]
+        elif runs_in is not None:
+            named = list(dict.fromkeys(runs_in))
+            groups = [named[i : i + _RUNS_PER_READ] for i in range(0, len(named), _RUNS_PER_READ)]
+        else:
+            groups = []
+        found: list[dict[str, Any]] = []
+        with self._read() as conn:
+            if run_id is None and runs_in is None:
+                return [dict(r._mapping) for r in conn.execute(select(table).order_by(*order))]
+            for group in groups:
+                query = select(table).where(table.c.run_id.in_(group)).order_by(*order)
+                found += [dict(r._mapping) for r in conn.execute(query)]
+        return found
 
     def signal(self, run_id: str, signal_id: str) -> SignalRecord | None:
         """The signal ``signal_id`` that ``run_id`` received, if it did (IDs are per run)."""
