@@ -155,6 +155,18 @@ class Check:
             self._reach[start] = reachable(self.new, start)
         return state in self._reach[start]
 
+    def reached(self) -> set[str]:
+        """The new version's states a run of the old one could come to: those reachable from
+        where any occupiable state's runs move (what only a state nothing reaches reads, no
+        run reads)."""
+        if "" not in self._reach:
+            found: set[str] = set()
+            for state in self.occupiable():
+                if self.target(state) in self.new.states:
+                    found |= reachable(self.new, self.target(state))
+            self._reach[""] = found
+        return self._reach[""]
+
     def activation(self, run: LiveRun, spec: Spec, **extra: Any) -> dict[str, Any]:
         """What ``spec``'s guards and arguments would see of ``run`` (in the new version: as
         moved, standing in its target state), as the runner builds it."""

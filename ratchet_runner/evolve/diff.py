@@ -231,6 +231,22 @@ def show(value: Any) -> str:
     return f"`{canonical_json(value)}`"
 
 
+def fields_changed(old: Any, new: Any) -> str:
+    """Two values side by side, only what differs when both are mappings (``max_attempts `3` →
+    `5```), else whole."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return f"{show(old)} → {show(new)}"
+    keys = [*old, *[k for k in new if k not in old]]
+    return "; ".join(
+        f"{k} {show(old.get(k))} → {show(new.get(k))}" for k in keys if old.get(k) != new.get(k)
+    )
+
+
+def article(word: str) -> str:
+    """``a step``, ``an operator_queue``."""
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
 def _worth(value: Any) -> bool:
     """Whether an added or removed value is worth naming beside the thing (not a whole
     mapping of fields)."""

@@ -21,7 +21,14 @@ from ..spec.expressions import compile_expression
 from ..spec.model import Effect, Spec
 from ..words import OperationStatus
 from .basis import Check, plural
-from .diff import compensation_text, plain, row_performing, show, state_performing
+from .diff import (
+    compensation_text,
+    fields_changed,
+    plain,
+    row_performing,
+    show,
+    state_performing,
+)
 from .runs import LiveRun
 
 
@@ -33,38 +40,40 @@ def _fields(effect: Effect | None) -> dict[str, Any]:
     return found
 
 
+#: What of an effect a call in flight meets, besides its operation ID (``V104``'s: the key,
+#: the arguments, the adapter and operation) and its retries (``V113``'s), and its undo, which
+#: was registered with the call (``V107``'s).
+WINDOW_FIELDS = ("reconcile", "approval", "timeout", "cost", "receipt")
+WINDOW_COLUMNS = ("state", "next_state", "receipt")
+
+
 def effect_changes(check: Check, effect: str) -> list[str]:
-    """What about ``effect`` (an old effect's name) the change touches, as a run performing it
-    would meet it: its definition, its adapter, the row that performs it, its state, and the
-    approval digests that a new spec or policy version voids."""
+    """What the change does to ``effect`` (an old effect's name) that a run in the middle of
+    it would meet, other than its operation ID, its retries and its undo: its lookup, approval,
+    timeout, cost or receipt, its adapter's kind or settings, the row that performs it, its
+    state, and the digest of its approval, which a new spec or policy version changes."""
     old, new = check.old, check.new
     before, after = old.effects[effect], new.effects.get(effect)
     if after is None:
         return ["the effect itself (it is gone)"]
-    found = [
-        f"its {name}"
-        for name, value in _fields(before).items()
-        if _fields(after).get(name) != value
-    ]
-    if old.adapters.get(before.adapter) != new.adapters.get(after.adapter):
+    was, now = _fields(before), _fields(after)
+    found = [f"its {name}" for name in WINDOW_FIELDS if was.get(name) != now.get(name)]
+    adapter_old, adapter_new = old.adapters.get(before.adapter), new.adapters.get(after.adapter)
+    if (adapter_old is None) != (adapter_new is None) or (
+        adapter_old is not None
+        and adapter_new is not None
+        and (adapter_old.kind, adapter_old.config) != (adapter_new.kind, adapter_new.config)
+    ):
         found.append(f"its adapter {after.adapter!r}")
     row_old, row_new = row_performing(old, effect), row_performing(new, effect)
-    if row_new is None:
+    if row_old is not None and row_new is None:
         found.append("the row that performs it (none does)")
-    elif row_old is not None:
-        columns = [
-            c
-            for c in (
-                "state",
-                "next_state",
-                "idempotency_key",
-                "receipt",
-                "retry_owner",
-                "compensation",
-            )
+    elif row_old is not None and row_new is not None:
+        found += [
+            f"its row's {c}"
+            for c in WINDOW_COLUMNS
             if plain(row_old.cell(c)) != plain(row_new.cell(c))
         ]
-        found += [f"its row's {c}" for c in columns]
     state = state_performing(old, effect)
     if state is not None and check.target(state) != state:
         found.append(f"its state (mapped to {check.target(state)!r})")
@@ -78,8 +87,6 @@ def effect_changes(check: Check, effect: str) -> list[str]:
         old.spec_version != new.spec_version or str(old.policy_version) != str(new.policy_version)
     ):
         found.append("the digest of its approval (it covers the spec and policy versions)")
-    if old.name != new.name:
-        found.append("the workflow's name")
     return found
 
 
@@ -97,11 +104,12 @@ def check_windows(check: Check) -> None:
             if op.effect == effect
         }
         touched = [r for r in check.live or () if r.id in inside]
-        where = state_performing(old, effect) or "a compensate state"
+        state = state_performing(old, effect)
+        where = f"in {state!r}" if state is not None else "as an undo"
         check.add(
             "V103",
             _at_effect(check, effect),
-            f"{check.who(touched, f'inside an effect window of {effect!r} in {where!r}')} (its "
+            f"{check.who(touched, f'inside an effect window of {effect!r} {where}')} (its "
             "call written ahead, its outcome not known, or a lookup due) would finish it under "
             f"version {check.new.spec_version}, which changes {_and(reasons)}: they are "
             "blocked until the window closes; let the worker finish them (ratchet ops reconcile "
@@ -132,8 +140,9 @@ def _at_effect(check: Check, effect: str) -> Any:
 
 
 def recipe(spec: Spec, effect: str) -> dict[str, Any] | None:
-    """What ``effect``'s operation ID is made of in ``spec``: the workflow's name, the row's
-    idempotency key, the expressions of the arguments the key covers, and the adapter and
+    """What ``effect``'s operation ID is made of in ``spec`` (besides the workflow's name,
+    :func:`check_name`'s, and the business key, which a run keeps once it has started): the
+    row's idempotency key, the expressions of the arguments the key covers, and the adapter and
     operation the ID is sent to (None: no row performs it)."""
     row, made = row_performing(spec, effect), spec.effects.get(effect)
     if row is None or made is None:
@@ -145,7 +154,6 @@ def recipe(spec: Spec, effect: str) -> dict[str, Any] | None:
         else [k.removeprefix("args.") for k in key if k.startswith("args.")]
     )
     return {
-        "the workflow's name": spec.name,
         "idempotency_key": list(key),
         **{f"args.{a}": plain(made.args.get(a)) for a in covered},
         "adapter": made.adapter,
@@ -177,6 +185,11 @@ def check_recipes(check: Check) -> None:
                 notes[run.id] = note
         touched = [r for r in check.live or () if r.id in notes]
         nobody = check.checked and not touched
+        # The key, the adapter or the operation made another way is dangerous whatever runs
+        # there are now; new arguments are the change asked for, for runs that have not called.
+        proper = after is None or any(
+            before.get(k) != after.get(k) for k in ("idempotency_key", "adapter", "operation")
+        )
         check.add(
             "V104",
             _at_key(check, effect),
@@ -192,7 +205,7 @@ def check_recipes(check: Check) -> None:
             "on_version_change: pin, no migration), or keep the recipe",
             touched,
             notes,
-            always=True,
+            always=proper,
             severity="warning" if nobody else "error",
         )
 
@@ -283,6 +296,8 @@ def check_arguments(check: Check) -> None:
         state = state_performing(new, effect)
         if after is None or state is None or plain(before.args) == plain(after.args):
             continue
+        if state not in check.reached():
+            continue  # no run comes to call it
         names = sorted(
             a
             for a in {*before.args, *after.args}
@@ -397,7 +412,7 @@ def check_retries(check: Check) -> None:
         row_old, row_new = row_performing(old, effect), row_performing(new, effect)
         reasons = []
         if plain(before.retry) != plain(after.retry):
-            reasons.append(f"retry {show(plain(before.retry))} → {show(plain(after.retry))}")
+            reasons.append(f"retry: {fields_changed(plain(before.retry), plain(after.retry))}")
         owner_old = row_old.retry_owner if row_old else None
         owner_new = row_new.retry_owner if row_new else None
         if owner_old != owner_new:
@@ -450,7 +465,7 @@ def check_retries(check: Check) -> None:
             check.at_new("/budget")
             if new.budget != type(new.budget)()
             else check.at_old("/budget"),
-            f"the run's budget changes ({show(plain(old.budget))} → {show(plain(new.budget))}): "
+            f"the run's budget changes ({fields_changed(plain(old.budget), plain(new.budget))}): "
             f"{check.who(touched, 'that have spent some of it')} would go on under the new one, "
             "their spending kept; check what they spent against it",
             touched,

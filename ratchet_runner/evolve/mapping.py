@@ -29,6 +29,7 @@ from typing import Any, Literal
 from ..errors import Diagnostic, MappingInvalid, SpecError
 from ..spec.loader import Document, load_file, load_text, pointer_join
 from ..spec.model import Spec
+from .diff import article
 
 #: The mapping's own codes, one line each (docs/reference/versions.md explains each).
 MAPPING_CODES: dict[str, str] = {
@@ -214,9 +215,9 @@ def check_mapping(mapping: VersionMapping, old: Spec, new: Spec) -> list[Diagnos
                     at,
                     "V102",
                     f"{source!r} ({was}) is mapped to {target!r} ({now}): a run moved there "
-                    f"would stand in a {now} state with what a {was} state left it (its "
-                    f"timers, its pending decision, its effect); map it to a {was} state of "
-                    "the new version",
+                    f"would stand in {article(now)} state with what {article(was)} state left "
+                    f"it (its timers, its pending decision, its effect); map it to "
+                    f"{article(was)} state of the new version",
                 )
             )
     return found

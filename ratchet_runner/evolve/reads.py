@@ -20,7 +20,7 @@ from ..spec.expressions import compile_expression
 from ..spec.model import Spec
 from ..spec.reads import tested
 from .basis import Check
-from .diff import plain, row_performing, show, state_performing
+from .diff import fields_changed, plain, row_performing, show, state_performing
 from .runs import LiveRun
 
 # -- approvals -----------------------------------------------------------------------------------
@@ -208,6 +208,13 @@ def readers(spec: Spec) -> Iterator[Reader]:
             )
 
 
+def _read(check: Check, reader: Reader) -> bool:
+    """Whether any run of the old version could come to read ``reader``."""
+    if reader.state is None:
+        return any(check.new.states[s].kind == "compensate" for s in check.reached())
+    return reader.state in check.reached()
+
+
 def _reaches(check: Check, run: LiveRun, reader: Reader) -> bool:
     """Whether ``run`` can still come to read ``reader`` (an argument of an effect it has made
     is read no more)."""
@@ -246,6 +253,8 @@ def check_inputs(check: Check) -> None:
     old, new = check.old, check.new
     before = {(r.kind, r.label, p) for r in readers(old) for p in r.paths()}
     for reader in readers(new):
+        if not _read(check, reader):
+            continue
         for path in reader.paths():
             if path[0] != "input" or len(path) < 2 or _required(old.input_schema, path):
                 continue
@@ -294,7 +303,7 @@ def check_inputs(check: Check) -> None:
         said = (
             f"requires {change.subject}"
             if change.field == "required"
-            else f"declares {change.subject} otherwise ({show(change.old)} → {show(change.new)})"
+            else f"declares {change.subject} otherwise ({fields_changed(change.old, change.new)})"
         )
         check.add(
             "V110",
@@ -353,6 +362,8 @@ def check_receipts(check: Check) -> None:
     old, new = check.old, check.new
     before = {p for r in readers(old) for p in r.paths() if p[0] == "receipts"}
     for reader in readers(new):
+        if not _read(check, reader):
+            continue
         for path in reader.paths():
             if path[0] != "receipts" or len(path) < 3 or path in before:
                 continue

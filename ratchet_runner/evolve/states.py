@@ -19,7 +19,7 @@ from ..spec.expressions import compile_expression
 from ..spec.model import RUNNER_EVENTS, Row, Spec, State
 from ..words import GAVE_UP, OperationStatus, RunStatus
 from .basis import Check, plural
-from .diff import raw, reachable, show, state_performing
+from .diff import article, raw, reachable, show, state_performing
 from .runs import LiveRun
 
 
@@ -38,8 +38,7 @@ def check_states(check: Check) -> None:
                 check.at_old(f"/states/{name}", key=True),
                 f"state {name!r} ({state.kind}) is not in version {new.spec_version}: "
                 f"{check.who(touched, 'in it')} cannot move there (revalidate would hand them "
-                f"to a person){_renamed(check, name)}; map them to a state of the new version "
-                f"in a mapping file (states: {{{name}: NEW_STATE}})",
+                f"to a person); {_renamed(check, name)}",
                 touched,
             )
             continue
@@ -48,11 +47,12 @@ def check_states(check: Check) -> None:
             check.add(
                 "V102",
                 check.at_new(f"/states/{target}/kind"),
-                f"state {name!r} is a {state.kind} in version {old.spec_version} and a "
-                f"{now.kind} in version {new.spec_version}: {check.who(touched, 'in it')} "
-                f"would stand in a {now.kind} state with what a {state.kind} state left them "
-                f"(its timers, its pending decision, its effect); map them to a {state.kind} "
-                f"state (states: {{{name}: ...}}), or keep its kind",
+                f"state {name!r} is {article(state.kind)} in version {old.spec_version} and "
+                f"{article(now.kind)} in version {new.spec_version}: "
+                f"{check.who(touched, 'in it')} would stand in {article(now.kind)} state with "
+                f"what {article(state.kind)} state left them (its timers, its pending decision, "
+                f"its effect); map them to {article(state.kind)} state (states: {{{name}: "
+                "...}), or keep its kind",
                 touched,
             )
         if target not in reach_new and (name in reach_old or target != name):
@@ -72,8 +72,14 @@ def _renamed(check: Check, name: str) -> str:
     kind = check.old.states[name].kind
     added = [n for n, s in check.new.states.items() if n not in check.old.states and s.kind == kind]
     if len(added) != 1:
-        return ""
-    return f"; renamed to {added[0]!r}? then map it: states: {{{name}: {added[0]}}}"
+        return (
+            "map them to a state of the new version in a mapping file "
+            f"(states: {{{name}: NEW_STATE}})"
+        )
+    return (
+        f"if it was renamed {added[0]!r}, map them there in a mapping file "
+        f"(states: {{{name}: {added[0]}}})"
+    )
 
 
 # -- timers ------------------------------------------------------------------------------------
@@ -307,8 +313,12 @@ def check_waiting(check: Check) -> None:
                 check.at_new(f"/states/{target}/resumes_on")
                 if target == name or now.resumes_on
                 else check.at_state(target),
-                f"{name!r} takes {signal!r} in version {old.spec_version}; {target!r} does not "
-                f"in version {new.spec_version}: {check.who(waiting, f'waiting in {name!r}')} "
+                (
+                    f"{name!r} takes {signal!r} no more"
+                    if target == name
+                    else f"{name!r} is mapped to {target!r}, which does not take {signal!r}"
+                )
+                + f": {check.who(waiting, f'waiting in {name!r}')} "
                 f"would refuse it when it comes ({how}); keep {signal!r} in its resumes_on, "
                 "with its row, or map them to a state that takes it",
                 waiting,
