@@ -512,6 +512,62 @@ def test_the_spec_digests_of_live_runs_are_those_of_runs_not_done_or_cancelled(
     assert store.live_spec_digests() == ["a" * 64, "c" * 64, "d" * 64, "e" * 64]
 
 
+def test_the_open_runs_of_a_workflow_are_its_unfinished_runs_on_any_version_oldest_first(
+    store: Store,
+) -> None:
+    """What a change of the workflow may have to move (``ratchet diff --db``)."""
+    store.save_spec("e" * 64, "refund", 2, "1", "name: refund\n", T0)
+    runs = [
+        ("run_late", "refund", DIGEST, "waiting", T0 + 5),
+        ("run_done", "refund", DIGEST, "done", T0 + 1),
+        ("run_gone", "refund", DIGEST, "cancelled", T0 + 2),
+        ("run_first", "refund", DIGEST, "needs_person", T0),
+        ("run_v2", "refund", "e" * 64, "paused", T0 + 3),
+        ("run_other", "returns", DIGEST, "running", T0),
+    ]
+    store.save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)
+    for number, (run_id, workflow, digest, status, at) in enumerate(runs):
+        store.create_run(
+            NewRun(run_id, workflow, digest, f"T-{number}", "proposed", status, {}, at)
+        )
+    assert [r.id for r in store.open_runs("refund")] == ["run_first", "run_v2", "run_late"]
+    assert [r.id for r in store.open_runs("returns")] == ["run_other"]
+    assert store.open_runs("booking") == []
+
+
+def test_the_approvals_timers_and_signals_of_many_runs_are_read_a_few_runs_at_a_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One read per table for all the runs a diff looks at, each naming at most
+    ``_RUNS_PER_READ`` runs (here 2, for 5 runs: three reads a table)."""
+    from ratchet_runner.store import store as module
+
+    monkeypatch.setattr(module, "_RUNS_PER_READ", 2)
+    ids = [f"run_{n}" for n in range(5)]
+    for number, run_id in enumerate(ids):
+        run = new_run(store, run_id, f"T-{number}")
+        change = Change(run_id, run.version, T0 + number, run)
+        change.new_approvals.append(approval(digest=f"{number}" * 64))  # type: ignore[typeddict-item]
+        change.new_timers.append({"state": "proposed", "event": "expired", "due_at": T0 + 99})
+        change.new_signals.append(
+            {"signal_id": f"sig-{number}", "event": "approve", "data": {}, "received_at": T0}
+        )
+        store.commit(change)
+    asked = ["run_4", "run_0", "run_2", "run_0", "run_3"]  # repeats are read once
+    assert sorted(a.run_id for a in store.approvals(runs_in=asked)) == sorted(set(asked))
+    assert sorted(t.run_id for t in store.timers(runs_in=asked)) == sorted(set(asked))
+    assert sorted(s.signal_id for s in store.signals(runs_in=asked)) == [
+        "sig-0",
+        "sig-2",
+        "sig-3",
+        "sig-4",
+    ]
+    assert [s.signal_id for s in store.signals("run_1")] == ["sig-1"]
+    assert [t.due_at for t in store.timers("run_1")] == [T0 + 99]
+    assert store.approvals(runs_in=[]) == []
+    assert len(store.approvals()) == 5  # of every run
+
+
 def test_list_runs_narrows_by_workflow_business_key_and_age(store: Store) -> None:
     """The console's runs list: the filters combine, and a page is taken after them."""
     store.save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)

@@ -202,7 +202,8 @@ MUTATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...], str]] = {
                 "resumes_on: [approve], expires_after",
             ),
             (
-                "  - {state: proposed,  event: reject,  next_state: rejected,  durable_write: decision}\n",
+                "  - {state: proposed,  event: reject,  next_state: rejected,  durable_write: "
+                "decision}\n",
                 "",
             ),
         ),
@@ -217,9 +218,12 @@ MUTATIONS: dict[str, tuple[str, tuple[tuple[str, str], ...], str]] = {
                 "resumes_on: [approve, reject, requote], expires_after: 4h}",
             ),
             (
-                "  - {state: approving,      event: expired, next_state: releasing,  durable_write: timer}\n",
-                "  - {state: approving,      event: expired, next_state: releasing,  durable_write: timer}\n"
-                "  - {state: approving,      event: requote, next_state: releasing,  durable_write: signal,\n"
+                "  - {state: approving,      event: expired, next_state: releasing,  "
+                "durable_write: timer}\n",
+                "  - {state: approving,      event: expired, next_state: releasing,  "
+                "durable_write: timer}\n"
+                "  - {state: approving,      event: requote, next_state: releasing,  "
+                "durable_write: signal,\n"
                 '     guard: "receipts.hold_hotel.rate > 100.0"}\n',
             ),
         ),
@@ -280,18 +284,20 @@ def test_an_argument_changed_for_runs_that_have_not_called_it_is_v105_with_their
         (waiting.id,),
         line_of(text, 'nights: "input.nights + 1"}'),
     )
-    assert "hold_hotel" in hazard.message and "nights" in hazard.message
+    assert "hold_hotel" in hazard.message
+    assert "nights" in hazard.message
     assert "→" in (hazard.note(waiting.id) or "")  # its old and its new arguments
 
 
-# -- harmless changes --------------------------------------------------------------------------------
+# -- harmless changes ------------------------------------------------------------------------------
 
 HARMLESS = {
     "a description": (
         "refund",
         (
             (
-                "  refunding:    {kind: step, description: The refund is being made (or reconciled)}",
+                "  refunding:    {kind: step, description: The refund is being made (or "
+                "reconciled)}",
                 "  refunding:    {kind: step, description: The money is on its way back}",
             ),
         ),
@@ -300,7 +306,8 @@ HARMLESS = {
         "refund",
         (
             (
-                'operator_action: "Read the provider\'s refusal; refund by hand or tell the customer why not"',
+                "operator_action: \"Read the provider's refusal; refund by hand or tell the "
+                'customer why not"',
                 'operator_action: "Read the refusal; refund by hand, or tell the customer why not"',
             ),
         ),
@@ -310,11 +317,13 @@ HARMLESS = {
         (
             (
                 "  confirmed:      {kind: success}\n",
-                '  confirmed:      {kind: success}\n  quoting:        {kind: wait, until: "receipts.hold_hotel.quote_until"}\n',
+                "  confirmed:      {kind: success}\n  quoting:        {kind: wait, until: "
+                '"receipts.hold_hotel.quote_until"}\n',
             ),
             (
                 "examples:\n",
-                "  - {state: quoting, event: due, next_state: approving, durable_write: timer}\n\nexamples:\n",
+                "  - {state: quoting, event: due, next_state: approving, durable_write: "
+                "timer}\n\nexamples:\n",
             ),
         ),
     ),
@@ -343,7 +352,7 @@ def test_a_harmless_change_yields_no_hazard_with_or_without_live_runs(case: str)
         assert diff(old, new).changes == ()
 
 
-# -- with live runs ------------------------------------------------------------------------------------
+# -- with live runs --------------------------------------------------------------------------------
 
 
 def refund_op(
@@ -436,7 +445,7 @@ def test_a_call_in_flight_blocks_the_run_only_when_the_change_touches_its_effect
 
 
 def test_held_and_awaited_approvals_are_listed_as_voided_when_runs_move() -> None:
-    old, new, text = mutated(
+    old, new, _text = mutated(
         "refund",
         *MUTATIONS["V106"][1],
         ("on_version_change: pin  #", "on_version_change: revalidate  #"),
@@ -481,7 +490,8 @@ def test_an_argument_reading_an_input_field_old_runs_lack_stops_them_there() -> 
         ),
         (
             "    nights:    {type: integer, minimum: 1, maximum: 60}",
-            "    nights:    {type: integer, minimum: 1, maximum: 60}\n    rooms:     {type: integer}",
+            "    nights:    {type: integer, minimum: 1, maximum: 60}\n    rooms:     {type: "
+            "integer}",
         ),
         ("hotel: input.hotel, nights: input.nights}", "hotel: input.hotel, nights: input.rooms}"),
         ("*nights: 3}", "nights: 3, rooms: 1}"),
@@ -534,19 +544,25 @@ def test_a_queued_run_whose_failed_effect_no_state_performs_any_more_needs_it() 
     old, new, _ = mutated(
         "returns",
         (
-            "  - {state: deciding, event: next, guard: \"input.action == 'reship'\",       next_state: reshipping}\n",
+            "  - {state: deciding, event: next, guard: \"input.action == 'reship'\",       "
+            "next_state: reshipping}\n",
             "",
         ),
         ("  reshipping:   {kind: step}\n", ""),
         (
-            "  - {state: reshipping, event: ok, next_state: reshipped, durable_write: [pending, receipt],\n"
+            "  - {state: reshipping, event: ok, next_state: reshipped, durable_write: "
+            "[pending, receipt],\n"
             "     external_effect: reship, idempotency_key: [business_key, effect, args],\n"
             "     receipt: reship_id, retry_owner: runner,\n"
             '     compensation: "impossible: a parcel that has left cannot be called back"}\n'
-            "  - {state: reshipping, event: refused,   next_state: needs_person, durable_write: outcome,\n"
-            '     operator_action: "The warehouse refused the reship; offer a refund or a substitute"}\n'
-            "  - {state: reshipping, event: exhausted, next_state: needs_person, durable_write: outcome,\n"
-            '     operator_action: "The warehouse stayed unavailable; run `ratchet ops retry` when it is back"}\n',
+            "  - {state: reshipping, event: refused,   next_state: needs_person, "
+            "durable_write: outcome,\n"
+            '     operator_action: "The warehouse refused the reship; offer a refund or a '
+            'substitute"}\n'
+            "  - {state: reshipping, event: exhausted, next_state: needs_person, "
+            "durable_write: outcome,\n"
+            '     operator_action: "The warehouse stayed unavailable; run `ratchet ops retry` '
+            'when it is back"}\n',
             "",
         ),
     )
@@ -597,4 +613,5 @@ def test_a_mapping_moves_the_runs_of_a_renamed_state_and_its_own_problems_are_ha
     assert "did you mean 'deciding'?" in by_code["V205"].message
     assert (by_code["V204"].line, by_code["V204"].runs) == (3, ())
     assert (by_code["V102"].line, by_code["V102"].severity) == (4, "error")
-    assert "operator_queue" in by_code["V102"].message and "success" in by_code["V102"].message
+    assert "operator_queue" in by_code["V102"].message
+    assert "success" in by_code["V102"].message
