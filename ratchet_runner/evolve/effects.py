@@ -9,6 +9,9 @@ and compared with the one it recorded; ``V105`` an effect's arguments change for
 have not called it yet, each run's old and new arguments evaluated; ``V107`` the undo of an
 effect runs have made changes or is gone; ``V113`` the retry owner or budget changes for runs
 between attempts.
+
+Over 400 lines, as one concern: the five checks of an effect, which read a run's operations the
+same way and share what an effect's change is.
 """
 
 from __future__ import annotations

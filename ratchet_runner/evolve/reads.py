@@ -6,6 +6,9 @@ listed, or, under ``pin``, the warning that they still count; ``V110`` the new v
 arguments, guards or deadlines read input fields the old version did not require (each run's
 input looked at), or the input schema declares a field otherwise; ``V112`` they read receipt
 fields the old version's effects never declared (each run's recorded receipts looked at).
+
+Over 400 lines, as one concern: what the new version's expressions read and decide, found by one
+list of its readers (:func:`readers`) and checked against each run's data.
 """
 
 from __future__ import annotations

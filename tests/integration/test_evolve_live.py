@@ -5,7 +5,10 @@ the store (:func:`live_runs`) on SQLite and PostgreSQL, and each hazard's runs c
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.engine.deciding import decide
@@ -13,7 +16,7 @@ from ratchet_runner.engine.runner import Runner, RunnerOptions
 from ratchet_runner.evolve.hazards import hazards, live_runs, live_summary
 from ratchet_runner.spec.validate import load_spec_text
 from ratchet_runner.store.store import Store
-from tests.conftest import ROOT, MakeRunner, spec_and_text
+from tests.conftest import ROOT, MakeRunner, run_cli, spec_and_text
 from tests.unit.test_evolve_hazards import MUTATIONS, mutated
 
 
@@ -170,3 +173,41 @@ def test_a_harmless_change_touches_no_run(
         ),
     )
     assert hazards(old, new, live_runs(store, "refund")) == []
+
+
+def test_the_command_names_the_runs_of_the_store_it_is_given(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    store_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seeded = seed_refunds(make_runner, world)
+    v2 = str(ROOT / "tests" / "fixtures" / "refund-v2.yaml")
+    code, out, _ = run_cli(
+        capsys, "diff", str(ROOT / "specs" / "refund.yaml"), v2, "--db", store_url, "--json"
+    )
+    assert code == 1
+    document = json.loads(out)
+    assert document["live"]["on_old_version"] == 5
+    counts = {h["code"]: h["count"] for h in document["hazards"]}
+    assert counts == {"V103": 2, "V104": 3, "V108": 2}
+    (v104,) = [h for h in document["hazards"] if h["code"] == "V104"]
+    assert set(v104["runs"]) == {seeded[k] for k in ("between", "exhausted", "unknown")}
+    code, out, err = run_cli(
+        capsys, "diff", str(ROOT / "specs" / "refund.yaml"), v2, "--db", store_url
+    )
+    assert f"    {seeded['between']}: " in out  # each run under its hazard, with its note
+    assert "5 live runs on version 1; fails --fail-on error" in err
+    code, out, _ = run_cli(
+        capsys,
+        "diff",
+        str(ROOT / "specs" / "refund.yaml"),
+        v2,
+        "--db",
+        store_url,
+        "--format",
+        "markdown",
+    )
+    assert "| | code | where | runs | what it does, and what to do |" in out
+    assert "5 live runs on version 1 (needs_person: 2, proposed: 1, refunding: 2)" in out

@@ -109,6 +109,44 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "and makes a pool over its runner_factory)",
     ),
     (
+        "ratchet_runner.evolve",
+        (
+            "ratchet_runner.session",
+            "ratchet_runner.worker",
+            "ratchet_runner.review",
+            "ratchet_runner.check",
+            "ratchet_runner.serve",
+            "ratchet_runner.cli",
+        ),
+        "evolve stands beside the worker and the session: it imports nothing from session, "
+        "worker, review, check, serve, cli",
+    ),
+    (
+        "ratchet_runner.evolve.diff",
+        (
+            "ratchet_runner.store",
+            "ratchet_runner.engine",
+            "ratchet_runner.adapters",
+            "ratchet_runner.binding",
+            "ratchet_runner.evolve.basis",
+            "ratchet_runner.evolve.runs",
+        ),
+        "evolve.diff is pure: it compares two specs, importing only the spec and the ground "
+        "floor",
+    ),
+    (
+        "ratchet_runner.evolve.mapping",
+        (
+            "ratchet_runner.store",
+            "ratchet_runner.engine",
+            "ratchet_runner.adapters",
+            "ratchet_runner.binding",
+            "ratchet_runner.evolve.basis",
+            "ratchet_runner.evolve.runs",
+        ),
+        "evolve.mapping is pure: it reads a mapping file and checks it against two specs",
+    ),
+    (
         PACKAGE,
         ("ratchet_runner.cli",),
         "nothing in the library imports cli (the command line's modules import each other)",
@@ -452,6 +490,7 @@ def test_every_installed_module_is_read() -> None:
         "review.diagram",
         "check",
         "serve",
+        "evolve",
         "adapters.http",
         "adapters.practice",
     ):
@@ -505,6 +544,11 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.session", "from .worker.pool import Pool", "session stands beside"),
         ("ratchet_runner.session", "from .review.naive import step_for", "session stands"),
         ("ratchet_runner.serve.app", "from ratchet_runner.spec import model", "serve imports"),
+        ("ratchet_runner.evolve.hazards", "from ..session import Session", "evolve stands"),
+        ("ratchet_runner.evolve.render", "from ..review import table", "evolve stands beside"),
+        ("ratchet_runner.evolve.diff", "from ..store.records import RunRecord", "is pure"),
+        ("ratchet_runner.evolve.diff", "from ..engine.machine import machine_for", "is pure"),
+        ("ratchet_runner.evolve.mapping", "from .runs import LiveRun", "evolve.mapping is pure"),
     ],
 )
 def test_a_forbidden_import_is_caught(module: str, source: str, rule: str) -> None:
@@ -532,6 +576,10 @@ def test_what_the_rules_allow_is_not_reported() -> None:
         "ratchet_runner.serve.console": "from ..words import RunStatus",
         "ratchet_runner.binding.resolve": "from ..spec.model import Adapter",
         "ratchet_runner.store.home": "from ..clock import ENV_NOW",
+        "ratchet_runner.evolve.hazards": "from ..engine.machine import machine_for",
+        "ratchet_runner.evolve.runs": "from ..store.store import Store",
+        "ratchet_runner.evolve.diff": "from ..spec.model import Spec",
+        "ratchet_runner.cli.diffing": "from ..evolve.hazards import hazards",
     }
     assert forbidden_imports(allowed) == []
 
