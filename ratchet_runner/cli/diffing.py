@@ -83,7 +83,7 @@ def diff_command(
     1 one is found (or a spec or the mapping is invalid), 2 usage error.
     """
     from ..evolve.diff import diff
-    from ..evolve.hazards import hazards, live_runs, live_summary
+    from ..evolve.hazards import hazards, live_summary
     from ..evolve.mapping import read_mapping
     from ..evolve.render import DiffReport, markdown, report_json, tally, text_lines
     from ..review import views
@@ -113,12 +113,7 @@ def diff_command(
     assert old is not None
     assert new is not None
     moving = read_mapping(mapping) if mapping is not None else None
-    live = None
-    if db is not None:
-        from ..session import Session
-
-        with Session(db) as session:
-            live = live_runs(session.store, old.name)
+    live = None if db is None else _live(db, old.name)
     changes = diff(old, new)
     found = hazards(old, new, live, moving, changes=changes)
     report = DiffReport(
@@ -135,6 +130,26 @@ def diff_command(
         echo_lines(text_lines(report))
         say(tally(report, failing))
     sys.exit(EXIT_INVALID if report.failed(failing) else EXIT_OK)
+
+
+def _live(url: str, workflow: str) -> list[Any]:
+    """The unfinished runs of ``workflow`` in the store at ``url``, which is read, never
+    created or changed (a SQLite file that is not there is refused before it would be made)."""
+    from ..evolve.hazards import live_runs
+    from ..store.dialects import missing_file, redact
+    from ..store.store import Store
+
+    missing = missing_file(url)
+    if missing is not None:
+        raise UsageError(
+            f"no store at {redact(url)} ({missing} does not exist): --db reads the runs of an "
+            "existing store"
+        )
+    store = Store(url, create=False)
+    try:
+        return live_runs(store, workflow)
+    finally:
+        store.close()
 
 
 def git_version(spec: str, ref: str) -> tuple[str, bytes]:

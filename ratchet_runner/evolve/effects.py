@@ -201,7 +201,7 @@ def check_recipes(check: Check) -> None:
                 f"no live run has called it, but runs that call it on version "
                 f"{old.spec_version} before they move"
                 if nobody
-                else check.who(touched, "that have called it")
+                else check.who(touched, "that called it")
             )
             + " would call it again under another ID, which the provider cannot tell from a "
             f"new change; pin the old recipe for them (leave them on version {old.spec_version}: "
@@ -282,7 +282,8 @@ def check_name(check: Check) -> None:
         check.at_new("/name"),
         f"the workflow is renamed ({old.name!r} → {new.name!r}): its name is in every "
         "operation ID and approval digest, and the runs of one are not runs of the other "
-        f"({check.who(everyone, 'of the old name')} stay where they are); keep the name",
+        f"({check.who(everyone, 'of the old name')} would stay where they are); keep the "
+        "name",
         everyone,
         always=True,
     )
@@ -319,7 +320,7 @@ def check_arguments(check: Check) -> None:
             if names[0] in after.args
             else check.at_new(f"/effects/{effect}/args"),
             f"the arguments of {effect!r} change ({', '.join(names)}): "
-            f"{check.who(touched, 'that have not called it yet')} would call it with the new "
+            f"{check.who(touched, 'yet to call it')} would call it with the new "
             f"ones{asked}; check they are what those runs should send",
             touched,
             notes,
@@ -395,7 +396,7 @@ def check_undos(check: Check) -> None:
             if row_new is not None
             else check.at_old(f"{row_old.pointer}/compensation"),
             f"the undo of {effect!r} changes ({'; '.join(reasons)}): "
-            f"{check.who(touched, 'that have already made it')} {tail}",
+            f"{check.who(touched, 'that already made it')} {tail}",
             touched,
             notes,
             severity="error" if lost else "warning",
@@ -469,7 +470,7 @@ def check_retries(check: Check) -> None:
             if new.budget != type(new.budget)()
             else check.at_old("/budget"),
             f"the run's budget changes ({fields_changed(plain(old.budget), plain(new.budget))}): "
-            f"{check.who(touched, 'that have spent some of it')} would go on under the new one, "
+            f"{check.who(touched, 'that spent some of it')} would go on under the new one, "
             "their spending kept; check what they spent against it",
             touched,
             spent,

@@ -70,8 +70,8 @@ def check_approvals(check: Check) -> None:
         elif moving:
             how = "approvals: void" if said == "void" else "moving them voids them"
             tail = (
-                f"{who} would have them voided ({how}): those holding one ask for a new "
-                "decision under the new rules, those awaiting one get it under them"
+                f"{who} would have them voided ({how}): those holding one would ask for a "
+                "new decision under the new rules, those awaiting one would get it under them"
                 + (" (the voided approvals are in each run's note)" if check.checked else "")
                 + "; tell the approvers"
             )
@@ -79,8 +79,8 @@ def check_approvals(check: Check) -> None:
             tail = f"{who} would be cancelled by on_version_change: cancel; check that is meant"
         else:
             tail = (
-                f"under pin, {who} stay on version {old.spec_version} and their approvals still "
-                f"count under the old rules; if those are wrong, move them (a mapping with "
+                f"under pin, {who} would stay on version {old.spec_version}, their approvals "
+                "counted under the old rules; if those are wrong, move them (a mapping with "
                 "approvals: void) so they ask again"
             )
         check.add(
@@ -313,7 +313,7 @@ def check_inputs(check: Check) -> None:
             change.where,
             f"version {new.spec_version} {said}: "
             f"{check.who(touched, f'started under version {old.spec_version}')} "
-            "keep the input they were given, which no new check looks at again, and the new "
+            "would keep the input they were given, which no new check looks at again, and the new "
             "version's expressions may read it as declared now; move only the runs whose input "
             "fits, or keep the declaration",
             touched,
@@ -419,8 +419,8 @@ def check_receipts(check: Check) -> None:
             "V112",
             check.at_new(f"{pair.new.pointer}/receipt"),
             f"the receipt of {effect!r} is another field ({show(pair.old.receipt)} → "
-            f"{show(field)}): {check.who(touched, f'that called or made {effect!r}')} hold (or "
-            "would be proved by) replies read for the old field; check the provider's replies "
+            f"{show(field)}): {check.who(touched, f'that called or made {effect!r}')} would be "
+            "proved by, or read, replies kept for the old field; check the provider's replies "
             "have the new one, or keep the field",
             touched,
             notes,

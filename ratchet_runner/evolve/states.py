@@ -142,10 +142,10 @@ def check_timers(check: Check) -> None:
         )
         head = f"the timer of {name!r} changes ({change}): "
         if before is None:
-            head += f"{check.who(waiting, 'waiting in it')} have none armed, and would wait "
-            head += "with no deadline unless the move arms one"
+            head += f"{check.who(waiting, 'waiting in it')} would wait with no deadline "
+            head += "(none is armed) unless the move arms one"
         else:
-            head += f"{check.who(waiting, 'waiting in it')} have the old one armed"
+            head += f"the old one is armed for {check.who(waiting, 'waiting in it')}"
         if said is None:
             tail = (
                 "; say in a mapping file what happens to them: timers: keep (each fires when "
@@ -319,7 +319,8 @@ def check_waiting(check: Check) -> None:
                     else f"{name!r} is mapped to {target!r}, which does not take {signal!r}"
                 )
                 + f": {check.who(waiting, f'waiting in {name!r}')} "
-                f"would refuse it when it comes ({how}); keep {signal!r} in its resumes_on, "
+                f"would have it refused when it comes ({how}); keep {signal!r} in its "
+                "resumes_on, "
                 "with its row, or map them to a state that takes it",
                 waiting,
             )

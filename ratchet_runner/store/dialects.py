@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make_url
 from sqlalchemy.exc import DatabaseError, DisconnectionError, IntegrityError
@@ -237,6 +237,22 @@ def sqlite_url(path: Path, *, read_only: bool = False) -> str:
     return URL.create("sqlite", database=database, query=query).render_as_string(
         hide_password=False
     )
+
+
+def missing_file(url: str) -> str | None:
+    """The file a SQLite ``url`` names when it does not exist (None for another database, an
+    in-memory one, or a file that is there): what a reader that must create nothing refuses
+    before it connects, since connecting would create it."""
+    if not url.startswith("sqlite"):
+        return None
+    try:
+        database = make_url(url).database
+    except Exception:  # not a URL: opening the store says so
+        return None
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        return None
+    path = unquote(database.removeprefix("file:")) if database.startswith("file:") else database
+    return None if Path(path).exists() else path
 
 
 def default_url() -> str:
