@@ -44,6 +44,7 @@ def cli() -> None:
       ratchet schema > spec.schema.json the JSON Schema editors autocomplete from
       ratchet diagram specs/refund.yaml --view crash-windows -o crash.svg
       ratchet check specs/refund.yaml   run every crash window, prove no duplicate
+      ratchet diff specs/refund.yaml --base main   what a new version does to runs in flight
       ratchet run specs/refund.yaml --example T-90104   run a workflow
       ratchet trace RUN                 what happened, event by event
 

@@ -189,8 +189,8 @@ def check_mapping(mapping: VersionMapping, old: Spec, new: Spec) -> list[Diagnos
                     at,
                     "V204",
                     f"state {source!r} is not a state of {old.name} version "
-                    f"{old.spec_version} (its states: {', '.join(old.states)}){hint}: no run "
-                    "stands there to move; name a state of the old version",
+                    f"{old.spec_version} (its states: {', '.join(old.states)}): no run stands "
+                    f"there to move; name a state of the old version{hint}",
                     key=True,
                 )
             )
@@ -203,8 +203,8 @@ def check_mapping(mapping: VersionMapping, old: Spec, new: Spec) -> list[Diagnos
                     at,
                     "V205",
                     f"{source!r} is mapped to {target!r}, which is not a state of {new.name} "
-                    f"version {new.spec_version} (its states: {', '.join(new.states)}){hint}; "
-                    "map it to a state the new version has",
+                    f"version {new.spec_version} (its states: {', '.join(new.states)}); map it "
+                    f"to a state the new version has{hint}",
                 )
             )
             continue

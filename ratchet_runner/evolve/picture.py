@@ -49,7 +49,8 @@ def escape(text: str) -> str:
 
 def state_class(changes: SpecDiff, name: str) -> str:
     """What the change did to state ``name``: ``added``, ``removed``, ``changed`` (its kind,
-    timer, signals, approval or operator action) or ``same``."""
+    timer, signals, approval or operator action, a row out of it, or the effect it performs)
+    or ``same``."""
     old, new = changes.old.states, changes.new.states
     if name not in old:
         return "added"
@@ -60,7 +61,10 @@ def state_class(changes: SpecDiff, name: str) -> str:
         for c in changes.changes
         if c.thing == "state" and c.subject == name and c.what != "description"
     ]
-    return "changed" if own else "same"
+    rows = [p for p in changes.rows if p.kind != "same" and p.row.state == name]
+    effect = next((r.external_effect for r in changes.new.rows_from(name) if r.external_effect), "")
+    made = [c for c in changes.changes if c.thing == "effect" and c.subject == effect]
+    return "changed" if own or rows or made else "same"
 
 
 def _label(pair: RowPair, effects: set[str]) -> str:

@@ -41,6 +41,8 @@ def check_approvals(check: Check) -> None:
         rules = [r for r in reasons if r != "the spec version"]
         if not rules and (not moving or said == "keep"):
             continue  # nothing but the version: voided only when runs move, and kept if asked
+        if not moving:
+            reasons = rules  # under pin, the version voids nothing
         asking = [s for s, st in old.states.items() if st.approval == name]
         notes: dict[str, str] = {}
         for run in check.live or ():

@@ -236,11 +236,11 @@ def _live(report: DiffReport) -> list[str]:
             + " on other versions, not checked against this change."
         )
     how = {
-        "pin": "no run moves by itself: the hazards are what moving runs (a migration) would do",
+        "pin": "no run moves by itself; the hazards are what moving runs (a migration) would do",
         "revalidate": "a worker moves each run whose state still exists when it next takes it up",
         "cancel": "a worker cancels each run of an older version when it next takes it up",
     }[new.on_version_change]
-    lines += ["", f"`on_version_change: {new.on_version_change}`: {how}."]
+    lines += ["", f"Under `on_version_change: {new.on_version_change}`, {how}."]
     return [*lines, ""]
 
 

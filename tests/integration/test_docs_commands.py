@@ -99,7 +99,7 @@ SHELL = [
 MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->")
 #: What a shown output may be when its command exits non-zero.
 FAILURE_SHOWN = re.compile(
-    r"^(ratchet: [A-Z]\d{3}\b|Error: [A-Z]\d{3}\b|\S+:\d+:\d+: [EWB]\d{3}\b|interrupted at "
+    r"^(ratchet: [A-Z]\d{3}\b|Error: [A-Z]\d{3}\b|\S+:\d+:\d+: [EWBV]\d{3}\b|interrupted at "
     r"|.*: invalid$)",
     re.M,
 )

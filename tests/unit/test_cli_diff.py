@@ -316,6 +316,7 @@ def test_the_picture_is_a_state_diagram_whose_every_line_is_a_statement_it_knows
     }
     assert classes["escalated"] == "added"
     assert classes["proposed"] == "same"
+    assert classes["refunding"] == "changed"  # two of its rows changed
     assert sum(1 for edge in parts["edge"] if "changed next_state" in edge) == 1
     assert sum(1 for edge in parts["edge"] if "changed idempotency_key" in edge) == 1
 

@@ -27,6 +27,7 @@ from ratchet_runner.errors import (
     ExpressionError,
     GraphvizNotFound,
     InputConflict,
+    MappingInvalid,
     RatchetError,
     SpecError,
     StepFailed,
@@ -160,6 +161,8 @@ def _instance(cls: type[RatchetError]) -> RatchetError:
         return cls([Diagnostic("spec.yaml", 3, 1, "E101", "a located problem")])
     if cls is BindingInvalid:
         return cls([Diagnostic("ratchet.toml", 4, 1, "B203", "a located problem")])
+    if cls is MappingInvalid:
+        return cls([Diagnostic("move.yaml", 2, 1, "V201", "a located problem")])
     if issubclass(cls, ExpressionError):
         return cls("E305", "'int(input.x)' cannot be evaluated")
     if cls is GraphvizNotFound:
@@ -188,6 +191,7 @@ def test_the_cli_shows_each_error_with_its_code_and_the_documented_exit_status(
     shown = {
         SpecError: "spec.yaml:3:1: E101 a located problem",
         BindingInvalid: "ratchet.toml:4:1: B203 a located problem",
+        MappingInvalid: "move.yaml:2:1: V201 a located problem",
     }.get(cls, f"ratchet: {cls.code} ")
     assert shown in err
     assert "internal error" not in err
