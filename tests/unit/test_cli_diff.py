@@ -342,3 +342,13 @@ def test_no_label_can_end_a_statement_or_spell_markup() -> None:
     assert escaped.count(";") == escaped.count("#")
     assert "style" not in escaped
     assert "classDef" not in escaped
+
+
+def test_db_reads_an_existing_store_and_creates_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nothere.db"
+    code, _, err = run_cli(capsys, "diff", REFUND, V2, "--db", f"sqlite:///{missing}")
+    assert code == 1
+    assert err.startswith(f"ratchet: R200 no store at sqlite:///{missing} (")
+    assert not missing.exists()

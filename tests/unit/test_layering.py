@@ -131,8 +131,7 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
             "ratchet_runner.evolve.basis",
             "ratchet_runner.evolve.runs",
         ),
-        "evolve.diff is pure: it compares two specs, importing only the spec and the ground "
-        "floor",
+        "evolve.diff is pure: it compares two specs, importing only the spec and the ground floor",
     ),
     (
         "ratchet_runner.evolve.mapping",
