@@ -24,7 +24,7 @@ import click
 
 from .. import __version__
 from ..errors import RatchetError
-from . import reading, runs, serving, specs
+from . import publishing, reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -55,7 +55,13 @@ def cli() -> None:
     configure()  # the library's log to stderr (worker, serve: --log-level, --log-format)
 
 
-for _command in (*specs.COMMANDS, *runs.COMMANDS, *reading.COMMANDS, *serving.COMMANDS):
+for _command in (
+    *specs.COMMANDS,
+    *runs.COMMANDS,
+    *reading.COMMANDS,
+    *publishing.COMMANDS,
+    *serving.COMMANDS,
+):
     cli.add_command(_command)
 
 
