@@ -25,7 +25,7 @@ import click
 
 from .. import __version__
 from ..errors import RatchetError
-from . import diffing, reading, runs, serving, specs
+from . import diffing, publishing, reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -62,6 +62,7 @@ for _command in (
     *diffing.COMMANDS,
     *runs.COMMANDS,
     *reading.COMMANDS,
+    *publishing.COMMANDS,
     *serving.COMMANDS,
 ):
     cli.add_command(_command)

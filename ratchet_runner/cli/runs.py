@@ -132,6 +132,13 @@ def run(
         )
         headline = "" if created else f"run {result.run.id} already existed for this business key"
         report_result(runner, result, how, "start", headline)
+        if created and result.run.spec_digest != spec.digest:
+            started = runner.spec_of(result.run).spec_version
+            say(
+                f"note: new runs of {spec.name!r} start on version {started}, the version an "
+                f"operator set (ratchet versions {spec.name} --start-new-on ...); {spec_path} is "
+                f"version {spec.spec_version}: stored, not started on"
+            )
         for effect, kind in dict.fromkeys(f for f in session.world.armed() if f in parsed):
             say(
                 f"note: --fault {effect}:{kind} has met no call yet: it waits for {effect}'s "

@@ -213,6 +213,26 @@ class Runner:
         self._latest[workflow] = (now, latest)
         return latest
 
+    def start_version(self, spec: Spec, text: str) -> tuple[Spec, str]:
+        """The spec version (and its text) a new run of ``spec``'s workflow starts on: the one
+        an operator set (:meth:`~ratchet_runner.store.store.Store.published`), when it is not
+        ``spec``, else ``spec``. ``spec`` is then stored all the same (once), so that it can be
+        chosen later; storing it moves no run, since older runs move on to the version set."""
+        chosen = self.store.published(spec.name)
+        if chosen is None or chosen[0] == spec.digest:
+            return spec, text
+        if spec.digest not in self._specs:
+            self.store.save_spec(
+                spec.digest,
+                spec.name,
+                spec.spec_version,
+                str(spec.policy_version),
+                text,
+                self.clock.now(),
+            )
+            self._specs[spec.digest] = spec
+        return self.spec_for_digest(chosen[0]), self.store.spec_text(chosen[0])
+
     def adapter(self, spec: Spec, name: str) -> Adapter:
         """The adapter ``name`` of this spec version, made once per (spec version, adapter):
         never by name alone, since two specs (or two versions of one) may give the same name
@@ -259,7 +279,10 @@ class Runner:
         key with another input is no start of it: :class:`~ratchet_runner.errors.InputConflict`,
         with nothing written (looked up before a spec version this runner has not stored yet is
         saved, since a newer version moves older runs on). The run records the binding and the
-        Ratchet version it starts under."""
+        Ratchet version it starts under. Where an operator set the version new runs of the
+        workflow start on (``ratchet versions W --start-new-on N``), the run starts on that one,
+        and the version given is stored, to be chosen later (:meth:`start_version`)."""
+        spec, text = self.start_version(spec, text)
         if self.resolution.admit is not None:
             self.resolution.admit(spec)
         self.make_adapters(spec)

@@ -73,10 +73,16 @@ CODES: dict[str, str] = {
     "E515": "an effect that needs approval is reached without one",
     "E516": "an idempotency key does not name the effect",
     "W517": "an idempotency key does not name the business key",
-    "E518": "a row ends a saga compensated or cancelled with a change still in place",
+    "W518": "a row ends a saga compensated or cancelled with a change still in place",  # arriving
     "E519": "an approval is on an effect that only runs as a compensation",
     "W520": "an approved change that is never undone keeps old approvals under the default pin",
 }
+
+
+#: The checks arriving: each warning code that becomes an error, under the same number, in the
+#: version named (a new check that would reject a spec valid yesterday is a warning for one minor
+#: version first; docs/reference/lint-codes.md, "How a check changes level").
+ARRIVING: dict[str, tuple[str, str]] = {"W518": ("E518", "0.2.0")}
 
 
 def is_warning(code: str) -> bool:

@@ -4,7 +4,7 @@ forward effects some path into it can have made, made for sure (its ``ok`` row t
 
 :func:`made_before` joins the paths into one set per state: the lints flag a row that ends a run
 compensated or cancelled while a change it cannot have undone may still be in place
-(:mod:`ratchet_runner.spec.lint.endings`, E518), whichever path made it. :func:`histories_before`
+(:mod:`ratchet_runner.spec.lint.endings`, W518), whichever path made it. :func:`histories_before`
 keeps the paths apart, each with its effects in the order it made them: the saga view draws
 each way into an undo path from it (:mod:`ratchet_runner.review.diagram.saga`), since the
 runtime undoes a run's effects newest first in the order *that run* made them

@@ -68,6 +68,7 @@ from .tables import (
     lease_expired,
     meta,
     operations,
+    published,
     refuse_unfit,
     related_runs,
     runnable,
@@ -190,7 +191,12 @@ class Store:
         self._writer.save_spec(digest, name, spec_version, policy_version, text, at)
 
     def latest_spec(self, name: str) -> tuple[str, int] | None:
-        """The digest and version of the newest spec version stored for workflow ``name``."""
+        """The digest and version of the version of workflow ``name`` that older runs move on
+        to (by their spec's ``on_version_change``): the one new runs start on when an operator
+        set one (:meth:`published`), else the newest stored."""
+        chosen = self.published(name)
+        if chosen is not None:
+            return chosen
         with self._read() as conn:
             row = conn.execute(
                 select(spec_versions.c.digest, spec_versions.c.spec_version)
@@ -199,6 +205,51 @@ class Store:
                 .limit(1)
             ).first()
         return (str(row[0]), int(row[1])) if row is not None else None
+
+    def published(self, name: str) -> tuple[str, int] | None:
+        """The digest and version new runs of workflow ``name`` start on, when an operator set
+        one (``ratchet versions NAME --start-new-on N``); ``None``: each start runs the version
+        it is given."""
+        with self._read() as conn:
+            row = conn.execute(
+                select(published.c.digest, published.c.spec_version).where(published.c.name == name)
+            ).first()
+        return (str(row[0]), int(row[1])) if row is not None else None
+
+    def publish(self, name: str, version: int | None, by: str, at: float) -> tuple[str, int] | None:
+        """Set the version new runs of workflow ``name`` start on (its newest stored text), by
+        ``by`` at ``at``; ``None`` clears it. A version not stored is refused
+        (:class:`~ratchet_runner.errors.UsageError`), nothing written."""
+        return self._writer.publish(name, version, by, at)
+
+    def workflow_versions(self, name: str) -> list[tuple[SpecVersion, int]]:
+        """Every stored version of workflow ``name``, newest first, each with how many of its
+        runs are open (not done or cancelled)."""
+        open_runs = (
+            select(runs.c.spec_digest, func.count().label("n"))
+            .where(runs.c.workflow == name, runs.c.status.not_in(ENDED))
+            .group_by(runs.c.spec_digest)
+            .subquery()
+        )
+        query = (
+            select(
+                spec_versions.c.digest,
+                spec_versions.c.name,
+                spec_versions.c.spec_version,
+                spec_versions.c.policy_version,
+                spec_versions.c.created_at,
+                func.coalesce(open_runs.c.n, 0),
+            )
+            .outerjoin(open_runs, open_runs.c.spec_digest == spec_versions.c.digest)
+            .where(spec_versions.c.name == name)
+            .order_by(
+                spec_versions.c.spec_version.desc(),
+                spec_versions.c.created_at.desc(),
+                spec_versions.c.digest,
+            )
+        )
+        with self._read() as conn:
+            return [(SpecVersion(*row[:5]), int(row[5])) for row in conn.execute(query)]
 
     def spec_text(self, digest: str) -> str:
         with self._read() as conn:

@@ -5,8 +5,12 @@ input, context, lease), ``events`` (each run's append-only history, plain JSON),
 (one row per operation ID, under a primary key: idempotency is data), ``approvals``, ``timers``,
 ``signals``, ``duplicates`` (each time a lookup found more than one change made under one
 operation ID), ``evidence_keys`` (the input values a spec relates its runs by, for the evidence
-an approver is shown), and ``meta`` (what the store recorded about itself when it was created:
+an approver is shown), ``published`` (the version new runs of a workflow start on, where an
+operator chose one), and ``meta`` (what the store recorded about itself when it was created:
 whether it is a practice store).
+
+Over 400 lines, as one concern: every table of the store, with the queries shared by its
+readers and writers, in one place, so that a column is named once.
 """
 
 from __future__ import annotations
@@ -208,6 +212,20 @@ signals = Table(
     Column("received_at", Float, nullable=False),
 )
 
+#: The version new runs of a workflow start on, where an operator set one (``ratchet versions
+#: WORKFLOW --start-new-on N``): the digest of that version, its number, who set it and when.
+#: A workflow with no row here starts new runs on the version given (the newest stored moves
+#: older runs on, by their spec's ``on_version_change``).
+published = Table(
+    "published",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("digest", String(64), nullable=False),
+    Column("spec_version", Integer, nullable=False),
+    Column("set_by", String(MAX_NAME), nullable=False),
+    Column("set_at", Float, nullable=False),
+)
+
 #: Every table but ``meta``, children before the runs they belong to (the order a reset empties
 #: them in).
 RUN_TABLES = (
@@ -219,6 +237,7 @@ RUN_TABLES = (
     duplicates,
     evidence_keys,
     runs,
+    published,
     spec_versions,
 )
 

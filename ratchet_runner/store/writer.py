@@ -46,6 +46,7 @@ from ..errors import (
     RunBusy,
     RunNotFound,
     StoreError,
+    UsageError,
     VersionConflict,
 )
 from ..words import RunStatus
@@ -62,6 +63,7 @@ from .tables import (
     free,
     meta,
     operations,
+    published,
     runnable,
     runs,
     signals,
@@ -484,6 +486,43 @@ class Writer:
                 found = conn.execute(saved).first()
             if found is None:
                 raise StoreError(f"cannot save spec version {digest[:12]}: {why(exc)}") from None
+
+    def publish(self, name: str, version: int | None, by: str, at: float) -> tuple[str, int] | None:
+        """Set the version new runs of workflow ``name`` start on (``None``: none set, the
+        version given to each start), in one transaction: the newest stored text of that version
+        is looked up and recorded with who set it. Returns the digest and version set, or
+        ``None`` when ``version`` is ``None``; a version not stored is refused, nothing written."""
+        with self._write() as conn:
+            conn.execute(published.delete().where(published.c.name == name))
+            if version is None:
+                return None
+            row = conn.execute(
+                select(spec_versions.c.digest)
+                .where(spec_versions.c.name == name, spec_versions.c.spec_version == version)
+                .order_by(spec_versions.c.created_at.desc(), spec_versions.c.digest)
+                .limit(1)
+            ).first()
+            if row is None:
+                stored = sorted(
+                    {
+                        int(v)
+                        for (v,) in conn.execute(
+                            select(spec_versions.c.spec_version).where(spec_versions.c.name == name)
+                        )
+                    }
+                )
+                listed = ", ".join(map(str, stored)) or "none"
+                raise UsageError(
+                    f"workflow {name!r} has no stored version {version} (stored: {listed}); "
+                    "a version is stored when a run starts on it: nothing was changed"
+                )
+            digest = str(row[0])
+            conn.execute(
+                insert(published).values(
+                    name=name, digest=digest, spec_version=version, set_by=by, set_at=at
+                )
+            )
+        return digest, version
 
     def mark_practice(self) -> None:
         """Record in ``meta`` that the store is a practice store."""

@@ -329,8 +329,20 @@ def _public(name: str) -> bool:
     import ratchet_runner
 
     public = {*ratchet_runner.__all__, "__version__"}
-    homes = {f"{home}.{attr}" for home, attr in ratchet_runner._EXPORTS.values()}
-    return name == PACKAGE or name.removeprefix(PACKAGE + ".") in public or name in homes
+    return name == PACKAGE or name.removeprefix(PACKAGE + ".") in public or name in _public_homes()
+
+
+@functools.cache
+def _public_homes() -> frozenset[str]:
+    """Each public name as the module it lives in and its name there
+    (``ratchet_runner.engine.commands.decide`` for ``decide_run``), read from the imports the
+    package's ``__init__`` declares for type checkers."""
+    source = (ROOT / "ratchet_runner" / "__init__.py").read_text(encoding="utf-8")
+    found: set[str] = set()
+    for node in ast.walk(_parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 1:
+            found.update(f"{PACKAGE}.{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(found)
 
 
 def part_of(module: str) -> str:

@@ -560,3 +560,24 @@ SHIPPED_SPECS = sorted(
 @pytest.mark.parametrize("path", SHIPPED_SPECS, ids=display)
 def test_every_shipped_spec_validates_without_a_warning(path: Path) -> None:
     assert [d.format() for d in diagnostics(path)] == []
+
+
+def test_a_check_arriving_is_a_warning_until_its_version_and_the_docs_list_it() -> None:
+    """A new check that would reject a spec valid yesterday is a warning for one minor version
+    first; once the package reaches the version named, it must be promoted (this test fails
+    until it is, so the release cannot forget it)."""
+    from ratchet_runner.settings import VERSION
+    from ratchet_runner.spec.codes import ARRIVING, CODES
+
+    page = (ROOT / "docs" / "reference" / "lint-codes.md").read_text(encoding="utf-8")
+    table = page.split("## How a check changes level", 1)[1].split("## ", 1)[0]
+    listed = re.findall(r"^\| `(W\d{3})` \| `(E\d{3})` \| ([\d.]+) \|$", table, re.M)
+    assert sorted(listed) == sorted((w, e, v) for w, (e, v) in ARRIVING.items())
+    current = tuple(int(p) for p in re.findall(r"\d+", VERSION)[:3])
+    for warning, (error, version) in ARRIVING.items():
+        assert warning in CODES
+        assert error not in CODES
+        assert warning[1:] == error[1:]
+        assert current < tuple(int(p) for p in version.split(".")), (
+            f"{warning} was to become {error} in {version}: promote it"
+        )

@@ -1,4 +1,4 @@
-"""E518: a row that ends a run compensated or cancelled while a change it never undoes may still
+"""W518: a row that ends a run compensated or cancelled while a change it never undoes may still
 be in place.
 
 A saga undoes its changes in a ``compensate`` state; a run that reaches a ``compensated`` or
@@ -51,7 +51,7 @@ def check_saga_endings(spec: Spec) -> Iterator[Diagnostic]:
         yield at(
             spec,
             col(row, "next_state"),
-            "E518",
+            "W518",
             f"{row.state} --{row.event}--> {end.name} ends the run {end.kind}, but "
             f"{', '.join(sorted(left))} may still be in place on the way here and would never be "
             f"undone: {instead}",
