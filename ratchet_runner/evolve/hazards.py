@@ -36,7 +36,7 @@ from .reads import check_approvals, check_inputs, check_receipts
 from .runs import LiveRun, live_runs
 from .states import check_routes, check_states, check_timers, check_waiting
 
-__all__ = ["HAZARD_CODES", "Hazard", "LiveRun", "hazards", "live_runs", "live_summary"]
+__all__ = ["HAZARD_CODES", "Hazard", "LiveRun", "by_run", "hazards", "live_runs", "live_summary"]
 
 #: The checks, in the order of their codes.
 CHECKS = (
@@ -101,3 +101,13 @@ def live_summary(old: Spec, live: Sequence[LiveRun]) -> dict[str, Any]:
         "by_status": dict(Counter(str(r.status) for r in mine)),
         "other_versions": dict(others),
     }
+
+
+def by_run(found: Sequence[Hazard]) -> dict[str, list[Hazard]]:
+    """Each live run the hazards touch, with the hazards that touch it, errors first: what a
+    migration's plan gives each run its verdict from (a run no hazard touches is not in it)."""
+    touched: dict[str, list[Hazard]] = {}
+    for hazard in sorted(found, key=lambda h: h.sort_key):
+        for run in hazard.runs or ():
+            touched.setdefault(run, []).append(hazard)
+    return touched

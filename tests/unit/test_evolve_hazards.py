@@ -15,7 +15,7 @@ import pytest
 
 from ratchet_runner.evolve.basis import HAZARD_CODES
 from ratchet_runner.evolve.diff import diff
-from ratchet_runner.evolve.hazards import Hazard, LiveRun, hazards
+from ratchet_runner.evolve.hazards import Hazard, LiveRun, by_run, hazards
 from ratchet_runner.evolve.mapping import mapping_from_text
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec_text
@@ -615,3 +615,18 @@ def test_a_mapping_moves_the_runs_of_a_renamed_state_and_its_own_problems_are_ha
     assert (by_code["V102"].line, by_code["V102"].severity) == (4, "error")
     assert "operator_queue" in by_code["V102"].message
     assert "success" in by_code["V102"].message
+
+
+def test_by_run_gives_each_touched_run_its_hazards_errors_first() -> None:
+    old, new, _ = mutated(
+        "refund",
+        *MUTATIONS["V109"][1],
+        (REFUND_GUARD, "guard: \"input.amount <= 40.0 || approval.role == 'team_lead'\""),
+    )
+    large = run(old, "proposed", id="run_large", input={**old.examples["T-90603"].input})
+    small = run(old, "proposed", id="run_small")
+    found = hazards(old, new, [large, small])
+    verdicts = by_run(found)
+    assert [h.code for h in verdicts["run_large"]] == ["V109", "V106", "V108"]
+    assert [h.code for h in verdicts["run_small"]] == ["V109", "V106"]
+    assert by_run(hazards(old, new)) == {}  # without live runs, no run is named
