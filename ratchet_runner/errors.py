@@ -15,7 +15,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   │   ├── BindingInvalid  R204  a binding file is invalid or does not cover what a spec uses
     │   │   └── BindingMismatch R205  the run started under another binding than this process's
     │   ├── CommandLineError    R206  the command line is malformed (exit status 2)
-    │   └── MappingInvalid      R207  a version mapping file is unreadable or malformed
+    │   ├── MappingInvalid      R207  a version mapping file is unreadable or malformed
+    │   └── MigrationRefused    R208  a migration holds runs that cannot move, or has none to undo
     ├── StoreError              R300  the store could not do what was asked
     │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
@@ -194,6 +195,14 @@ class CommandLineError(UsageError):
 
     code = "R206"
     exit_status = 2
+
+
+class MigrationRefused(UsageError):
+    """A migration cannot be applied as asked (``ratchet migrate``): its plan holds runs that
+    cannot move now (without ``--only-ready``), or a rollback names a migration no unfinished
+    run of the workflow came by. Nothing was moved."""
+
+    code = "R208"
 
 
 class MappingInvalid(UsageError):

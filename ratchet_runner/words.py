@@ -76,6 +76,8 @@ class EventKind(StrEnum):
     REVALIDATED = "revalidated"
     VERSION_STUCK = "version_stuck"
     VERSION_CANCELLED = "version_cancelled"
+    MIGRATED = "migrated"
+    MIGRATION_ROLLED_BACK = "migration_rolled_back"
     # approvals
     APPROVED = "approved"
     REJECTED = "rejected"

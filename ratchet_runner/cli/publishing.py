@@ -1,6 +1,7 @@
 """The commands that publish a workflow's versions: ``versions`` lists the stored versions of a
 workflow with their open runs, and sets the version new runs start on (so a bad version is
-rolled back for new runs in one command).
+rolled back for new runs in one command); ``migrate`` moves live runs to a new version (a plan,
+its apply, its rollback).
 
 Each parses, calls the store, and formats what it returns; each imports the library when it
 runs, so that ``--help`` stays quick.
@@ -141,4 +142,123 @@ def _lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-COMMANDS = (versions_command,)
+@click.command("migrate")
+@click.argument("spec_path", metavar="NEW", type=click.Path(dir_okay=False))
+@click.option("--plan", "action", flag_value="plan", default=True, help="Say what would move.")
+@click.option("--apply", "action", flag_value="apply", help="Move the runs the plan finds ready.")
+@click.option(
+    "--rollback",
+    "migration",
+    metavar="MIGRATION",
+    help="Move the runs migration MIGRATION moved back, where they did nothing since.",
+)
+@click.option(
+    "--only-ready",
+    is_flag=True,
+    help="With --apply: move the runs that can move, and leave the others (listed).",
+)
+@click.option(
+    "--mapping",
+    type=click.Path(dir_okay=False),
+    help="Where the runs of each old state go (states: {old: new}), timers: keep|restart.",
+)
+@click.option(
+    "--as", "actor", callback=named(), help="Who migrates (recorded; --apply, --rollback)."
+)
+@with_options("db", "json")
+def migrate_command(
+    spec_path: str,
+    action: str,
+    migration: str | None,
+    only_ready: bool,
+    mapping: str | None,
+    actor: str | None,
+    how: How,
+) -> None:
+    """Move the live runs of a workflow to its version NEW: --plan (the default) gives each run
+    its verdict, --apply moves the ready ones, --rollback MIGRATION moves them back.
+
+    Each run's verdict comes from the hazards of moving it (ratchet diff, against the version it
+    is on): it stays (already on NEW), moves, moves with mapping, asks for a new decision (an
+    approval it holds or awaits no longer counts), must first reach a wait state (inside an
+    effect window), or is refused (the hazard named). --apply moves each ready run in one
+    transaction, compare-and-set on its version, only while no worker holds it, and records a
+    migrated event with the migration's ID and who did it; it is safe while workers run. A plan
+    with runs that cannot move is refused whole unless --only-ready. --rollback moves a
+    migration's runs back while they stand where it put them and made no call, took no decision
+    and received no signal since.
+
+    \b
+    Exit status: 0 done (a --plan in which every run can move); 1 a run cannot move or was
+    left, a refused apply or rollback, an invalid spec or mapping; 2 usage error.
+
+    \b
+    Examples:
+      ratchet migrate specs/refund-v2.yaml --plan
+      ratchet migrate specs/refund-v2.yaml --apply --only-ready --as ops-lead
+      ratchet migrate specs/refund-v2.yaml --rollback mig_0123456789abcdef --as ops-lead
+    """
+    from pathlib import Path
+
+    from ..evolve import migrate
+    from ..evolve.mapping import read_mapping
+    from ..session import Session
+    from ..spec.validate import load_spec
+
+    if migration is not None:
+        action = "rollback"
+    if action != "plan" and actor is None:
+        raise click.BadParameter(
+            f"--{action} records who migrates: give --as NAME", param_hint="--as"
+        )
+    if only_ready and action != "apply":
+        raise click.BadParameter("--only-ready goes with --apply", param_hint="--only-ready")
+    new = load_spec(spec_path)
+    text = Path(spec_path).read_text(encoding="utf-8")
+    moving = read_mapping(mapping) if mapping is not None else None
+    with Session(how.db) as session:
+        store, now = session.store, session.clock.now()
+        if action == "rollback":
+            done = migrate.rollback(store, new.name, str(migration), str(actor), now)
+        elif action == "apply":
+            done = migrate.apply(
+                store, new, text, str(actor), now, mapping=moving, only_ready=only_ready
+            )
+        else:
+            found = migrate.plan(store, new, moving)
+            _show_plan(found, how)
+            if found.held:
+                raise SystemExit(1)
+            return
+    if how.as_json:
+        emit_json(done.to_json())
+    else:
+        verb = "rolled back" if action == "rollback" else "migrated"
+        click.echo(f"{done.migration}: {len(done.moved)} run(s) of {new.name!r} {verb}")
+        for run in done.moved:
+            click.echo(f"  {run.run_id}  {run.state} → {run.to_state}  ({run.verdict})")
+        for run_id, why in done.left:
+            click.echo(f"  {run_id}  left: {why}")
+    if done.left:
+        raise SystemExit(1)
+
+
+def _show_plan(found: Any, how: How) -> None:
+    """A migration's plan: each run with its verdict and why, then the counts."""
+    if how.as_json:
+        emit_json(found.to_json())
+        return
+    runs = len(found.runs)
+    click.echo(f"{found.workflow} → version {found.new.spec_version}: {runs} unfinished run(s)")
+    for run in found.runs:
+        click.echo(
+            f"  {run.run_id}  {run.business_key}  v{run.from_version} {run.state} → "
+            f"{run.to_state}  {run.verdict}"
+        )
+        for hazard in run.hazards:
+            click.echo(f"      {hazard.code} {hazard.note(run.run_id) or hazard.message}")
+    counts = found.to_json()["counts"]
+    click.echo(", ".join(f"{n} {verdict}" for verdict, n in counts.items()) or "no run to move")
+
+
+COMMANDS = (versions_command, migrate_command)

@@ -138,6 +138,14 @@ def describe(event: EventRecord) -> str:
         ),
         EventKind.DONE: lambda: f"{_receipt(d)} (via {d.get('via')}) · {_op(d)}",
         EventKind.SKIPPED: lambda: f"{_op(d)} is already done: no call",
+        EventKind.MIGRATED: lambda: (
+            f"by {d.get('by')} ({d.get('migration')}): version {d.get('old')} → {d.get('new')}"
+            f", {d.get('from_state')} → {d.get('to_state')} ({d.get('verdict')})"
+        ),
+        EventKind.MIGRATION_ROLLED_BACK: lambda: (
+            f"by {d.get('by')} ({d.get('migration')}): back to version {d.get('old')}"
+            f", {d.get('from_state')} → {d.get('to_state')}"
+        ),
         EventKind.REFUSED: lambda: f"{d.get('reason')} · nothing changed",
         EventKind.EXHAUSTED: lambda: f"{d.get('reason')} · budget spent",
         EventKind.UNKNOWN: lambda: f"outcome unknown: {d.get('reason')}",

@@ -47,6 +47,19 @@ class HeldFrom(TypedDict, total=False):
     status: str
 
 
+class Migrated(TypedDict):
+    """Where the last migration (``ratchet migrate --apply``) took the run from: what a rollback
+    moves it back by."""
+
+    migration: str
+    from_digest: str
+    from_version: int
+    from_state: str
+    to_state: str
+    at: float
+    by: str
+
+
 class RunContext(TypedDict, total=False):
     """A run's context, as stored (see the module docstring)."""
 
@@ -92,6 +105,10 @@ class RunContext(TypedDict, total=False):
     approval: dict[str, Any]
     #: The operations being verified, by operation ID.
     verifying: dict[str, Verification]
+
+    # -- its versions ---------------------------------------------------------------------------
+    #: Where the last migration took it from (kept for its rollback).
+    migrated: Migrated
 
     # -- undoing --------------------------------------------------------------------------------
     #: The compensations done, in order.

@@ -1,0 +1,416 @@
+"""Migrating a workflow's live runs to a new version: a plan, its apply, and its rollback.
+
+:func:`plan` gives every unfinished run of the workflow a verdict from the hazards of moving it
+(:func:`~ratchet_runner.evolve.hazards.hazards`, against the version it is on, with the mapping
+if one is given): it ``stays`` (already on the new version), ``moves``, ``moves with mapping``
+(its state is mapped to another), ``asks for a new decision`` (it moves, and an approval it holds
+or awaits no longer counts: an approval's digest covers the spec and policy versions), ``must
+first reach a wait state`` (it is inside an effect window, ``V103``: a call written ahead, an
+outcome unknown, a lookup due), or is ``refused`` (an error hazard touches it, named).
+
+:func:`apply` moves each run the plan finds ready, one transaction each, under a
+compare-and-set of the run's version and only while no live lease holds it (a worker driving it
+keeps it: the run is left for the next apply, and said so). Each run's verdict is taken again
+from what it is at that moment, so a run that entered an effect window since the plan is not
+moved. The move records a ``migrated`` event naming the migration's ID, who migrated it, the
+versions and states, and keeps in the run's context where it came from, which is what
+:func:`rollback` moves it back by: only while it is still where the migration put it and has
+made no call, recorded no decision and received no signal under the new version since.
+
+Over 400 lines, as one concern: a migration's three moves (plan, apply, rollback) and the one
+change each run's move is, kept together so that apply and rollback undo each other exactly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..engine import timers
+from ..errors import LeaseLost, MigrationRefused, RunNotFound, VersionConflict
+from ..spec.model import Spec
+from ..spec.validate import load_stored_spec
+from ..store.context import RunContext
+from ..store.records import Change, RunRecord, TimerRecord
+from ..store.store import Store
+from ..words import EventKind, RunStatus
+from .basis import Hazard
+from .hazards import by_run, hazards
+from .mapping import VersionMapping
+from .runs import LiveRun, live_runs
+
+#: The verdicts of a plan, in the order a plan lists them.
+STAYS, MOVES, MAPPED, DECIDE, WAIT, REFUSED = (
+    "stays",
+    "moves",
+    "moves with mapping",
+    "asks for a new decision",
+    "must first reach a wait state",
+    "refused",
+)
+#: The verdicts :func:`apply` moves.
+READY = (MOVES, MAPPED, DECIDE)
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """One run's place in a plan: where it is, where it would go, and why."""
+
+    run_id: str
+    business_key: str
+    from_version: int
+    state: str
+    to_state: str
+    verdict: str
+    #: The hazards that touch it (errors first).
+    hazards: tuple[Hazard, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "business_key": self.business_key,
+            "from_version": self.from_version,
+            "state": self.state,
+            "to_state": self.to_state,
+            "verdict": self.verdict,
+            "hazards": [{"code": h.code, "severity": h.severity} for h in self.hazards],
+            "reasons": [h.note(self.run_id) or h.message for h in self.hazards],
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every unfinished run of the workflow with its verdict, and the hazards found."""
+
+    workflow: str
+    new: Spec
+    runs: tuple[RunVerdict, ...]
+    found: tuple[Hazard, ...] = ()
+    mapping: VersionMapping | None = None
+
+    @property
+    def ready(self) -> list[RunVerdict]:
+        return [r for r in self.runs if r.verdict in READY]
+
+    @property
+    def held(self) -> list[RunVerdict]:
+        """The runs that cannot move now: in an effect window, or refused."""
+        return [r for r in self.runs if r.verdict in (WAIT, REFUSED)]
+
+    def to_json(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.verdict] = counts.get(run.verdict, 0) + 1
+        return {
+            "workflow": self.workflow,
+            "to_version": self.new.spec_version,
+            "to_digest": self.new.digest,
+            "runs": [r.to_json() for r in self.runs],
+            "counts": counts,
+            "hazards": [h.to_json() for h in self.found],
+        }
+
+
+@dataclass
+class Applied:
+    """What :func:`apply` or :func:`rollback` did: the migration's ID, the runs moved, and the
+    runs left with why."""
+
+    migration: str
+    moved: list[RunVerdict] = field(default_factory=list)
+    left: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "migration": self.migration,
+            "moved": [r.to_json() for r in self.moved],
+            "left": [{"run": run, "reason": why} for run, why in self.left],
+        }
+
+
+def _specs(store: Store, digests: Sequence[str]) -> dict[str, Spec]:
+    return {d: load_stored_spec(store.spec_text(d), f"spec {d[:12]} (stored)") for d in digests}
+
+
+def plan(store: Store, new: Spec, mapping: VersionMapping | None = None) -> Plan:
+    """The verdict of every unfinished run of ``new``'s workflow, against the version it is on
+    (each older version is compared with ``new`` on its own)."""
+    live = live_runs(store, new.name)
+    return _plan(store, new, live, mapping)
+
+
+def _plan(store: Store, new: Spec, live: Sequence[LiveRun], mapping: VersionMapping | None) -> Plan:
+    olds = _specs(store, sorted({r.spec_digest for r in live if r.spec_digest != new.digest}))
+    found: list[Hazard] = []
+    verdicts: list[RunVerdict] = []
+    for digest, old in olds.items():
+        mine = [r for r in live if r.spec_digest == digest]
+        these = hazards(old, new, mine, mapping)
+        found.extend(these)
+        touched = by_run(these)
+        verdicts.extend(_verdict(r, old, new, mapping, touched.get(r.id, [])) for r in mine)
+    verdicts.extend(
+        RunVerdict(r.id, r.run.business_key, new.spec_version, r.state, r.state, STAYS)
+        for r in live
+        if r.spec_digest == new.digest
+    )
+    order = {v: i for i, v in enumerate((REFUSED, WAIT, DECIDE, MAPPED, MOVES, STAYS))}
+    verdicts.sort(key=lambda v: (order[v.verdict], v.run_id))
+    return Plan(new.name, new, tuple(verdicts), tuple(found), mapping)
+
+
+def _verdict(
+    run: LiveRun,
+    old: Spec,
+    new: Spec,
+    mapping: VersionMapping | None,
+    touching: list[Hazard],
+) -> RunVerdict:
+    to_state = mapping.target(run.state) if mapping is not None else run.state
+    errors = [h for h in touching if h.severity == "error"]
+    if any(h.code != "V103" for h in errors):
+        verdict = REFUSED
+    elif errors:
+        verdict = WAIT
+    elif run.held or any(h.code == "V106" for h in touching) or _awaits_decision(run, new):
+        verdict = DECIDE
+    elif to_state != run.state:
+        verdict = MAPPED
+    else:
+        verdict = MOVES
+    if verdict != REFUSED and to_state not in new.states:
+        verdict = REFUSED  # a hazard names it (V101); never moved into nowhere
+    return RunVerdict(
+        run.id,
+        run.run.business_key,
+        old.spec_version,
+        run.state,
+        to_state,
+        verdict,
+        tuple(touching),
+    )
+
+
+def _awaits_decision(run: LiveRun, new: Spec) -> bool:
+    """Whether the run waits, in a pause state, for an approval (asked again under the new
+    version: the decision it gets is bound to that version)."""
+    state = new.states.get(run.state)
+    return state is not None and state.kind == "pause" and state.approval is not None
+
+
+def _live_one(store: Store, run: RunRecord) -> LiveRun:
+    """What the checks read of one run, as it is now."""
+    return LiveRun(
+        run,
+        tuple(store.operations(run.id)),
+        tuple(store.approvals(run.id)),
+        tuple(t for t in store.timers(run.id) if t.fired_at is None),
+        tuple(store.signals(run.id)),
+    )
+
+
+def apply(
+    store: Store,
+    new: Spec,
+    text: str,
+    by: str,
+    now: float,
+    *,
+    mapping: VersionMapping | None = None,
+    only_ready: bool = False,
+    migration: str | None = None,
+) -> Applied:
+    """Move every run the plan finds ready to ``new`` (whose exact text is ``text``), each in one
+    transaction, recording ``by`` and the migration's ID (a new one unless given). Without
+    ``only_ready``, a plan with a run that cannot move is refused whole, nothing moved
+    (:class:`MigrationRefused`)."""
+    first = plan(store, new, mapping)
+    if first.held and not only_ready:
+        shown = ", ".join(f"{r.run_id} ({r.verdict})" for r in first.held[:5])
+        more = f" and {len(first.held) - 5} more" if len(first.held) > 5 else ""
+        raise MigrationRefused(
+            f"{len(first.held)} run(s) of {new.name!r} cannot move now: {shown}{more}; nothing "
+            "was migrated: see the plan (ratchet migrate NEW --plan), or move the others with "
+            "--only-ready"
+        )
+    store.save_spec(new.digest, new.name, new.spec_version, str(new.policy_version), text, now)
+    done = Applied(migration or f"mig_{uuid.uuid4().hex[:16]}")
+    for planned in first.runs:
+        if planned.verdict == STAYS:
+            continue
+        if planned.verdict not in READY:
+            done.left.append((planned.run_id, planned.verdict))
+            continue
+        _move(store, new, planned.run_id, by, now, mapping, done)
+    return done
+
+
+def _move(
+    store: Store,
+    new: Spec,
+    run_id: str,
+    by: str,
+    now: float,
+    mapping: VersionMapping | None,
+    done: Applied,
+) -> None:
+    """Move one run, if its verdict, taken again now, still lets it."""
+    try:
+        run = store.get_run(run_id)
+    except RunNotFound:
+        done.left.append((run_id, "gone"))
+        return
+    if run.status in (RunStatus.DONE, RunStatus.CANCELLED) or run.spec_digest == new.digest:
+        done.left.append((run_id, f"{run.status} on version {new.spec_version} or ended"))
+        return
+    again = _plan(store, new, [_live_one(store, run)], mapping).runs[0]
+    if again.verdict not in READY:
+        done.left.append((run_id, again.verdict))
+        return
+    old = _specs(store, [run.spec_digest])[run.spec_digest]
+    armed = [t for t in store.timers(run.id) if t.fired_at is None]
+    change = _migration_change(run, armed, old, new, again, by, now, mapping, done.migration)
+    try:
+        store.commit(change)
+    except (VersionConflict, LeaseLost) as exc:
+        done.left.append((run_id, f"busy: {exc}; plan again"))
+        return
+    done.moved.append(again)
+
+
+def _migration_change(
+    run: RunRecord,
+    armed: Sequence[TimerRecord],
+    old: Spec,
+    new: Spec,
+    verdict: RunVerdict,
+    by: str,
+    now: float,
+    mapping: VersionMapping | None,
+    migration: str,
+) -> Change:
+    target = new.states[verdict.to_state]
+    context: RunContext = dict(run.context)  # type: ignore[assignment]
+    context["migrated"] = {
+        "migration": migration,
+        "from_digest": old.digest,
+        "from_version": old.spec_version,
+        "from_state": run.state,
+        "to_state": target.name,
+        "at": now,
+        "by": by,
+    }
+    change = Change(run.id, run.version, now, base=run, spec_digest=new.digest, context=context)
+    if target.name != run.state:
+        change.state = target.name
+    restart = mapping is not None and mapping.timers == "restart"
+    if target.name != run.state or restart:
+        change.cancel_timers_of_state = run.state
+        moved = replace(run, state=target.name, spec_digest=new.digest)
+        fresh = timers.arm(moved, new, target, now)
+        if not restart:  # keep: the timers armed run out when they would have
+            due = {t.event: t.due_at for t in armed if t.state == run.state}
+            fresh = [{**t, "due_at": due.get(t["event"], t["due_at"])} for t in fresh]
+        change.new_timers.extend(fresh)
+        context["timers_of"] = target.name
+    if target.kind in ("pause", "wait"):
+        moved = replace(run, state=target.name, spec_digest=new.digest, context=context)
+        context["pause"] = timers.pause_record(moved, new, target, now)
+    change.event(
+        EventKind.MIGRATED,
+        migration=migration,
+        by=by,
+        old=old.spec_version,
+        new=new.spec_version,
+        from_state=run.state,
+        to_state=target.name,
+        verdict=verdict.verdict,
+    )
+    return change
+
+
+def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -> Applied:
+    """Move the runs migration ``migration`` moved back to the versions and states they came
+    from, each in one transaction, where each still stands where the migration put it and has
+    made no call, recorded no decision and received no signal since; the others are left, each
+    with why."""
+    done = Applied(migration)
+    ours = [
+        r
+        for r in store.open_runs(workflow)
+        if r.context.get("migrated", {}).get("migration") == migration
+    ]
+    if not ours:
+        raise MigrationRefused(
+            f"no unfinished run of {workflow!r} was moved by migration {migration!r}: nothing "
+            "to roll back"
+        )
+    for run in ours:
+        why = _kept_by_new_version(store, run)
+        if why is not None:
+            done.left.append((run.id, why))
+            continue
+        came = run.context["migrated"]
+        old = _specs(store, [came["from_digest"]])[came["from_digest"]]
+        context: RunContext = {k: v for k, v in run.context.items() if k != "migrated"}  # type: ignore[assignment]
+        change = Change(run.id, run.version, now, base=run, spec_digest=old.digest, context=context)
+        back = old.states[came["from_state"]]
+        if back.name != run.state:
+            change.state = back.name
+            change.cancel_timers_of_state = run.state
+            moved = replace(run, state=back.name, spec_digest=old.digest)
+            change.new_timers.extend(timers.arm(moved, old, back, now))
+            context["timers_of"] = back.name
+        if back.kind in ("pause", "wait"):
+            moved = replace(run, state=back.name, spec_digest=old.digest, context=context)
+            context["pause"] = timers.pause_record(moved, old, back, now)
+        change.event(
+            EventKind.MIGRATION_ROLLED_BACK,
+            migration=migration,
+            by=by,
+            old=came["from_version"],
+            from_state=run.state,
+            to_state=back.name,
+        )
+        try:
+            store.commit(change)
+        except (VersionConflict, LeaseLost) as exc:
+            done.left.append((run.id, f"busy: {exc}; roll back again"))
+            continue
+        done.moved.append(
+            RunVerdict(
+                run.id, run.business_key, came["from_version"], run.state, back.name, "rolled back"
+            )
+        )
+    return done
+
+
+def _kept_by_new_version(store: Store, run: RunRecord) -> str | None:
+    """Why ``run`` cannot go back to the version it was migrated from, or None: it has moved on
+    from where the migration put it, or made a call, recorded a decision or received a signal
+    under the new version."""
+    came = run.context["migrated"]
+    if run.state != came["to_state"]:
+        return f"it has moved on since (now in {run.state!r}, migrated to {came['to_state']!r})"
+    since = came["at"]
+    history = [e for e in store.history(run.id) if e.at > since]
+    acted = [e.kind for e in history if e.kind in _AFTER_MIGRATION]
+    if acted:
+        return f"it has acted under the new version since ({acted[0]}): it stays on it"
+    return None
+
+
+#: What a run does under the new version that ties it there.
+_AFTER_MIGRATION = frozenset(
+    {
+        EventKind.CALL,
+        EventKind.PENDING,
+        EventKind.APPROVED,
+        EventKind.REJECTED,
+        EventKind.SIGNAL,
+        EventKind.OPERATOR,
+        EventKind.MOVED,
+    }
+)

@@ -1,0 +1,198 @@
+"""``ratchet migrate``'s plan, apply and rollback against real runs of the refund, seeded by the
+runner and the practice world in every state a change cares about, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ratchet_runner.adapters.practice import PracticeWorld
+from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine.deciding import decide
+from ratchet_runner.evolve.mapping import mapping_from_text
+from ratchet_runner.evolve.migrate import (
+    DECIDE,
+    MOVES,
+    REFUSED,
+    WAIT,
+    MigrationRefused,
+    apply,
+    plan,
+    rollback,
+)
+from ratchet_runner.spec.model import Spec
+from ratchet_runner.spec.validate import load_spec_text
+from ratchet_runner.store.store import Store
+from tests.conftest import MakeRunner, run_cli, spec_and_text
+from tests.integration.test_evolve_live import refund_input, seed_refunds
+
+
+def second(text: str, **renamed: str) -> tuple[Spec, str]:
+    """The refund as version 2, with states renamed (old=new) everywhere they are named."""
+    changed = text.replace("spec_version: 1", "spec_version: 2")
+    for old, new in renamed.items():
+        changed = re.sub(rf"\b{old}\b", new, changed)
+    return load_spec_text(changed, "refund-v2.yaml"), changed
+
+
+def verdicts(found: Any) -> dict[str, str]:
+    return {r.run_id: r.verdict for r in found.runs}
+
+
+def test_the_plan_gives_each_run_its_verdict_and_apply_moves_only_the_ready(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    seeded = seed_refunds(make_runner, world)
+    _, text = spec_and_text("refund")
+    new, new_text = second(text)
+    found = plan(store, new)
+    assert verdicts(found) == {
+        seeded["waiting"]: DECIDE,  # waits for an approval: asked again under version 2
+        seeded["holding"]: DECIDE,  # holds one: it no longer counts
+        seeded["between"]: WAIT,  # a retry due: inside the effect window
+        seeded["unknown"]: WAIT,  # an outcome nobody learnt
+        seeded["exhausted"]: MOVES,
+    }
+    with pytest.raises(MigrationRefused, match="2 run"):
+        apply(store, new, new_text, "ops-lead", clock.now())
+    assert all(store.get_run(r).spec_digest != new.digest for r in seeded.values())
+
+    done = apply(store, new, new_text, "ops-lead", clock.now(), only_ready=True)
+    moved = {r.run_id for r in done.moved}
+    assert moved == {seeded[k] for k in ("waiting", "holding", "exhausted")}
+    assert dict(done.left) == {seeded["between"]: WAIT, seeded["unknown"]: WAIT}
+    for run_id in moved:
+        run = store.get_run(run_id)
+        assert run.spec_digest == new.digest
+        [event] = [e for e in store.history(run_id) if e.kind == "migrated"]
+        assert event.data["migration"] == done.migration
+        assert event.data["by"] == "ops-lead"
+        assert (event.data["old"], event.data["new"]) == (1, 2)
+    for run_id in (seeded["between"], seeded["unknown"]):
+        assert store.get_run(run_id).spec_digest != new.digest
+    assert verdicts(plan(store, new))[seeded["holding"]] == "stays"
+
+
+def test_an_approval_given_under_one_version_is_never_consumed_under_another(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    spec, text = spec_and_text("refund")
+    world.seed({"orders": [{"order": "LK-7", "paid": 100, "currency": "CAD"}]})
+    runner = make_runner()
+    run, _ = runner.start(spec, text, refund_input(7))
+    run = runner.advance(run.id)
+    assert decide(runner, run.id, "approve", "agent-7", "agent").changed  # held, not called
+    new, new_text = second(text)
+    assert [r.run_id for r in apply(store, new, new_text, "ops-lead", clock.now()).moved] == [
+        run.id
+    ]
+    after = make_runner().advance(run.id)
+    assert after.state == "proposed"  # asked again: the approval was bound to version 1
+    assert world.changes() == []
+    assert decide(make_runner(), run.id, "approve", "agent-7", "agent").changed
+    assert make_runner().advance(run.id).state == "refunded"
+    assert len(world.changes()) == 1
+
+
+def test_a_mapping_moves_runs_to_a_renamed_state_and_a_hostile_one_is_refused(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    seeded = seed_refunds(make_runner, world)
+    _, text = spec_and_text("refund")
+    new, new_text = second(text, proposed="awaiting_approval")
+    unmapped = plan(store, new)
+    assert verdicts(unmapped)[seeded["waiting"]] == REFUSED
+    assert "V101" in {h.code for h in unmapped.runs[0].hazards if unmapped.runs[0].verdict}
+
+    mapping = mapping_from_text("states: {proposed: awaiting_approval}\n", "move.yaml")
+    mapped = plan(store, new, mapping)
+    waiting = next(r for r in mapped.runs if r.run_id == seeded["waiting"])
+    assert (waiting.verdict, waiting.to_state) == (DECIDE, "awaiting_approval")
+    done = apply(store, new, new_text, "ops-lead", clock.now(), mapping=mapping, only_ready=True)
+    assert seeded["waiting"] in {r.run_id for r in done.moved}
+    run = store.get_run(seeded["waiting"])
+    assert (run.state, run.status) == ("awaiting_approval", "waiting")
+    assert run.context["pause"]["state"] == "awaiting_approval"
+    assert decide(make_runner(), run.id, "approve", "agent-7", "agent").changed
+
+    kind = mapping_from_text("states: {proposed: refunding}\n", "kind.yaml")
+    other, _ = second(text, proposed="awaiting")
+    assert {r.verdict for r in plan(store, other, kind).runs if r.state == "proposed"} <= {REFUSED}
+
+
+def test_a_run_renamed_into_nowhere_is_refused_and_a_mapped_run_moves_with_mapping(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    seeded = seed_refunds(make_runner, world)
+    _, text = spec_and_text("refund")
+    new, _ = second(text, needs_person="escalated")
+    mapping = mapping_from_text("states: {needs_person: escalated}\n", "move.yaml")
+    found = {r.run_id: r for r in plan(store, new, mapping).runs}
+    exhausted = found[seeded["exhausted"]]
+    # mapped, and its approval (an operator's retry would call on it) voided: asked again
+    assert (exhausted.verdict, exhausted.to_state) == (DECIDE, "escalated")
+    assert [h.code for h in exhausted.hazards] == ["V106"]
+    nowhere = plan(store, new)
+    assert verdicts(nowhere)[seeded["exhausted"]] == REFUSED
+
+
+def test_rollback_moves_back_the_runs_that_did_nothing_under_the_new_version(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    seeded = seed_refunds(make_runner, world)
+    old, text = spec_and_text("refund")
+    new, new_text = second(text)
+    done = apply(store, new, new_text, "ops-lead", clock.now(), only_ready=True)
+    make_runner().advance(seeded["holding"])  # acts under version 2: asked again
+    back = rollback(store, "refund", done.migration, "ops-lead", clock.now())
+    assert {r.run_id for r in back.moved} == {seeded["waiting"], seeded["exhausted"]}
+    [(left, why)] = back.left
+    assert left == seeded["holding"]
+    assert "moved on since" in why or "acted" in why
+    for run_id in (seeded["waiting"], seeded["exhausted"]):
+        run = store.get_run(run_id)
+        assert run.spec_digest == old.digest
+        assert "migrated" not in run.context
+        assert store.history(run_id)[-1].kind == "migration_rolled_back"
+    assert store.get_run(seeded["holding"]).spec_digest == new.digest
+    with pytest.raises(MigrationRefused, match="nothing to roll back"):
+        rollback(store, "refund", "mig_nosuch", "ops-lead", clock.now())
+
+
+def test_ratchet_migrate_plans_applies_and_rolls_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    _, text = spec_and_text("refund")
+    v1, v2 = tmp_path / "refund.yaml", tmp_path / "refund-v2.yaml"
+    v1.write_text(text, encoding="utf-8")
+    v2.write_text(second(text)[1], encoding="utf-8")
+    assert run_cli(capsys, "run", str(v1), "--example", "T-90104")[0] == 0
+
+    code, out, _ = run_cli(capsys, "migrate", str(v2))
+    assert code == 0
+    assert out.splitlines()[0] == "refund → version 2: 1 unfinished run(s)"
+    assert out.splitlines()[-1] == "1 asks for a new decision"
+    code, _, err = run_cli(capsys, "migrate", str(v2), "--apply")
+    assert code == 2
+    assert "give --as NAME" in err
+    code, out, _ = run_cli(capsys, "migrate", str(v2), "--apply", "--as", "ops-lead", "--json")
+    assert code == 0
+    applied = json.loads(out)
+    assert [r["verdict"] for r in applied["moved"]] == [DECIDE]
+    code, out, _ = run_cli(capsys, "migrate", str(v2), "--plan", "--json")
+    assert [r["verdict"] for r in json.loads(out)["runs"]] == ["stays"]
+
+    migration = applied["migration"]
+    code, out, _ = run_cli(capsys, "migrate", str(v2), "--rollback", migration, "--as", "ops")
+    assert code == 0
+    assert out.splitlines()[0] == f"{migration}: 1 run(s) of 'refund' rolled back"
+    code, _, err = run_cli(capsys, "migrate", str(v2), "--rollback", migration, "--as", "ops")
+    assert code == 1
+    assert "R208" in err
+    assert "nothing to roll back" in err
