@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,12 @@ from ratchet_runner.evolve.migrate import (
     plan,
     rollback,
 )
+from ratchet_runner.session import Session
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec_text
 from ratchet_runner.store.store import Store
-from tests.conftest import MakeRunner, run_cli, spec_and_text
+from ratchet_runner.worker.pool import Pool
+from tests.conftest import PRACTICE_BINDING, MakeRunner, run_cli, spec_and_text
 from tests.integration.test_evolve_live import refund_input, seed_refunds
 
 
@@ -196,3 +200,62 @@ def test_ratchet_migrate_plans_applies_and_rolls_back(
     assert code == 1
     assert "R208" in err
     assert "nothing to roll back" in err
+
+
+def test_apply_while_two_workers_drive_the_runs_loses_none_and_makes_no_change_twice(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Twenty refunds, half approved (the workers call them at once), half waiting for a
+    decision, migrated while a pool of two worker threads drives them: every run ends refunded
+    with exactly one refund, whichever version it ended on."""
+    spec, text = spec_and_text("refund")
+    new, new_text = second(text)
+    numbers = range(3001, 3021)
+    with Session(store_url, home=tmp_path, bindings=PRACTICE_BINDING, environ={}) as session:
+        session.world.seed(
+            {"orders": [{"order": f"LK-{n}", "paid": 100, "currency": "CAD"} for n in numbers]}
+        )
+        runner = session.runner()
+        ids = []
+        for n in numbers:
+            run, _ = runner.start(spec, text, refund_input(n), wake=False)
+            run = runner.advance(run.id)
+            if n % 2:
+                assert decide(runner, run.id, "approve", "agent-7", "agent").changed
+            ids.append(run.id)
+        pool = Pool(session.runner_factory(), concurrency=2, poll=0.01, log=lambda _: None)
+        working = threading.Thread(target=pool.run)
+        working.start()
+        try:
+            migrated: set[str] = set()
+            for _ in range(20):  # again while runs are busy or inside a window
+                done = apply(
+                    session.open_store(),
+                    new,
+                    new_text,
+                    "ops",
+                    session.clock.now(),
+                    only_ready=True,
+                )
+                migrated |= {r.run_id for r in done.moved}
+                if not done.left:
+                    break
+                time.sleep(0.05)
+            store = session.store
+            for run_id in ids:
+                if store.get_run(run_id).state == "proposed":
+                    decide(session.runner(), run_id, "approve", "agent-7", "agent")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(
+                store.get_run(r).status != "done" for r in ids
+            ):
+                time.sleep(0.05)
+        finally:
+            pool.stop.set()
+            working.join(timeout=30)
+        ends = {store.get_run(r).state for r in ids}
+        assert ends == {"refunded"}
+        assert migrated  # some runs moved under the workers' feet
+        made = [c.operation_id for c in session.world.changes()]
+        assert len(made) == len(ids)
+        assert len(set(made)) == len(ids)
