@@ -39,7 +39,7 @@ from ..words import EventKind, RunStatus
 from .basis import Hazard
 from .hazards import by_run, hazards
 from .mapping import VersionMapping
-from .runs import LiveRun, live_runs
+from .runs import LiveRun, live_run, live_runs
 
 #: The verdicts of a plan, in the order a plan lists them.
 STAYS, MOVES, MAPPED, DECIDE, WAIT, REFUSED = (
@@ -200,17 +200,6 @@ def _awaits_decision(run: LiveRun, new: Spec) -> bool:
     return state is not None and state.kind == "pause" and state.approval is not None
 
 
-def _live_one(store: Store, run: RunRecord) -> LiveRun:
-    """What the checks read of one run, as it is now."""
-    return LiveRun(
-        run,
-        tuple(store.operations(run.id)),
-        tuple(store.approvals(run.id)),
-        tuple(t for t in store.timers(run.id) if t.fired_at is None),
-        tuple(store.signals(run.id)),
-    )
-
-
 def apply(
     store: Store,
     new: Spec,
@@ -265,7 +254,7 @@ def _move(
     if run.status in (RunStatus.DONE, RunStatus.CANCELLED) or run.spec_digest == new.digest:
         done.left.append((run_id, f"{run.status} on version {new.spec_version} or ended"))
         return
-    again = _plan(store, new, [_live_one(store, run)], mapping).runs[0]
+    again = _plan(store, new, [live_run(store, run)], mapping).runs[0]
     if again.verdict not in READY:
         done.left.append((run_id, again.verdict))
         return

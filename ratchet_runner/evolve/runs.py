@@ -147,6 +147,19 @@ def live_runs(store: Store, workflow: str) -> list[LiveRun]:
     ]
 
 
+def live_run(store: Store, run: RunRecord) -> LiveRun:
+    """What the checks read of one run, as it is now (a migration takes each run's verdict
+    again from this before it moves it)."""
+    return LiveRun(
+        run,
+        tuple(store.operations(run.id)),
+        tuple(store.approvals(run.id)),
+        tuple(t for t in store.timers(run.id) if t.fired_at is None),
+        tuple(store.signals(run.id)),
+        _queued(store, run),
+    )
+
+
 def _by_run(records: list[Any]) -> dict[str, list[Any]]:
     grouped: dict[str, list[Any]] = {}
     for record in records:
