@@ -2,11 +2,11 @@
 
 The group and the entry point: every command is one click command in the module of the
 front it serves (:mod:`.specs`: the spec's commands; :mod:`.runs`: the commands that change a
-run; :mod:`.reading`: those that read runs; :mod:`.serving`: ``worker``, ``serve``, ``token``
-and ``practice serve``), sharing the options and the output helpers of :mod:`.options`;
-everything else is the library's. A command imports the library modules it uses when it runs,
-so that ``ratchet --version`` and every ``--help`` import no spec machinery, store or diagram
-(docs/performance.md, "Starting the command").
+run; :mod:`.reading`: those that read runs; :mod:`.histories`: ``export`` and ``replay``;
+:mod:`.serving`: ``worker``, ``serve``, ``token`` and ``practice serve``), sharing the options
+and the output helpers of :mod:`.options`; everything else is the library's. A command imports
+the library modules it uses when it runs, so that ``ratchet --version`` and every ``--help``
+import no spec machinery, store or diagram (docs/performance.md, "Starting the command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -24,7 +24,7 @@ import click
 
 from .. import __version__
 from ..errors import RatchetError
-from . import reading, runs, serving, specs
+from . import histories, reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -55,7 +55,13 @@ def cli() -> None:
     configure()  # the library's log to stderr (worker, serve: --log-level, --log-format)
 
 
-for _command in (*specs.COMMANDS, *runs.COMMANDS, *reading.COMMANDS, *serving.COMMANDS):
+for _command in (
+    *specs.COMMANDS,
+    *runs.COMMANDS,
+    *reading.COMMANDS,
+    *histories.COMMANDS,
+    *serving.COMMANDS,
+):
     cli.add_command(_command)
 
 

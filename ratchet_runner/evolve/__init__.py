@@ -1,0 +1,1 @@
+"""Changing a workflow while its runs are in flight: diff, histories, replay, migration."""
