@@ -57,7 +57,7 @@ from ..spec.validate import load_spec
 from ..store.context import RunContext
 from ..store.records import ApprovalRecord, Change, EventRecord, RunRecord
 from ..words import ENDED, EventKind, OperationStatus, RunStatus
-from .history import History, read_histories, sealed_path
+from .history import History, is_sealed, read_histories, sealed_path
 from .results import Continuation, Divergence, ReplayResult, Way
 
 #: The events that cause the move committed with them: the move is checked at the cause, as
@@ -167,9 +167,33 @@ class _Replay:
             context=context,
         )
 
-    def sealed(self, view: RunRecord, **extra: Any) -> str | None:
-        """The first sealed value the activation of ``view`` holds, if any."""
-        return sealed_path(activation(view, self.spec, **extra))
+    def sealed_read(self, texts: Iterable[str], ctx: Mapping[str, Any]) -> str | None:
+        """The first sealed value one of the expressions ``texts`` reads on ``ctx`` (its dotted
+        path), if any: what cannot be evaluated as recorded, only carried."""
+        for text in texts:
+            try:
+                paths = compile_expression(text).paths
+            except RatchetError:
+                continue
+            for path in paths:
+                value: Any = ctx
+                for depth, part in enumerate(path):
+                    if not isinstance(value, Mapping) or part not in value:
+                        break
+                    value = value[part]
+                    if is_sealed(value):
+                        return ".".join(path[: depth + 1])
+        return None
+
+    def guards(self, state: str, *events: str) -> list[str]:
+        return [r.guard for r in self.spec.rows_from(state) if r.event in events and r.guard]
+
+    def reads_of(self, effect: Effect, row: Row | None = None) -> list[str]:
+        """The expressions that name ``effect``'s change: its arguments, and the row's key."""
+        texts = [v for v in effect.args.values() if isinstance(v, str)]
+        key = row.idempotency_key if row is not None and row.idempotency_key else ()
+        texts += [k for k in key if k.partition(".")[0] not in ("effect", "business_key", "args")]
+        return [*texts, self.spec.business_key]
 
     # -- where things are in the new version -------------------------------------------------
 
@@ -266,7 +290,7 @@ class _Replay:
         view = self.view(move, recorded)
         ctx = activation(view, self.spec, **extra)
         row, errors = self.fire(recorded, event, ctx)
-        hidden = self.sealed(view, **extra)
+        hidden = self.sealed_read(self.guards(recorded, event, "exhausted"), ctx)
         if stuck:
             if row is not None and hidden is None:
                 code = "V304" if row.guard else "V301"
@@ -392,8 +416,9 @@ class _Replay:
 
     def on_created(self, event: EventRecord, data: Mapping[str, Any]) -> None:
         run, spec = self.history.run, self.spec
-        if sealed_path(run.input) is not None:
-            self.note(f"the input was not checked: {sealed_path(run.input, 'input')} is sealed")
+        hidden = sealed_path(run.input, "input")
+        if hidden is not None:
+            self.note(f"the input was not checked against the schema: {hidden} is sealed")
         else:
             problems = sorted(Draft7Validator(spec.input_schema).iter_errors(run.input), key=str)
             if problems:
@@ -403,14 +428,18 @@ class _Replay:
                     "/input",
                     f"the recorded input does not fit this version: {where}: {problems[0].message}",
                 )
-            lacking = missing_read(spec, run.input)
-            if lacking is not None:
-                read, name = lacking
-                self.diverge(
-                    "V315",
-                    read.pointer,
-                    f"the recorded input has no {name!r}, which {read.reader} reads",
-                )
+        lacking = missing_read(spec, run.input)
+        if lacking is not None:
+            read, name = lacking
+            self.diverge(
+                "V315",
+                read.pointer,
+                f"the recorded input has no {name!r}, which {read.reader} reads",
+            )
+        unread = self.sealed_read([spec.business_key], {"input": run.input})
+        if unread is not None:
+            self.note(f"the business key was not checked: {unread} is sealed")
+        else:
             try:
                 key = compile_expression(spec.business_key).evaluate({"input": run.input})
             except RatchetError as exc:
@@ -484,8 +513,11 @@ class _Replay:
         }
         self.check_timers(event.at)
         self.caused_move()
-        if sealed_path(activation(view, self.spec)) is not None:
-            self.note("approval digests were not checked: the run holds sealed values")
+        unread = self.sealed_read(
+            self.reads_of(self.spec.effects[approval.effect]), activation(view, self.spec)
+        )
+        if unread is not None:
+            self.note(f"the digest of the decision was not checked: {unread} is sealed")
             return
         stamped = self.stamped(record)
         digest = request_for(view, stamped, approval).digest
@@ -687,7 +719,7 @@ class _Replay:
         ahead = 0 if self.rides_with_move(event) else 1
         view = self.view(event, ahead=ahead)
         ctx = activation(view, self.spec)
-        hidden = sealed_path(ctx)
+        hidden = self.sealed_read(self.reads_of(effect, row), ctx)
         try:
             args = evaluate_args(effect, ctx)
             made = operation_id(self.spec, row, effect, args, ctx)
@@ -788,7 +820,9 @@ class _Replay:
         except RatchetError as exc:
             self.diverge("V309", pointer_join(self.spec.effects[name].pointer, "args"), str(exc))
         differs = None if undo is None else first_difference(undo.args, args, "args")
-        if differs is not None and sealed_path(activation(view, self.spec)) is None:
+        undoing = self.spec.effects[name]
+        unread = self.sealed_read(self.reads_of(undoing), activation(view, self.spec))
+        if differs is not None and unread is None:
             where, there, here = differs
             self.diverge(
                 "V309",
@@ -842,7 +876,13 @@ class _Replay:
         in flight, its timers."""
         run, notes = self.history.run, []
         approval = waiting_for(self.spec, run)
-        if approval is not None and sealed_path(run.input) is None:
+        asked = None if approval is None else self.spec.effects[approval.effect]
+        unread = (
+            None
+            if asked is None
+            else self.sealed_read(self.reads_of(asked), activation(run, self.spec))
+        )
+        if approval is not None and unread is None:
             try:
                 digest = request_for(run, self.spec, approval).digest
             except RatchetError as exc:

@@ -30,9 +30,7 @@ TRAVEL_AGENT = ("agent-3", "travel_agent")
 HOUR = 3600.0
 
 
-def _start(
-    runner: Runner, world: PracticeWorld, name: str, example: str, **changed: Any
-) -> str:
+def _start(runner: Runner, world: PracticeWorld, name: str, example: str, **changed: Any) -> str:
     """Start ``example`` of spec ``name`` (its input with ``changed`` fields), its world seeded
     in an emptied practice world, and drive it as far as it goes."""
     if name == "parcel":
@@ -71,9 +69,7 @@ def _refund_lapsed(runner: Runner, world: PracticeWorld, clock: FakeClock) -> st
     return run_id
 
 
-def _refund_retried_by_an_operator(
-    runner: Runner, world: PracticeWorld, clock: FakeClock
-) -> str:
+def _refund_retried_by_an_operator(runner: Runner, world: PracticeWorld, clock: FakeClock) -> str:
     run_id = _start(runner, world, "refund", "T-90104", ticket="T-90105")
     world.add_fault("request_refund", "unavailable", times=3)
     _approve(runner, run_id, AGENT)
@@ -92,9 +88,7 @@ def _label_lost_before_the_write(runner: Runner, world: PracticeWorld, clock: Fa
     return _start(runner, world, "returns", "T-90604")
 
 
-def _reship_refused_then_cancelled(
-    runner: Runner, world: PracticeWorld, clock: FakeClock
-) -> str:
+def _reship_refused_then_cancelled(runner: Runner, world: PracticeWorld, clock: FakeClock) -> str:
     run_id = _start(runner, world, "returns", "T-90605")
     assert operate(runner, run_id, "cancel", "ops-2", "warehouse_ops").changed
     return run_id
@@ -137,9 +131,7 @@ def _booking_compensated_by_an_operator(
     return run_id
 
 
-def _parcel_signalled_and_inspected(
-    runner: Runner, world: PracticeWorld, clock: FakeClock
-) -> str:
+def _parcel_signalled_and_inspected(runner: Runner, world: PracticeWorld, clock: FakeClock) -> str:
     run_id = _start(runner, world, "parcel", "P-1")
     data = {"weight_kg": 4.2}
     assert signal(runner, run_id, "parcel_received", "carrier-1", data).changed
@@ -149,27 +141,58 @@ def _parcel_signalled_and_inspected(
 
 #: Each scenario: (its name, its workflow, how it is driven, how the run ends).
 SCENARIOS: tuple[tuple[str, str, Scenario, tuple[str, str]], ...] = (
-    ("refund T-90104: reply lost after the write", "refund", _refund_lost_reply,
-     ("refunded", "done")),
+    (
+        "refund T-90104: reply lost after the write",
+        "refund",
+        _refund_lost_reply,
+        ("refunded", "done"),
+    ),
     ("refund T-90603: lapsed", "refund", _refund_lapsed, ("lapsed", "done")),
-    ("refund T-90105: unavailable, retried by an operator", "refund",
-     _refund_retried_by_an_operator, ("refunded", "done")),
+    (
+        "refund T-90105: unavailable, retried by an operator",
+        "refund",
+        _refund_retried_by_an_operator,
+        ("refunded", "done"),
+    ),
     ("refund T-90106: rejected", "refund", _refund_rejected, ("rejected", "done")),
-    ("returns T-90604: request lost before the write", "returns", _label_lost_before_the_write,
-     ("labelled", "done")),
-    ("returns T-90605: refused, cancelled by an operator", "returns",
-     _reship_refused_then_cancelled, ("needs_person", "cancelled")),
+    (
+        "returns T-90604: request lost before the write",
+        "returns",
+        _label_lost_before_the_write,
+        ("labelled", "done"),
+    ),
+    (
+        "returns T-90605: refused, cancelled by an operator",
+        "returns",
+        _reship_refused_then_cancelled,
+        ("needs_person", "cancelled"),
+    ),
     ("booking happy", "booking", _booking_happy, ("confirmed", "done")),
-    ("booking hotel_refused: compensated", "booking", _booking_hotel_refused,
-     ("released", "done")),
-    ("booking confirm_refused: compensated", "booking", _booking_confirm_refused,
-     ("released", "done")),
-    ("booking TRIP-1004: approval lapsed, compensated", "booking", _booking_approval_lapsed,
-     ("released", "done")),
-    ("booking TRIP-1005: release failing, compensated by an operator", "booking",
-     _booking_compensated_by_an_operator, ("released", "done")),
-    ("parcel P-1: a signal, then a wait timer", "parcel", _parcel_signalled_and_inspected,
-     ("returned", "done")),
+    ("booking hotel_refused: compensated", "booking", _booking_hotel_refused, ("released", "done")),
+    (
+        "booking confirm_refused: compensated",
+        "booking",
+        _booking_confirm_refused,
+        ("released", "done"),
+    ),
+    (
+        "booking TRIP-1004: approval lapsed, compensated",
+        "booking",
+        _booking_approval_lapsed,
+        ("released", "done"),
+    ),
+    (
+        "booking TRIP-1005: release failing, compensated by an operator",
+        "booking",
+        _booking_compensated_by_an_operator,
+        ("released", "done"),
+    ),
+    (
+        "parcel P-1: a signal, then a wait timer",
+        "parcel",
+        _parcel_signalled_and_inspected,
+        ("returned", "done"),
+    ),
 )
 
 
