@@ -249,18 +249,18 @@ def _validator() -> Draft7Validator:
     return Draft7Validator(history_schema())
 
 
-class _Refused(ValueError):
-    """A value JSON cannot carry the same everywhere, met while parsing."""
+# The parser's hooks refuse what JSON cannot carry the same everywhere with a ValueError, which
+# the parser passes on as it is (its own syntax errors are JSONDecodeError, a ValueError too).
 
 
 def _constant(name: str) -> Any:
-    raise _Refused(f"{name} is not a number JSON carries (no NaN or Infinity)")
+    raise ValueError(f"{name} is not a number JSON carries (no NaN or Infinity)")
 
 
 def _float(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):
-        raise _Refused(f"{shown(text, 40)} is too large for a double")
+        raise ValueError(f"{shown(text, 40)} is too large for a double")
     return number
 
 
@@ -268,7 +268,7 @@ def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:  # more digits than Python converts
-        raise _Refused(f"an integer of {len(text):,} digits is too long") from None
+        raise ValueError(f"an integer of {len(text):,} digits is too long") from None
 
 
 def _too_deep(value: Any) -> bool:
@@ -301,10 +301,10 @@ def parse_line(raw: bytes, file: str, number: int) -> dict[str, Any] | LineProbl
         return problem("V101", f"the line is not UTF-8 (byte {exc.start + 1})")
     try:
         value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
-    except _Refused as exc:
-        return problem("V103", str(exc))
     except json.JSONDecodeError as exc:
         return problem("V102", f"not JSON: {exc.msg} (column {exc.colno})")
+    except ValueError as exc:  # from the hooks: a number JSON cannot carry
+        return problem("V103", str(exc))
     except RecursionError:
         return problem("V104", f"nested deeper than {MAX_NESTING} levels")
     if not isinstance(value, dict):
@@ -327,7 +327,8 @@ def parse_line(raw: bytes, file: str, number: int) -> dict[str, Any] | LineProbl
         *((f"approvals/{i}", a["spec_digest"]) for i, a in enumerate(value["approvals"])),
     ]:
         if digest not in named:
-            return problem("V109", f"/{where}/spec_digest: spec {shown(digest)} is not in specs")
+            unlisted = f"spec {shown(digest[:12])} is not in specs"
+            return problem("V109", f"/{where}/spec_digest: {unlisted}")
     return value
 
 

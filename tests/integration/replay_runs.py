@@ -9,18 +9,27 @@ operator takes up (``ops retry`` after the provider stayed unavailable, ``ops ca
 refusal, ``ops compensate`` after a release kept failing), a rejection, and a signal and a wait
 timer (the fixture tests/fixtures/parcel.yaml). Each scenario has a practice world of its own
 (emptied first), so that an example's faults meet the calls they name.
+
+``python -m tests.integration.replay_runs tests/fixtures/histories`` writes them anew as the
+golden histories the repository keeps (:func:`write_golden`): do it when a shipped spec changes
+on purpose in a way its recorded runs would not replay, and say so in the change.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.commands import decide, operate, signal
 from ratchet_runner.engine.runner import Runner
+from ratchet_runner.evolve.history import export_runs, write_histories
+from ratchet_runner.review.naive import step_for
 from ratchet_runner.spec.validate import load_spec
+from ratchet_runner.store.store import Store
 from ratchet_runner.worker.passes import worker_pass
 from tests.conftest import ROOT, spec_and_text
 
@@ -28,6 +37,9 @@ PARCEL = ROOT / "tests" / "fixtures" / "parcel.yaml"
 AGENT = ("agent-7", "agent")
 TRAVEL_AGENT = ("agent-3", "travel_agent")
 HOUR = 3600.0
+#: The process the scenarios' commands and worker record as holding a run's lease (the docs'
+#: example host), so that the histories kept in the repository name no machine.
+HOST = "db1:4242:9f3a21c0"
 
 
 def _start(runner: Runner, world: PracticeWorld, name: str, example: str, **changed: Any) -> str:
@@ -46,12 +58,12 @@ def _start(runner: Runner, world: PracticeWorld, name: str, example: str, **chan
 
 
 def _approve(runner: Runner, run_id: str, who: tuple[str, str]) -> None:
-    assert decide(runner, run_id, "approve", *who).changed
+    assert decide(runner, run_id, "approve", *who, owner=f"ratchet approve {HOST}").changed
 
 
 def _lapse(runner: Runner, clock: FakeClock, hours: float) -> None:
     clock.advance(hours * HOUR)
-    worker_pass(runner)
+    worker_pass(runner, owner=HOST)
 
 
 Scenario = Callable[[Runner, PracticeWorld, FakeClock], str]
@@ -74,13 +86,17 @@ def _refund_retried_by_an_operator(runner: Runner, world: PracticeWorld, clock: 
     world.add_fault("request_refund", "unavailable", times=3)
     _approve(runner, run_id, AGENT)
     assert runner.store.get_run(run_id).state == "needs_person"
-    assert operate(runner, run_id, "retry", "ops-1", "payments_ops").changed
+    retry = operate(runner, run_id, "retry", "ops-1", "payments_ops", owner=f"ratchet ops {HOST}")
+    assert retry.changed
     return run_id
 
 
 def _refund_rejected(runner: Runner, world: PracticeWorld, clock: FakeClock) -> str:
     run_id = _start(runner, world, "refund", "T-90603", ticket="T-90106")
-    assert decide(runner, run_id, "reject", "agent-7", None, "a duplicate ticket").changed
+    owner = f"ratchet reject {HOST}"
+    assert decide(
+        runner, run_id, "reject", "agent-7", None, "a duplicate ticket", owner=owner
+    ).changed
     return run_id
 
 
@@ -90,7 +106,10 @@ def _label_lost_before_the_write(runner: Runner, world: PracticeWorld, clock: Fa
 
 def _reship_refused_then_cancelled(runner: Runner, world: PracticeWorld, clock: FakeClock) -> str:
     run_id = _start(runner, world, "returns", "T-90605")
-    assert operate(runner, run_id, "cancel", "ops-2", "warehouse_ops").changed
+    cancel = operate(
+        runner, run_id, "cancel", "ops-2", "warehouse_ops", owner=f"ratchet ops {HOST}"
+    )
+    assert cancel.changed
     return run_id
 
 
@@ -127,14 +146,16 @@ def _booking_compensated_by_an_operator(
     run, _ = runner.start(spec, text, {**chosen.input, "trip": "TRIP-1005"})
     run_id = runner.advance(run.id).id
     assert runner.store.get_run(run_id).state == "needs_operator"
-    assert operate(runner, run_id, "compensate", "ops-3", "travel_ops").changed
+    undo = operate(runner, run_id, "compensate", "ops-3", "travel_ops", owner=f"ratchet ops {HOST}")
+    assert undo.changed
     return run_id
 
 
 def _parcel_signalled_and_inspected(runner: Runner, world: PracticeWorld, clock: FakeClock) -> str:
     run_id = _start(runner, world, "parcel", "P-1")
     data = {"weight_kg": 4.2}
-    assert signal(runner, run_id, "parcel_received", "carrier-1", data).changed
+    owner = f"ratchet signal {HOST}"
+    assert signal(runner, run_id, "parcel_received", "carrier-1", data, owner=owner).changed
     _lapse(runner, clock, 1)
     return run_id
 
@@ -206,3 +227,31 @@ def drive_all(runner: Runner, world: PracticeWorld, clock: FakeClock) -> dict[st
         assert (run.state, str(run.status)) == ends, name
         made[name] = run_id
     return made
+
+
+def write_golden(folder: Path) -> dict[str, Path]:
+    """Drive every scenario in a fresh SQLite store and write each workflow's histories to
+    ``FOLDER/WORKFLOW.jsonl`` (what tests/fixtures/histories/ holds)."""
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        store = Store(f"sqlite:///{Path(scratch) / 'ratchet.db'}")
+        world, clock = PracticeWorld(Path(scratch) / "practice.db"), FakeClock()
+        runner = Runner(store, lambda adapter: world.adapter(adapter.kind), clock, steps=step_for)
+        try:
+            drive_all(runner, world, clock)
+            written = {}
+            for workflow in dict.fromkeys(w for _, w, _, _ in SCENARIOS):
+                path = folder / f"{workflow}.jsonl"
+                with path.open("w", encoding="utf-8", newline="\n") as stream:
+                    write_histories(export_runs(store, workflow=workflow), stream)
+                written[workflow] = path
+            return written
+        finally:
+            store.close()
+
+
+if __name__ == "__main__":  # python -m tests.integration.replay_runs tests/fixtures/histories
+    for name, path in write_golden(Path(sys.argv[1])).items():
+        print(f"{name}: {path}")

@@ -17,6 +17,7 @@ import pytest
 
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import UsageError
 from ratchet_runner.evolve.history import (
@@ -362,14 +363,29 @@ def test_a_harmless_change_replays_every_history_clean(
 
 
 def test_a_new_spec_version_compares_what_approvals_bind_and_says_they_would_be_asked_again(
-    golden: tuple[dict[str, Path], dict[str, str]],
+    golden: tuple[dict[str, Path], dict[str, str]], tmp_path: Path
 ) -> None:
-    files, made = golden
+    """A digest binds the spec and policy versions: replay compares what it binds, and says of
+    a run that could still be moved that its decisions would be asked again."""
+    files, _ = golden
     spec, _ = mutated("refund", ("spec_version: 1", "spec_version: 2"))
-    results = {r.run_id: r for r in replay_histories(spec, files["refund"])}
-    approved = results[made["refund T-90104: reply lost after the write"]]
-    assert approved.clean
-    assert any("would be asked again" in note for note in approved.notes)
+    ended = replay_histories(spec, files["refund"])
+    assert [r.lines() for r in ended if not r.clean] == []
+    assert [n for r in ended for n in r.notes] == []
+    store = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
+    world, clock = PracticeWorld(tmp_path / "practice.db"), FakeClock()
+    runner = Runner(store, lambda adapter: world.adapter(adapter.kind), clock)
+    original = load_spec(SPECS / "refund.yaml")
+    example = original.examples["T-90104"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("request_refund", "unavailable", times=3)
+    run, _ = runner.start(original, (SPECS / "refund.yaml").read_text(), example.input)
+    decide(runner, run.id, "approve", "agent-7", "agent")
+    assert runner.advance(run.id).status == "needs_person"
+    (waiting,) = replay(spec, export_runs(store))
+    store.close()
+    assert waiting.clean
+    assert any("would be asked again" in note for note in waiting.notes)
 
 
 def test_an_unfinished_run_is_shown_where_it_would_continue(tmp_path: Path) -> None:

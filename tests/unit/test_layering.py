@@ -109,6 +109,19 @@ RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "and makes a pool over its runner_factory)",
     ),
     (
+        "ratchet_runner.evolve",
+        (
+            "ratchet_runner.session",
+            "ratchet_runner.worker",
+            "ratchet_runner.review",
+            "ratchet_runner.check",
+            "ratchet_runner.serve",
+            "ratchet_runner.cli",
+        ),
+        "evolve stands beside the worker and the session: it imports nothing from session, "
+        "worker, review, check, serve, cli",
+    ),
+    (
         PACKAGE,
         ("ratchet_runner.cli",),
         "nothing in the library imports cli (the command line's modules import each other)",
@@ -452,6 +465,7 @@ def test_every_installed_module_is_read() -> None:
         "review.diagram",
         "check",
         "serve",
+        "evolve",
         "adapters.http",
         "adapters.practice",
     ):
@@ -505,6 +519,9 @@ def test_every_installed_module_is_read() -> None:
         ("ratchet_runner.session", "from .worker.pool import Pool", "session stands beside"),
         ("ratchet_runner.session", "from .review.naive import step_for", "session stands"),
         ("ratchet_runner.serve.app", "from ratchet_runner.spec import model", "serve imports"),
+        ("ratchet_runner.evolve.replay", "from ..session import Session", "evolve stands beside"),
+        ("ratchet_runner.evolve.history", "from ..worker.passes import fire_due", "evolve stands"),
+        ("ratchet_runner.evolve.history", "from ..review.trace import lines", "evolve stands"),
     ],
 )
 def test_a_forbidden_import_is_caught(module: str, source: str, rule: str) -> None:
