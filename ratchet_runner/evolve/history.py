@@ -16,6 +16,9 @@ value (:func:`sealed_path` finds one). No Ratchet writes one yet (encryption at 
 built); the reader accepts it and replay treats it as opaque.
 
 :func:`export_runs` reads runs through the store's API, each as of one version of the run.
+
+Over 400 lines, as one concern: the format both ways, written by an export and read back from a
+file that may be hostile, each check beside the field it guards.
 """
 
 from __future__ import annotations

@@ -190,5 +190,6 @@ def tally(results: Sequence[ReplayResult], against: str) -> str:
     diverged = sum(1 for r in results if not r.clean)
     runs = f"{len(results)} run{'s' if len(results) != 1 else ''}"
     if not diverged:
-        return f"replay: {runs} replay clean against {against}"
+        verb = "replays" if len(results) == 1 else "replay"
+        return f"replay: {runs} {verb} clean against {against}"
     return f"replay: {diverged} of {runs} diverge{'s' if diverged == 1 else ''} from {against}"
