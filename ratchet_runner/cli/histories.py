@@ -211,6 +211,7 @@ def replay_command(
     from ..evolve.results import tally
     from ..session import Session
     from ..spec.validate import load_spec
+    from ..store.dialects import redact
 
     if (histories is None) == (db is None):
         raise click.UsageError("give the runs to replay: --histories FILE or --db URL (one)")
@@ -220,7 +221,7 @@ def replay_command(
     else:
         with Session(db) as session:
             found = export_runs(session.store, workflow=loaded.name)
-            source = f"the store ({loaded.name})"
+            source = f"the store at {redact(db)}"
     if runs_filter is not None:
         terms = [t.strip() for t in runs_filter.split(",") if t.strip()]
         if not terms:

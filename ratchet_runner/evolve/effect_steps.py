@@ -159,8 +159,7 @@ class EffectChecks(Walk):
     def rides_with_move(self, event: EventRecord) -> bool:
         """Whether ``event`` was written with the move into its state (a write-ahead made on
         the run as that commit leaves it)."""
-        before = self.history.events[: self.position - 1]
-        return any(e.kind == EventKind.MOVED and e.version == event.version for e in before)
+        return any(e.kind == EventKind.MOVED for e in self.commit_of(ahead=False))
 
     def approval_covers(self, event: EventRecord, effect: Effect, args: dict[str, Any]) -> None:
         refused = self.approval_verdict(event, effect, args)
@@ -189,9 +188,8 @@ class EffectChecks(Walk):
         kinds = (EventKind.COMPENSATION_REGISTERED, EventKind.NO_COMPENSATION)
         made = [
             undo_of(e.kind, e.data)
-            for e in self.history.events[self.position :]
-            if e.version == event.version
-            and e.kind in kinds
+            for e in self.commit_of()
+            if e.kind in kinds
             and recorded in (e.data.get("compensates"), e.data.get("operation_id"))
         ]
         if made != wanted:

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
+import fastjsonschema
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import best_match
 
@@ -55,6 +57,8 @@ SCHEMA_RESOURCE = "history.schema.json"
 #: nesting of arrays and objects in one.
 MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_NESTING = 100
+#: How many lines that cannot be read a reader reports before it stops reading.
+MAX_PROBLEMS = 50
 #: How many times an export reads a run again that moved while it was being read.
 _READ_TRIES = 20
 
@@ -105,7 +109,12 @@ class History:
         return next((s for s in self.specs if s.digest == digest), None)
 
     def operation(self, operation_id: str) -> OperationRecord | None:
-        return next((op for op in self.operations if op.operation_id == operation_id), None)
+        """The operation ``operation_id``, if the history holds it."""
+        return self._operations.get(operation_id)
+
+    @cached_property
+    def _operations(self) -> dict[str, OperationRecord]:
+        return {op.operation_id: op for op in self.operations}
 
 
 # -- sealed values ------------------------------------------------------------------------------
@@ -249,7 +258,27 @@ def history_schema() -> dict[str, Any]:
 
 @cache
 def _validator() -> Draft7Validator:
+    """What explains a line that does not fit (the first, best error)."""
     return Draft7Validator(history_schema())
+
+
+@cache
+def _fits() -> Callable[[Any], Any]:
+    """The schema compiled: the quick check every line passes first (``use_default=False``: a
+    check, never a change of the line)."""
+    return fastjsonschema.compile(history_schema(), use_default=False)
+
+
+def _schema_problem(value: Any) -> str | None:
+    """Where and why ``value`` does not fit the schema, or None."""
+    try:
+        _fits()(value)
+    except fastjsonschema.JsonSchemaException:
+        error = best_match(islice(_validator().iter_errors(value), 10))  # bounded: hostile
+        if error is not None:
+            return f"{_pointer(error.absolute_path)}: {shown(error.message, 160)}"
+        return "it does not fit the schema"  # the two validators disagree: still refused
+    return None
 
 
 # The parser's hooks refuse what JSON cannot carry the same everywhere with a ValueError, which
@@ -321,9 +350,9 @@ def parse_line(raw: bytes, file: str, number: int) -> dict[str, Any] | LineProbl
     if found != FORMAT:
         said = "no format" if found is None else f"format {shown(json.dumps(found), 40)}"
         return problem("V105", f"{said}: this Ratchet reads {FORMAT}")
-    error = best_match(_validator().iter_errors(value))
-    if error is not None:
-        return problem("V106", f"{_pointer(error.absolute_path)}: {shown(error.message, 160)}")
+    unfit = _schema_problem(value)
+    if unfit is not None:
+        return problem("V106", unfit)
     named = {s["digest"] for s in value["specs"]}
     for where, digest in [
         ("run", value["run"]["spec_digest"]),
@@ -357,7 +386,8 @@ def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
 def read_histories(path: str | Path, display: str | None = None) -> list[History]:
     """Every history in the JSONL file at ``path`` (blank lines skipped), each line checked
     (:func:`parse_line`), no run twice; else :class:`HistoriesInvalid` with every line that
-    cannot be read, and nothing is returned. ``display``: the file's name in messages."""
+    cannot be read (reading stops after :data:`MAX_PROBLEMS` of them: a file that broken is read
+    no further, ``V100``), and nothing is returned. ``display``: the file's name in messages."""
     name = display if display is not None else str(path)
     try:
         stream = open(path, "rb")  # noqa: SIM115 (closed below)
@@ -369,6 +399,10 @@ def read_histories(path: str | Path, display: str | None = None) -> list[History
     with stream:
         try:
             for number, raw in _lines(stream):
+                if len(problems) >= MAX_PROBLEMS:
+                    stopped = f"reading stopped: {MAX_PROBLEMS} lines before it cannot be read"
+                    problems.append(LineProblem(name, number, "V100", stopped))
+                    break
                 if not raw.strip():
                     continue
                 checked = parse_line(raw, name, number)

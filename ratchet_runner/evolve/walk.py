@@ -13,8 +13,9 @@ and policy versions stamp it (:meth:`Walk.stamped`). The checks are :mod:`.moves
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import takewhile
 from typing import Any, NoReturn
 
 from ..engine.machine import machine_for
@@ -213,10 +214,19 @@ class Walk:
             self.spec, spec_version=stamp.spec_version, policy_version=stamp.policy_version
         )
 
-    def same_commit(self, kind: str) -> bool:
+    def commit_of(self, ahead: bool = True) -> Iterator[EventRecord]:
+        """The other events of the commit the event being taken was written by: those after it
+        (``ahead``), or those before it, nearest first."""
         assert self.event is not None
-        rest = self.history.events[self.position :]
-        return any(e.kind == kind and e.version == self.event.version for e in rest)
+        version, events = self.event.version, self.history.events
+        if ahead:
+            others: Iterable[EventRecord] = events[self.position :]
+        else:
+            others = reversed(events[: self.position - 1])
+        return takewhile(lambda e: e.version == version, others)
+
+    def same_commit(self, kind: str) -> bool:
+        return any(e.kind == kind for e in self.commit_of())
 
     def located(self, pointer: str) -> str:
         doc = self.spec.document

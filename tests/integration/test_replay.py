@@ -9,9 +9,12 @@ compensate, a rejection, a signal and a wait timer)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,8 +25,11 @@ from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import UsageError
 from ratchet_runner.evolve.history import (
     History,
+    LineProblem,
     export_runs,
+    history_from_json,
     history_json,
+    parse_line,
     read_histories,
     write_histories,
 )
@@ -34,10 +40,11 @@ from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec, load_spec_text
 from ratchet_runner.store.records import Change
 from ratchet_runner.store.store import Store
-from tests.conftest import SPECS, MakeRunner
+from tests.conftest import ROOT, SPECS, MakeRunner
 from tests.integration.replay_runs import PARCEL, SCENARIOS, drive_all
 
 WORKFLOWS = ("refund", "returns", "booking", "parcel")
+GOLDEN_DIR = ROOT / "tests" / "fixtures" / "histories"
 
 
 def spec_path(workflow: str) -> Path:
@@ -471,3 +478,59 @@ def test_a_sealed_value_is_read_and_treated_as_opaque_never_failed(
     found = changed[made["refund T-90104: reply lost after the write"]].divergence
     assert found is not None
     assert found.code == "V314"
+
+
+def _nodes(value: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key) of a JSON value, depth first."""
+    found: list[tuple[Any, Any]] = []
+    keys = value.keys() if isinstance(value, dict) else range(len(value))
+    for key in keys:
+        found.append((value, key))
+        if isinstance(value[key], dict | list):
+            found += _nodes(value[key])
+    return found
+
+
+TAMPERED_VALUES: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    1e308,
+    "",
+    "x" * 300,
+    "proposed",
+    "ok",
+    "approve",
+    "unknown",
+    [],
+    [1, [2]],
+    {},
+    {"a": {"b": 1}},
+    {"ciphertext": "AAEC", "key_id": "kms/1"},
+]
+
+
+def test_a_history_tampered_with_within_the_schema_never_breaks_replay() -> None:
+    """A line with a value changed where the schema leaves values free (the input, the context,
+    events' data, arguments) that still fits the schema is replayed to a verdict (clean, or a
+    divergence): never an exception, whatever the value."""
+    rng = random.Random(26)
+    lines = {w: (GOLDEN_DIR / f"{w}.jsonl").read_text().splitlines() for w in WORKFLOWS}
+    specs = {w: load_spec(spec_path(w)) for w in WORKFLOWS}
+    replayed, diverged = 0, 0
+    for _ in range(250):
+        workflow = rng.choice(WORKFLOWS)
+        data = json.loads(rng.choice(lines[workflow]))
+        free = [data["run"]["input"], data["run"]["context"], *(e["data"] for e in data["events"])]
+        free += [op["args"] for op in data["operations"]]
+        container, key = rng.choice([n for part in free for n in _nodes(part)] or _nodes(data))
+        container[key] = copy.deepcopy(rng.choice(TAMPERED_VALUES))
+        checked = parse_line(json.dumps(data).encode(), "tampered.jsonl", 1)
+        if isinstance(checked, LineProblem) or data["run"]["workflow"] != workflow:
+            continue
+        (result,) = replay(specs[workflow], [history_from_json(checked)])
+        replayed += 1
+        diverged += not result.clean
+    assert replayed > 150  # the others no longer fit the schema, and are refused
+    assert diverged > 20
