@@ -218,7 +218,7 @@ def replay_command(
     loaded = load_spec(spec)
     if histories is not None:
         found, source = read_histories(histories), histories
-    else:
+    elif db is not None:
         with Session(db) as session:
             found = export_runs(session.store, workflow=loaded.name)
             source = f"the store at {redact(db)}"
