@@ -230,9 +230,8 @@ def dump_line(history: History) -> str:
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     checked = parse_line(text.encode("utf-8"), f"run {history.run.id}", 1)
     if isinstance(checked, LineProblem):
-        raise HistoriesInvalid(
-            [checked], f"run {history.run.id} cannot be exported: {checked.code} {checked.message}"
-        )
+        said = f"run {history.run.id} cannot be exported: {checked.code} {checked.message}"
+        raise HistoriesInvalid([], said)  # one line, with the run's name: no file holds it yet
     return text
 
 

@@ -166,7 +166,7 @@ class _Replay(MoveChecks, EffectChecks):
                 key=True,
             )
         role = text(data, "role")
-        if decision == "approve" and role not in approval.roles:
+        if (decision == "approve" or role) and role not in approval.roles:
             self.diverge(
                 "V312",
                 self.field_pointer(approval.pointer, "roles"),
@@ -240,6 +240,7 @@ class _Replay(MoveChecks, EffectChecks):
                 key=True,
             )
         self.state, self.inferred = to, False
+        self.entered = Moment(event.at, self.view(event, to, ahead=0))  # its timers armed anew
 
     def on_operator(self, event: EventRecord, data: Mapping[str, Any]) -> None:
         role, action = text(data, "role"), text(data, "action")
