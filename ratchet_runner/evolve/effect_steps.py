@@ -17,7 +17,7 @@ from ..engine.activation import activation
 from ..engine.approvals import valid_approval
 from ..engine.identity import evaluate_args, first_difference, operation_id
 from ..engine.write_ahead import register_compensation
-from ..errors import ApprovalError, ApprovalExpired, ApprovalStale, RatchetError
+from ..errors import ApprovalExpired, ApprovalStale, RatchetError
 from ..spec.loader import pointer_join
 from ..spec.model import Effect, Row
 from ..store.records import Change, EventRecord, RunRecord
@@ -82,12 +82,12 @@ class EffectChecks(Walk):
             if a.decided_at <= event.at
         ]
         view = self.view(event)
-        if args is None:
-            args = evaluate_args(effect, activation(view, self.spec))
         stamped = self.stamped(records[-1] if records else None)
         try:
+            if args is None:
+                args = evaluate_args(effect, activation(view, self.spec))
             valid_approval(records, stamped, view.id, effect, args, event.at)
-        except ApprovalError as refused:
+        except RatchetError as refused:  # none covers it, or its arguments cannot be made
             return refused
         return None
 

@@ -77,14 +77,15 @@ class MoveChecks(Walk):
                 pointer,
                 f"the run moved {recorded} --{event}--> {to}; this version has no state {to!r}",
             )
-        same = row is not None and row.next_state == to and row.event == text(data, "event")
+        same = row is not None and row.next_state == to  # by its own row or the fallback
         if same:
             return
         if hidden is not None:
             self.note(f"the move {recorded} --{event}--> {to} was not checked: {hidden} is sealed")
             return
-        rows = [r for r in self.spec.rows_from(recorded) if r.event in (event, "exhausted")]
-        if not any(r.event == event for r in rows) and (event != "unknown" or not rows):
+        fallback = "exhausted" if event == "unknown" else event
+        rows = [r for r in self.spec.rows_from(recorded) if r.event in (event, fallback)]
+        if not rows:
             self.diverge(
                 "V303",
                 self.state_pointer(recorded),
@@ -93,13 +94,21 @@ class MoveChecks(Walk):
                 key=True,
             )
         if row is None:
-            guards = [r for r in rows if r.event == event and r.guard]
+            guards = [r for r in rows if r.guard]
             why = "; ".join(errors) or "no row's guard holds on the recorded context"
             pointer = pointer_join(guards[0].pointer, "guard") if guards else rows[0].pointer
             self.diverge(
                 "V304", pointer, f"{recorded} --{event}--> {to} is not taken any more: {why}"
             )
-        if any(r.next_state == to and r.event == event for r in rows):
+        if row.event != text(data, "event"):  # a row for ``unknown`` where none was
+            self.diverge(
+                "V301",
+                row.pointer,
+                f"a row of this version takes {row.event!r} in {recorded!r} itself, to "
+                f"{row.next_state!r}; the history followed the {text(data, 'event')!r} row to "
+                f"{to!r}",
+            )
+        if any(r.next_state == to and r.event == row.event for r in rows):
             self.diverge(
                 "V304",
                 self.field_pointer(row.pointer, "guard"),

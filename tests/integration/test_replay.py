@@ -534,3 +534,48 @@ def test_a_history_tampered_with_within_the_schema_never_breaks_replay() -> None
         diverged += not result.clean
     assert replayed > 150  # the others no longer fit the schema, and are refused
     assert diverged > 20
+
+
+def test_a_row_for_unknown_where_the_history_followed_exhausted_is_caught_if_it_leads_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A lookup that failed leaves the outcome unknown; with no ``unknown`` row the run followed
+    its ``exhausted`` row. A new ``unknown`` row to the same state changes nothing recorded; one
+    to another state is a row changed, at that row."""
+    store = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
+    world, clock = PracticeWorld(tmp_path / "practice.db"), FakeClock()
+    runner = Runner(store, lambda adapter: world.adapter(adapter.kind), clock)
+    spec = load_spec(SPECS / "returns.yaml")
+    example = spec.examples["T-90604"]
+    world.seed({"orders": example.world["orders"]})
+    world.add_fault("create_label", "timeout_after_write", calls=[1])
+    world.add_fault("create_label", "lookup_fails", calls=[1])
+    run, _ = runner.start(spec, (SPECS / "returns.yaml").read_text(), example.input)
+    assert runner.advance(run.id).state == "needs_person"
+    (history,) = export_runs(store)
+    store.close()
+    moved = [e for e in history.events if e.kind == "moved"][-1]
+    assert moved.data == {
+        "from": "labelling",
+        "event": "exhausted",
+        "to": "needs_person",
+        "instead_of": "unknown",
+    }
+    row = "  - {state: labelling, event: refused,"
+    same, _ = mutated(
+        "returns", (row, "  - {state: labelling, event: unknown, next_state: needs_person}\n" + row)
+    )
+    assert replay(same, [history])[0].clean
+    elsewhere, text = mutated(
+        "returns",
+        (
+            "  needs_person: {kind: operator_queue}",
+            "  needs_person: {kind: operator_queue}\n  checking:     {kind: operator_queue}",
+        ),
+        (row, "  - {state: labelling, event: unknown, next_state: checking}\n" + row),
+    )
+    (result,) = replay(elsewhere, [history])
+    found = result.divergence
+    assert found is not None
+    assert (found.code, found.kind) == ("V301", "moved")
+    assert "event: unknown, next_state: checking" in text.splitlines()[found.where.line - 1]
