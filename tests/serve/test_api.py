@@ -487,7 +487,7 @@ def test_a_bug_answers_one_json_line_and_no_traceback(
         raise ZeroDivisionError("a bug")
 
     monkeypatch.delenv("RATCHET_DEBUG", raising=False)
-    monkeypatch.setattr("ratchet_runner.review.views.run_summary", broken)
+    monkeypatch.setattr("ratchet_runner.serve.app.run_summary", broken)  # where the route reads it
     capsys.readouterr()
     response = client.get("/api/runs/T-90104", headers=people.auth("vic"))
     assert response.status_code == 500

@@ -305,8 +305,20 @@ def _public(name: str) -> bool:
     import ratchet_runner
 
     public = {*ratchet_runner.__all__, "__version__"}
-    homes = {f"{home}.{attr}" for home, attr in ratchet_runner._EXPORTS.values()}
-    return name == PACKAGE or name.removeprefix(PACKAGE + ".") in public or name in homes
+    return name == PACKAGE or name.removeprefix(PACKAGE + ".") in public or name in _home_names()
+
+
+@functools.cache
+def _home_names() -> frozenset[str]:
+    """Each public name where it lives (``ratchet_runner.engine.commands.decide``), as the
+    package's ``__init__`` imports it for type checkers."""
+    tree = _parse((ROOT / "ratchet_runner" / "__init__.py").read_text(encoding="utf-8"))
+    return frozenset(
+        f"{PACKAGE}.{node.module}.{alias.name}" if node.level else f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    )
 
 
 def part_of(module: str) -> str:
