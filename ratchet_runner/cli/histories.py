@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..words import RUN_STATUSES
 from .options import (
     EXIT_INVALID,
     EXIT_OK,
@@ -215,6 +216,17 @@ def replay_command(
 
     if (histories is None) == (db is None):
         raise click.UsageError("give the runs to replay: --histories FILE or --db URL (one)")
+    terms: list[str] = []
+    if runs_filter is not None:
+        terms = [t.strip() for t in runs_filter.split(",") if t.strip()]
+        if not terms:
+            raise click.BadParameter("an empty filter", param_hint="--runs")
+        words = (*RUN_STATUSES, "open", "ended")
+        unknown = [t for t in terms if t.startswith("status=") and t[7:] not in words]
+        if unknown:
+            raise click.BadParameter(
+                f"{unknown[0]!r}: a status is one of {', '.join(words)}", param_hint="--runs"
+            )
     loaded = load_spec(spec)
     if histories is not None:
         found, source = read_histories(histories), histories
@@ -223,9 +235,6 @@ def replay_command(
             found = export_runs(session.store, workflow=loaded.name)
             source = f"the store at {redact(db)}"
     if runs_filter is not None:
-        terms = [t.strip() for t in runs_filter.split(",") if t.strip()]
-        if not terms:
-            raise click.BadParameter("an empty filter", param_hint="--runs")
         found = [h for h in found if _matches(h, terms)]
     if not found:
         chosen = f" matching {runs_filter!r}" if runs_filter is not None else ""

@@ -37,7 +37,7 @@ import fastjsonschema
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import best_match
 
-from ..errors import HistoriesInvalid, RunNotFound, UsageError
+from ..errors import HistoriesInvalid, StoreError, UsageError
 from ..settings import shown, unstorable
 from ..store.records import (
     ApprovalRecord,
@@ -466,7 +466,7 @@ def _read_run(store: Store, run_id: str, stamps: dict[str, SpecStamp]) -> Histor
         )
         if store.get_run(run_id).version == run.version:
             return _stamped(history, stamps, store)
-    raise RunNotFound(f"run {run_id} kept moving while it was read: export it again")
+    raise StoreError(f"run {run_id} moved {_READ_TRIES} times while it was read: export it again")
 
 
 def _stamped(history: History, stamps: dict[str, SpecStamp], store: Store) -> History:

@@ -130,6 +130,11 @@ def test_replay_runs_a_filter_of_globs_and_statuses(capsys: pytest.CaptureFixtur
         (["export", "--since", "yesterday", "-o", "x"], "'yesterday' is neither a duration"),
         (["export", "--since", "2030-01-01T00:00:00", "-o", "x"], "a time with its zone"),
         (["export", "--workflow", "refund"], "Missing option '-o' / '--output'"),
+        (
+            ["replay", REFUND, "--histories", "x", "--runs", "status=flying"],
+            "'status=flying': a status is one of running, waiting, done",
+        ),
+        (["replay", REFUND, "--histories", "x", "--runs", " , "], "an empty filter"),
     ],
 )
 def test_a_malformed_command_line_is_a_usage_error(
