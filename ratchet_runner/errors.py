@@ -15,7 +15,7 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   │   ├── BindingInvalid  R204  a binding file is invalid or does not cover what a spec uses
     │   │   └── BindingMismatch R205  the run started under another binding than this process's
     │   ├── CommandLineError    R206  the command line is malformed (exit status 2)
-    │   └── HistoriesInvalid    R207  a histories file (ratchet export's JSONL) cannot be read
+    │   └── HistoriesInvalid    R209  a histories file (ratchet export's JSONL) cannot be read
     ├── StoreError              R300  the store could not do what was asked
     │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
@@ -201,9 +201,9 @@ class HistoriesInvalid(UsageError):
     JSON, holds a number JSON cannot carry the same everywhere, nests too deep, names a format
     this Ratchet does not read, or does not fit the schema. Nothing was replayed. It carries
     the findings (``problems``: each with ``format()``, ``FILE:LINE: CODE message``, with the
-    ``V1xx`` codes of docs/reference/histories.md), which the CLI prints one per line."""
+    ``V4xx`` codes of docs/reference/histories.md), which the CLI prints one per line."""
 
-    code = "R207"
+    code = "R209"
 
     def __init__(self, problems: list[Any], message: str | None = None) -> None:
         self.problems = list(problems)

@@ -8,7 +8,7 @@ plain JSON (:func:`history_json`, :func:`dump_line`), never a pickled object, an
 (:func:`read_histories`) only after each line passes the checks a hostile file needs: UTF-8,
 JSON, finite numbers, a bounded depth and length, a known ``format``, and the JSON Schema
 shipped beside this module (``history.schema.json``), each refusal located as ``FILE:LINE:
-CODE message`` (the ``V1xx`` codes of docs/reference/histories.md). What :func:`dump_line`
+CODE message`` (the ``V4xx`` codes of docs/reference/histories.md). What :func:`dump_line`
 writes passes the same checks, so an export is always readable.
 
 A sensitive value may travel sealed: ``{"ciphertext": ..., "key_id": ...}`` in place of the
@@ -325,33 +325,33 @@ def parse_line(raw: bytes, file: str, number: int) -> dict[str, Any] | LineProbl
         return LineProblem(file, number, code, message)
 
     if len(raw) > MAX_LINE_BYTES:
-        return problem("V107", f"the line is {len(raw):,} bytes long (at most {MAX_LINE_BYTES:,})")
+        return problem("V407", f"the line is {len(raw):,} bytes long (at most {MAX_LINE_BYTES:,})")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return problem("V101", f"the line is not UTF-8 (byte {exc.start + 1})")
+        return problem("V401", f"the line is not UTF-8 (byte {exc.start + 1})")
     try:
         value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except json.JSONDecodeError as exc:
-        return problem("V102", f"not JSON: {exc.msg} (column {exc.colno})")
+        return problem("V402", f"not JSON: {exc.msg} (column {exc.colno})")
     except ValueError as exc:  # from the hooks: a number JSON cannot carry
-        return problem("V103", str(exc))
+        return problem("V403", str(exc))
     except RecursionError:
-        return problem("V104", f"nested deeper than {MAX_NESTING} levels")
+        return problem("V404", f"nested deeper than {MAX_NESTING} levels")
     if not isinstance(value, dict):
-        return problem("V102", f"a line is one JSON object, not {type(value).__name__}")
+        return problem("V402", f"a line is one JSON object, not {type(value).__name__}")
     if _too_deep(value):
-        return problem("V104", f"nested deeper than {MAX_NESTING} levels")
+        return problem("V404", f"nested deeper than {MAX_NESTING} levels")
     unfit = unstorable(value)
     if unfit is not None:
-        return problem("V103", unfit)
+        return problem("V403", unfit)
     found = value.get("format")
     if found != FORMAT:
         said = "no format" if found is None else f"format {shown(json.dumps(found), 40)}"
-        return problem("V105", f"{said}: this Ratchet reads {FORMAT}")
+        return problem("V405", f"{said}: this Ratchet reads {FORMAT}")
     unfit = _schema_problem(value)
     if unfit is not None:
-        return problem("V106", unfit)
+        return problem("V406", unfit)
     named = {s["digest"] for s in value["specs"]}
     for where, digest in [
         ("run", value["run"]["spec_digest"]),
@@ -359,7 +359,7 @@ def parse_line(raw: bytes, file: str, number: int) -> dict[str, Any] | LineProbl
     ]:
         if digest not in named:
             unlisted = f"spec {shown(digest[:12])} is not in specs"
-            return problem("V109", f"/{where}/spec_digest: {unlisted}")
+            return problem("V409", f"/{where}/spec_digest: {unlisted}")
     return value
 
 
@@ -386,7 +386,7 @@ def read_histories(path: str | Path, display: str | None = None) -> list[History
     """Every history in the JSONL file at ``path`` (blank lines skipped), each line checked
     (:func:`parse_line`), no run twice; else :class:`HistoriesInvalid` with every line that
     cannot be read (reading stops after :data:`MAX_PROBLEMS` of them: a file that broken is read
-    no further, ``V100``), and nothing is returned. ``display``: the file's name in messages."""
+    no further, ``V400``), and nothing is returned. ``display``: the file's name in messages."""
     name = display if display is not None else str(path)
     try:
         stream = open(path, "rb")  # noqa: SIM115 (closed below)
@@ -400,7 +400,7 @@ def read_histories(path: str | Path, display: str | None = None) -> list[History
             for number, raw in _lines(stream):
                 if len(problems) >= MAX_PROBLEMS:
                     stopped = f"reading stopped: {MAX_PROBLEMS} lines before it cannot be read"
-                    problems.append(LineProblem(name, number, "V100", stopped))
+                    problems.append(LineProblem(name, number, "V400", stopped))
                     break
                 if not raw.strip():
                     continue
@@ -411,7 +411,7 @@ def read_histories(path: str | Path, display: str | None = None) -> list[History
                 run_id = checked["run"]["id"]
                 if run_id in seen:
                     again = f"run {shown(run_id)} is on line {seen[run_id]} too"
-                    problems.append(LineProblem(name, number, "V108", again))
+                    problems.append(LineProblem(name, number, "V408", again))
                     continue
                 seen[run_id] = number
                 found.append(history_from_json(checked, f"{name}:{number}"))

@@ -157,9 +157,9 @@ def test_a_hostile_histories_file_is_refused_line_by_line_with_no_traceback(
     assert code == 1
     assert out == ""
     assert err.splitlines() == [
-        f'{bad}:2: V105 format "ratchet.run/9": this Ratchet reads ratchet.run/1',
-        f"{bad}:3: V102 not JSON: Unterminated string starting at (column 39)",
-        f"{bad}:4: V103 NaN is not a number JSON carries (no NaN or Infinity)",
+        f'{bad}:2: V405 format "ratchet.run/9": this Ratchet reads ratchet.run/1',
+        f"{bad}:3: V402 not JSON: Unterminated string starting at (column 39)",
+        f"{bad}:4: V403 NaN is not a number JSON carries (no NaN or Infinity)",
     ]
 
 

@@ -170,7 +170,7 @@ def _instance(cls: type[RatchetError]) -> RatchetError:
     if cls is GraphvizNotFound:
         return cls()
     if cls is HistoriesInvalid:
-        return cls([LineProblem("golden.jsonl", 2, "V102", "not JSON")])
+        return cls([LineProblem("golden.jsonl", 2, "V402", "not JSON")])
     if cls is StepFailed:
         return cls("run run_1: a step failed; it waits for a person", run=None)
     if cls is InputConflict:
@@ -195,7 +195,7 @@ def test_the_cli_shows_each_error_with_its_code_and_the_documented_exit_status(
     shown = {
         SpecError: "spec.yaml:3:1: E101 a located problem",
         BindingInvalid: "ratchet.toml:4:1: B203 a located problem",
-        HistoriesInvalid: "golden.jsonl:2: V102 not JSON",
+        HistoriesInvalid: "golden.jsonl:2: V402 not JSON",
     }.get(cls, f"ratchet: {cls.code} ")
     assert shown in err
     assert "internal error" not in err

@@ -123,7 +123,7 @@ def problems(tmp_path: Path, *lines: str | bytes) -> list[str]:
     )
     with pytest.raises(HistoriesInvalid) as refused:
         read_histories(path, "golden.jsonl")
-    assert refused.value.code == "R207"
+    assert refused.value.code == "R209"
     return refused.value.report()
 
 
@@ -145,74 +145,74 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
 
 
 HOSTILE = [
-    pytest.param(b"\xff\xfe{}", "V101 the line is not UTF-8 (byte 1)", id="not UTF-8"),
-    pytest.param("not json", "V102 not JSON: Expecting value (column 1)", id="not JSON"),
-    pytest.param("[1, 2]", "V102 a line is one JSON object, not list", id="not an object"),
+    pytest.param(b"\xff\xfe{}", "V401 the line is not UTF-8 (byte 1)", id="not UTF-8"),
+    pytest.param("not json", "V402 not JSON: Expecting value (column 1)", id="not JSON"),
+    pytest.param("[1, 2]", "V402 a line is one JSON object, not list", id="not an object"),
     pytest.param(
         line(run__version=1).replace('"version": 1', '"version": NaN', 1),
-        "V103 NaN is not a number JSON carries (no NaN or Infinity)",
+        "V403 NaN is not a number JSON carries (no NaN or Infinity)",
         id="NaN",
     ),
     pytest.param(
-        line().replace("9.95", "1e400", 1), "V103 1e400 is too large for a double", id="1e400"
+        line().replace("9.95", "1e400", 1), "V403 1e400 is too large for a double", id="1e400"
     ),
     pytest.param(
         line().replace("9.95", "9" * 5000, 1),
-        "V103 an integer of 5,000 digits is too long",
+        "V403 an integer of 5,000 digits is too long",
         id="a long integer",
     ),
     pytest.param(
         line().replace('"T-90104"', '"\\ud800"', 1),
-        "V103 run/business_key: '\\ud800' is not valid Unicode (a lone surrogate)",
+        "V403 run/business_key: '\\ud800' is not valid Unicode (a lone surrogate)",
         id="a lone surrogate",
     ),
     pytest.param(
         '{"format": "' + FORMAT + '", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
-        f"V104 nested deeper than {MAX_NESTING} levels",
+        f"V404 nested deeper than {MAX_NESTING} levels",
         id="nested past the parser",
     ),
     pytest.param(
         line(run__input={"deep": json.loads("[" * 150 + "]" * 150)}),
-        f"V104 nested deeper than {MAX_NESTING} levels",
+        f"V404 nested deeper than {MAX_NESTING} levels",
         id="nested past the limit",
     ),
     pytest.param(
         line(format="ratchet.run/2"),
-        'V105 format "ratchet.run/2": this Ratchet reads ratchet.run/1',
+        'V405 format "ratchet.run/2": this Ratchet reads ratchet.run/1',
         id="a newer format",
     ),
     pytest.param(
         json.dumps({k: v for k, v in LINE.items() if k != "format"}),
-        "V105 no format: this Ratchet reads ratchet.run/1",
+        "V405 no format: this Ratchet reads ratchet.run/1",
         id="no format",
     ),
     pytest.param(
         line(run__status="flying"),
-        "V106 /run/status: 'flying' is not one of ['running', 'waiting', 'done', "
+        "V406 /run/status: 'flying' is not one of ['running', 'waiting', 'done', "
         "'needs_person', 'paused', 'cancelled']",
         id="an unknown status",
     ),
     pytest.param(
-        line(events__1__kind=5), "V106 /events/1/kind: 5 is not of type 'string'", id="a number"
+        line(events__1__kind=5), "V406 /events/1/kind: 5 is not of type 'string'", id="a number"
     ),
     pytest.param(
         line(events__1__data={"from": "proposed", "event": "approve"}),
-        "V106 /events/1/data: 'to' is a required property",
+        "V406 /events/1/data: 'to' is a required property",
         id="a move without its target",
     ),
     pytest.param(
         line(events__0__kind="moved"),
-        "V106 /events/0/kind: 'created' was expected",
+        "V406 /events/0/kind: 'created' was expected",
         id="a history that does not start with created",
     ),
     pytest.param(
         line(run__lease_token="x"),
-        "V106 /run: Additional properties are not allowed ('lease_token' was unexpected)",
+        "V406 /run: Additional properties are not allowed ('lease_token' was unexpected)",
         id="an unknown field",
     ),
     pytest.param(
         line(approvals__0__spec_digest="7" * 64),
-        "V109 /approvals/0/spec_digest: spec 777777777777 is not in specs",
+        "V409 /approvals/0/spec_digest: spec 777777777777 is not in specs",
         id="a spec version not listed",
     ),
 ]
@@ -228,9 +228,9 @@ def test_a_hostile_line_is_refused_with_its_code_and_nothing_is_read(
 def test_every_bad_line_is_reported_not_only_the_first(tmp_path: Path) -> None:
     found = problems(tmp_path, "nope", line(), line(), line(format=1))
     assert found == [
-        "golden.jsonl:1: V102 not JSON: Expecting value (column 1)",
-        "golden.jsonl:3: V108 run run_0123456789abcdef is on line 2 too",
-        "golden.jsonl:4: V105 format 1: this Ratchet reads ratchet.run/1",
+        "golden.jsonl:1: V402 not JSON: Expecting value (column 1)",
+        "golden.jsonl:3: V408 run run_0123456789abcdef is on line 2 too",
+        "golden.jsonl:4: V405 format 1: this Ratchet reads ratchet.run/1",
     ]
 
 
@@ -241,16 +241,16 @@ def test_a_line_longer_than_a_reader_takes_is_refused_and_the_next_line_still_re
     long = line(run__input={"note": "x" * 10_000})
     found = problems(tmp_path, long, "nope")
     assert found == [
-        "golden.jsonl:1: V107 the line is 4,097 bytes long (at most 4,096)",
-        "golden.jsonl:2: V102 not JSON: Expecting value (column 1)",
+        "golden.jsonl:1: V407 the line is 4,097 bytes long (at most 4,096)",
+        "golden.jsonl:2: V402 not JSON: Expecting value (column 1)",
     ]
 
 
 def test_reading_stops_after_fifty_lines_that_cannot_be_read(tmp_path: Path) -> None:
     found = problems(tmp_path, *(["nope"] * 60))
     assert len(found) == 51
-    assert found[49] == "golden.jsonl:50: V102 not JSON: Expecting value (column 1)"
-    assert found[50] == "golden.jsonl:51: V100 reading stopped: 50 lines before it cannot be read"
+    assert found[49] == "golden.jsonl:50: V402 not JSON: Expecting value (column 1)"
+    assert found[50] == "golden.jsonl:51: V400 reading stopped: 50 lines before it cannot be read"
 
 
 def test_a_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path) -> None:
@@ -264,7 +264,7 @@ def test_an_export_never_writes_a_line_a_reader_refuses() -> None:
         deep = [deep]
     too_deep = history_from_json(json.loads(line(run__input={"deep": deep})))
     with pytest.raises(
-        HistoriesInvalid, match=r"run run_0123456789abcdef cannot be exported: V104"
+        HistoriesInvalid, match=r"run run_0123456789abcdef cannot be exported: V404"
     ):
         dump_line(too_deep)
     separators = history_from_json(json.loads(line(run__input={"note": "a\u2028b\u2029c"})))
@@ -311,5 +311,5 @@ def test_the_reference_page_documents_every_field_of_the_schema_and_every_code()
     assert fields - documented == set()
     from ratchet_runner.evolve.results import CODES
 
-    for code in [*CODES, *(f"V10{n}" for n in range(10))]:
+    for code in [*CODES, *(f"V40{n}" for n in range(10))]:
         assert re.search(rf"^\| `{code}` \|", page, re.M), code
