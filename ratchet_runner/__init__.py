@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
         DuplicateOperation,
         ExpressionError,
         GraphvizNotFound,
+        HistoriesInvalid,
         InputConflict,
         LeaseLost,
         LeaseTooShort,
@@ -68,6 +69,9 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
         VersionConflict,
         WorldError,
     )
+    from .evolve.history import History, export_runs, read_histories
+    from .evolve.replay import assert_replays_clean, replay_histories
+    from .evolve.results import ReplayResult
     from .review.trace import lines as trace_lines
     from .session import Session
     from .spec.model import Spec
@@ -103,6 +107,8 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "FakeClock",
     "Found",
     "GraphvizNotFound",
+    "HistoriesInvalid",
+    "History",
     "HttpAdapter",
     "InputConflict",
     "LeaseLost",
@@ -116,6 +122,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "PracticeWorld",
     "RatchetError",
     "Refused",
+    "ReplayResult",
     "Report",
     "RunBusy",
     "RunError",
@@ -135,11 +142,15 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "UsageError",
     "VersionConflict",
     "WorldError",
+    "assert_replays_clean",
     "decide_run",
+    "export_runs",
     "load_spec",
     "load_spec_text",
     "operate_run",
+    "read_histories",
     "receipt_of",
+    "replay_histories",
     "resume_run",
     "signal_run",
     "start_run",
@@ -162,6 +173,9 @@ _HOMES: dict[str, str] = {
     "ratchet_runner.store.records": "RunRecord",
     "ratchet_runner.worker.passes": "worker_pass",
     "ratchet_runner.worker.pool": "Pool",
+    "ratchet_runner.evolve.history": "History export_runs read_histories",
+    "ratchet_runner.evolve.replay": "assert_replays_clean replay_histories",
+    "ratchet_runner.evolve.results": "ReplayResult",
     "ratchet_runner.adapters.practice": "PracticeWorld",
     "ratchet_runner.adapters.http": "HttpAdapter",
     "ratchet_runner.adapters.base": (
@@ -171,7 +185,8 @@ _HOMES: dict[str, str] = {
     "ratchet_runner.clock": "Clock FakeClock SystemClock",
     "ratchet_runner.errors": (
         "Diagnostic ApprovalError ApprovalExpired ApprovalStale BindingError BindingInvalid"
-        " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound InputConflict"
+        " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound HistoriesInvalid"
+        " InputConflict"
         " LeaseLost LeaseTooShort OperatorRefused RatchetError RunBusy RunError RunNotFound"
         " SignalRefused SpecError StepFailed StoreError UsageError VersionConflict WorldError"
     ),

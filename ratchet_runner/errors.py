@@ -16,7 +16,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   │   └── BindingMismatch R205  the run started under another binding than this process's
     │   ├── CommandLineError    R206  the command line is malformed (exit status 2)
     │   ├── MappingInvalid      R207  a version mapping file is unreadable or malformed
-    │   └── MigrationRefused    R208  a migration holds runs that cannot move, or has none to undo
+    │   ├── MigrationRefused    R208  a migration holds runs that cannot move, or has none to undo
+    │   └── HistoriesInvalid    R209  a histories file (ratchet export's JSONL) cannot be read
     ├── StoreError              R300  the store could not do what was asked
     │   ├── VersionConflict     R301  another worker moved the run first (compare-and-set lost)
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
@@ -221,6 +222,25 @@ class MappingInvalid(UsageError):
     def report(self) -> list[str]:
         """Every finding as ``FILE:LINE:COL: CODE message``; with none, the code and message."""
         return [d.format() for d in self.diagnostics] or super().report()
+
+
+class HistoriesInvalid(UsageError):
+    """A file of run histories (``ratchet export``'s JSONL) cannot be read: a line that is not
+    JSON, holds a number JSON cannot carry the same everywhere, nests too deep, names a format
+    this Ratchet does not read, or does not fit the schema. Nothing was replayed. It carries
+    the findings (``problems``: each with ``format()``, ``FILE:LINE: CODE message``, with the
+    ``V4xx`` codes of docs/reference/histories.md), which the CLI prints one per line."""
+
+    code = "R209"
+
+    def __init__(self, problems: list[Any], message: str | None = None) -> None:
+        self.problems = list(problems)
+        first = self.problems[0].format() if self.problems else None
+        super().__init__(message or first)
+
+    def report(self) -> list[str]:
+        """Every finding as ``FILE:LINE: CODE message``; with none, the code and message."""
+        return [p.format() for p in self.problems] or super().report()
 
 
 class StoreError(RatchetError):

@@ -2,12 +2,13 @@
 
 The group and the entry point: every command is one click command in the module of the
 front it serves (:mod:`.specs`: the spec's commands; :mod:`.diffing`: ``diff``, two versions of
-a spec compared; :mod:`.runs`: the commands that change a
-run; :mod:`.reading`: those that read runs; :mod:`.serving`: ``worker``, ``serve``, ``token``
-and ``practice serve``), sharing the options and the output helpers of :mod:`.options`;
-everything else is the library's. A command imports the library modules it uses when it runs,
-so that ``ratchet --version`` and every ``--help`` import no spec machinery, store or diagram
-(docs/performance.md, "Starting the command").
+a spec compared; :mod:`.runs`: the commands that change a run; :mod:`.reading`: those that read
+runs; :mod:`.histories`: ``export`` and ``replay``; :mod:`.publishing`: ``versions`` and
+``migrate``; :mod:`.serving`: ``worker``, ``serve``, ``token`` and ``practice serve``), sharing
+the options and the output helpers of :mod:`.options`; everything else is the library's. A
+command imports the library modules it uses when it runs, so that ``ratchet --version`` and
+every ``--help`` import no spec machinery, store or diagram (docs/performance.md, "Starting the
+command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -25,7 +26,7 @@ import click
 
 from .. import __version__
 from ..errors import RatchetError
-from . import diffing, publishing, reading, runs, serving, specs
+from . import diffing, histories, publishing, reading, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -62,6 +63,7 @@ for _command in (
     *diffing.COMMANDS,
     *runs.COMMANDS,
     *reading.COMMANDS,
+    *histories.COMMANDS,
     *publishing.COMMANDS,
     *serving.COMMANDS,
 ):

@@ -352,6 +352,17 @@ class Store:
         with self._read() as conn:
             return [RunRecord(**row._mapping) for row in conn.execute(query)]
 
+    def run_ids(self, workflow: str | None = None, *, since: float | None = None) -> list[str]:
+        """The ID of every run (of ``workflow``; created at or after ``since``), oldest first:
+        by creation time, then ID. What an export walks, a run at a time."""
+        query = select(runs.c.id).order_by(runs.c.created_at, runs.c.id)
+        if workflow is not None:
+            query = query.where(runs.c.workflow == workflow)
+        if since is not None:
+            query = query.where(runs.c.created_at >= since)
+        with self._read() as conn:
+            return [str(run_id) for (run_id,) in conn.execute(query)]
+
     def related_runs(
         self, workflow: str, path: str, value: str, *, exclude: str | None = None, limit: int = 10
     ) -> list[RunRecord]:

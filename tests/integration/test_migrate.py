@@ -15,6 +15,7 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.deciding import decide
+from ratchet_runner.evolve.history import export_runs
 from ratchet_runner.evolve.mapping import mapping_from_text
 from ratchet_runner.evolve.migrate import (
     DECIDE,
@@ -26,6 +27,7 @@ from ratchet_runner.evolve.migrate import (
     plan,
     rollback,
 )
+from ratchet_runner.evolve.replay import replay_histories
 from ratchet_runner.session import Session
 from ratchet_runner.spec.model import Spec
 from ratchet_runner.spec.validate import load_spec_text
@@ -100,6 +102,8 @@ def test_an_approval_given_under_one_version_is_never_consumed_under_another(
     assert decide(make_runner(), run.id, "approve", "agent-7", "agent").changed
     assert make_runner().advance(run.id).state == "refunded"
     assert len(world.changes()) == 1
+    [result] = replay_histories(new, export_runs(store, [run.id]))
+    assert result.clean, result  # its history, migration and all, replays under version 2
 
 
 def test_a_mapping_moves_runs_to_a_renamed_state_and_a_hostile_one_is_refused(

@@ -1077,3 +1077,44 @@ def test_a_postgresql_server_that_never_answers_is_a_store_error_not_a_hang(
     [found] = outcome
     assert isinstance(found, StoreError)
     assert "cannot open the store" in str(found)
+
+
+def test_run_ids_are_oldest_first_narrowed_by_workflow_and_creation_time(store: Store) -> None:
+    """What an export walks: every run's ID by creation time then ID, of one workflow, created
+    at or after a moment."""
+    store.save_spec(DIGEST, "refund", 1, "1", "name: refund\n", T0)
+    store.save_spec("f" * 64, "returns", 1, "1", "name: returns\n", T0)
+    made = [
+        ("run_b", "refund", DIGEST, T0 + 60),
+        ("run_a", "refund", DIGEST, T0 + 60),
+        ("run_c", "returns", "f" * 64, T0),
+        ("run_d", "refund", DIGEST, T0 + 120),
+    ]
+    for run_id, workflow, digest, at in made:
+        store.create_run(NewRun(run_id, workflow, digest, run_id, "s", "waiting", {}, at))
+    assert store.run_ids() == ["run_c", "run_a", "run_b", "run_d"]
+    assert store.run_ids("refund") == ["run_a", "run_b", "run_d"]
+    assert store.run_ids("refund", since=T0 + 61) == ["run_d"]
+    assert store.run_ids(since=T0 + 60) == ["run_a", "run_b", "run_d"]
+    assert store.run_ids("nothing") == []
+
+
+def test_a_runs_signals_come_back_in_the_order_received(store: Store) -> None:
+    run = new_run(store)
+    for n, (signal_id, at) in enumerate([("late", T0 + 9), ("early", T0 + 1)], start=1):
+        change = Change(run.id, n, at)
+        change.new_signals.append(
+            {
+                "signal_id": signal_id,
+                "event": "parcel_received",
+                "data": {"n": n},
+                "received_at": at,
+            }
+        )
+        store.commit(change.event("signal", signal_id=signal_id))
+    new_run(store, "run_2", "T-2")
+    assert [(s.signal_id, s.data) for s in store.signals(run.id)] == [
+        ("early", {"n": 2}),
+        ("late", {"n": 1}),
+    ]
+    assert store.signals("run_2") == []

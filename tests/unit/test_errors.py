@@ -26,12 +26,14 @@ from ratchet_runner.errors import (
     Diagnostic,
     ExpressionError,
     GraphvizNotFound,
+    HistoriesInvalid,
     InputConflict,
     MappingInvalid,
     RatchetError,
     SpecError,
     StepFailed,
 )
+from ratchet_runner.evolve.history import LineProblem
 from tests.conftest import ROOT
 from tests.conftest import run_cli as run
 
@@ -55,6 +57,9 @@ NOT_USER_FACING = {
     ): "a request the service refuses before it asks the "
     "library (a malformed body, a role the operator does not hold): always caught by the "
     "route's wrapper and answered as a JSON error with the CLI's code",
+    ("ratchet_runner/evolve/walk.py", "Diverged"): "the first step a history would not take "
+    "the same way under a new version: it ends the walk of that history, which catches it and "
+    "returns it as the run's verdict",
 }
 
 _TREE_LINE = re.compile(r"^ {0,4}([│├└─ ]*)([A-Z][A-Za-z]+) +(R\d{3})\b")
@@ -167,6 +172,8 @@ def _instance(cls: type[RatchetError]) -> RatchetError:
         return cls("E305", "'int(input.x)' cannot be evaluated")
     if cls is GraphvizNotFound:
         return cls()
+    if cls is HistoriesInvalid:
+        return cls([LineProblem("golden.jsonl", 2, "V402", "not JSON")])
     if cls is StepFailed:
         return cls("run run_1: a step failed; it waits for a person", run=None)
     if cls is InputConflict:
@@ -192,6 +199,7 @@ def test_the_cli_shows_each_error_with_its_code_and_the_documented_exit_status(
         SpecError: "spec.yaml:3:1: E101 a located problem",
         BindingInvalid: "ratchet.toml:4:1: B203 a located problem",
         MappingInvalid: "move.yaml:2:1: V201 a located problem",
+        HistoriesInvalid: "golden.jsonl:2: V402 not JSON",
     }.get(cls, f"ratchet: {cls.code} ")
     assert shown in err
     assert "internal error" not in err

@@ -182,8 +182,8 @@ ONLY: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 #: The longest chain of imports between parts the house may have (see :func:`longest_chain`):
 #: the ground floor; the store, the spec and the adapters; the engine and the binding; the
-#: worker, the read models and the session; ``ratchet check``, the public API and the service;
-#: the command line.
+#: worker, the read models, the session and ``evolve``; ``ratchet check``, the public API and the
+#: service; the command line.
 MAX_DEPTH = 6
 
 #: The ground floor: one storey, each module importing nothing of the package, so that
