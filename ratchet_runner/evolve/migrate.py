@@ -137,6 +137,13 @@ def _specs(store: Store, digests: Sequence[str]) -> dict[str, Spec]:
 def plan(store: Store, new: Spec, mapping: VersionMapping | None = None) -> Plan:
     """The verdict of every unfinished run of ``new``'s workflow, against the version it is on
     (each older version is compared with ``new`` on its own)."""
+    if mapping is not None and mapping.approvals == "keep":
+        raise MigrationRefused(
+            f"{mapping.file}: approvals: keep cannot be honoured by a migration: an approval's "
+            "digest covers the spec and policy versions, so a run moved to another version is "
+            "asked again (approvals: void, the default); leave the runs on their version to keep "
+            "their approvals (on_version_change: pin)"
+        )
     live = live_runs(store, new.name)
     return _plan(store, new, live, mapping)
 

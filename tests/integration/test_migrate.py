@@ -263,3 +263,14 @@ def test_apply_while_two_workers_drive_the_runs_loses_none_and_makes_no_change_t
         made = [c.operation_id for c in session.world.changes()]
         assert len(made) == len(ids)
         assert len(set(made)) == len(ids)
+
+
+def test_a_mapping_that_keeps_approvals_is_refused_as_a_migration_cannot_keep_them(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store
+) -> None:
+    seed_refunds(make_runner, world)
+    _, text = spec_and_text("refund")
+    new, _ = second(text)
+    keep = mapping_from_text("approvals: keep\n", "keep.yaml")
+    with pytest.raises(MigrationRefused, match=r"keep\.yaml: approvals: keep cannot be honoured"):
+        plan(store, new, keep)
