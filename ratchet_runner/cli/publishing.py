@@ -94,8 +94,10 @@ def versions_command(workflow: str, start_new_on: int | None, actor: str | None,
         click.echo(line)
     if start_new_on is not None:
         starts = report["start_new_on"]
-        how_chosen = "" if report["chosen"] else " (the newest: none chosen)"
-        say(f"{workflow}: new runs start on version {starts}{how_chosen}")
+        if report["chosen"]:
+            say(f"{workflow}: new runs start on version {starts}")
+        else:
+            say(f"{workflow}: new runs start on the version they are given (none chosen)")
 
 
 def _report(workflow: str, stored: list[Any], chosen: tuple[str, int] | None) -> dict[str, Any]:
@@ -124,9 +126,15 @@ def _report(workflow: str, stored: list[Any], chosen: tuple[str, int] | None) ->
 
 def _lines(report: dict[str, Any]) -> list[str]:
     """The table of versions, and a line for each older version that still has open runs."""
-    chosen = "chosen by an operator" if report["chosen"] else "the newest: none chosen"
+    if report["chosen"]:
+        head = f"new runs start on version {report['start_new_on']} (chosen by an operator)"
+    else:
+        head = (
+            f"new runs start on the version they are given (none chosen); the newest is "
+            f"{report['start_new_on']}"
+        )
     lines = [
-        f"{report['workflow']}: new runs start on version {report['start_new_on']} ({chosen})",
+        f"{report['workflow']}: {head}",
         f"{'':2}{'version':>7}  {'digest':<12}  {'stored':<20}  {'open runs':>9}",
     ]
     for v in report["versions"]:
@@ -206,6 +214,15 @@ def migrate_command(
     from ..spec.validate import load_spec
 
     if migration is not None:
+        if action == "apply":
+            raise click.BadParameter(
+                "give --apply or --rollback, not both", param_hint="--rollback"
+            )
+        if mapping is not None:
+            raise click.BadParameter(
+                "a rollback moves runs back as the migration recorded them: no --mapping",
+                param_hint="--mapping",
+            )
         action = "rollback"
     if action != "plan" and actor is None:
         raise click.BadParameter(

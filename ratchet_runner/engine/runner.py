@@ -213,14 +213,23 @@ class Runner:
         self._latest[workflow] = (now, latest)
         return latest
 
-    def start_version(self, spec: Spec, text: str) -> tuple[Spec, str]:
+    def start_version(
+        self, spec: Spec, text: str, input: dict[str, Any] | None = None
+    ) -> tuple[Spec, str]:
         """The spec version (and its text) a new run of ``spec``'s workflow starts on: the one
         an operator set (:meth:`~ratchet_runner.store.store.Store.published`), when it is not
         ``spec``, else ``spec``. ``spec`` is then stored all the same (once), so that it can be
-        chosen later; storing it moves no run, since older runs move on to the version set."""
+        chosen later; storing it moves no run, since older runs move on to the version set. A
+        start of work a run already does (its business key, by ``spec``, names a run) is no new
+        run: ``spec`` is kept, and the start finds that run as it always does."""
         chosen = self.store.published(spec.name)
         if chosen is None or chosen[0] == spec.digest:
             return spec, text
+        if input is not None:
+            with suppress(Exception):  # a key that cannot be made is refused by the start itself
+                key = compile_expression(spec.business_key).evaluate({"input": input})
+                if key not in (None, "") and self.store.find_run(spec.name, str(key)) is not None:
+                    return spec, text
         if spec.digest not in self._specs:
             self.store.save_spec(
                 spec.digest,
@@ -282,7 +291,7 @@ class Runner:
         Ratchet version it starts under. Where an operator set the version new runs of the
         workflow start on (``ratchet versions W --start-new-on N``), the run starts on that one,
         and the version given is stored, to be chosen later (:meth:`start_version`)."""
-        spec, text = self.start_version(spec, text)
+        spec, text = self.start_version(spec, text, input)
         if self.resolution.admit is not None:
             self.resolution.admit(spec)
         self.make_adapters(spec)

@@ -30,10 +30,10 @@ from typing import Any
 
 from ..engine import timers
 from ..errors import LeaseLost, MigrationRefused, RunNotFound, VersionConflict
-from ..spec.model import Spec
+from ..spec.model import Spec, State
 from ..spec.validate import load_stored_spec
 from ..store.context import RunContext
-from ..store.records import Change, RunRecord, TimerRecord
+from ..store.records import Change, NewTimer, RunRecord, TimerRecord
 from ..store.store import Store
 from ..words import EventKind, RunStatus
 from .basis import Hazard
@@ -150,6 +150,18 @@ def plan(store: Store, new: Spec, mapping: VersionMapping | None = None) -> Plan
 
 def _plan(store: Store, new: Spec, live: Sequence[LiveRun], mapping: VersionMapping | None) -> Plan:
     olds = _specs(store, sorted({r.spec_digest for r in live if r.spec_digest != new.digest}))
+    for old in olds.values():
+        if (old.spec_version, str(old.policy_version)) == (
+            new.spec_version,
+            str(new.policy_version),
+        ):
+            raise MigrationRefused(
+                f"runs of {new.name!r} are on another text of version {new.spec_version} (digest "
+                f"{old.digest[:12]}), with the same policy_version: an approval's digest names the "
+                "spec and policy versions, so an approval given under the old text would count "
+                "under the new one; give the new text a new spec_version (and policy_version if "
+                "what is approved changed): nothing was migrated"
+            )
     found: list[Hazard] = []
     verdicts: list[RunVerdict] = []
     for digest, old in olds.items():
@@ -297,6 +309,9 @@ def _migration_change(
         "to_state": target.name,
         "at": now,
         "by": by,
+        # the timers it had armed, to be armed again as they were if the migration is rolled back
+        "timers": [{"event": t.event, "due_at": t.due_at} for t in armed if t.state == run.state],
+        "pause": run.context.get("pause"),
     }
     change = Change(run.id, run.version, now, base=run, spec_digest=new.digest, context=context)
     if target.name != run.state:
@@ -313,7 +328,10 @@ def _migration_change(
         context["timers_of"] = target.name
     if target.kind in ("pause", "wait"):
         moved = replace(run, state=target.name, spec_digest=new.digest, context=context)
-        context["pause"] = timers.pause_record(moved, new, target, now)
+        in_effect = (
+            change.new_timers if change.cancel_timers_of_state else _as_new(armed, run.state)
+        )
+        context["pause"] = _pause(run, moved, new, target, now, in_effect)
     change.event(
         EventKind.MIGRATED,
         migration=migration,
@@ -325,6 +343,32 @@ def _migration_change(
         verdict=verdict.verdict,
     )
     return change
+
+
+def _as_new(armed: Sequence[TimerRecord], state: str) -> list[NewTimer]:
+    return [
+        {"state": t.state, "event": t.event, "due_at": t.due_at} for t in armed if t.state == state
+    ]
+
+
+def _pause(
+    run: RunRecord,
+    moved: RunRecord,
+    spec: Spec,
+    state: State,
+    now: float,
+    armed: Sequence[NewTimer],
+) -> dict[str, Any]:
+    """The pause record of ``moved`` in ``state`` of ``spec``, as its timers say: since when the
+    run has waited there (kept when it stays in the state), and when it expires (the due time of
+    its ``expired`` timer, none without one)."""
+    record = timers.pause_record(moved, spec, state, now)
+    before = run.context.get("pause") or {}
+    if state.name == run.state and isinstance(before.get("since"), int | float):
+        record["since"] = before["since"]
+    expiry = [t["due_at"] for t in armed if t["state"] == state.name and t["event"] == "expired"]
+    record["expires_at"] = expiry[0] if expiry else None
+    return record
 
 
 def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -> Applied:
@@ -355,13 +399,18 @@ def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -
         back = old.states[came["from_state"]]
         if back.name != run.state:
             change.state = back.name
-            change.cancel_timers_of_state = run.state
-            moved = replace(run, state=back.name, spec_digest=old.digest)
-            change.new_timers.extend(timers.arm(moved, old, back, now))
-            context["timers_of"] = back.name
-        if back.kind in ("pause", "wait"):
-            moved = replace(run, state=back.name, spec_digest=old.digest, context=context)
-            context["pause"] = timers.pause_record(moved, old, back, now)
+        # the timers it had and its pause record, as they were before the migration
+        change.cancel_timers_of_state = run.state
+        change.new_timers.extend(
+            {"state": back.name, "event": t["event"], "due_at": t["due_at"]}
+            for t in came.get("timers", [])
+        )
+        context["timers_of"] = back.name
+        pause = came.get("pause")
+        if pause is not None:
+            context["pause"] = pause
+        else:
+            context.pop("pause", None)
         change.event(
             EventKind.MIGRATION_ROLLED_BACK,
             migration=migration,
@@ -390,23 +439,23 @@ def _kept_by_new_version(store: Store, run: RunRecord) -> str | None:
     came = run.context["migrated"]
     if run.state != came["to_state"]:
         return f"it has moved on since (now in {run.state!r}, migrated to {came['to_state']!r})"
-    since = came["at"]
-    history = [e for e in store.history(run.id) if e.at > since]
-    acted = [e.kind for e in history if e.kind in _AFTER_MIGRATION]
-    if acted:
+    history = store.history(run.id)
+    marks = [
+        i
+        for i, e in enumerate(history)
+        if e.kind == EventKind.MIGRATED and e.data.get("migration") == came["migration"]
+    ]
+    if not marks:
+        return "its history has no migrated event of this migration: left as it is"
+    acted = [e.kind for e in history[marks[-1] + 1 :] if e.kind not in _HARMLESS]
+    if acted:  # by the history's order, not by times that other processes' clocks wrote
         return f"it has acted under the new version since ({acted[0]}): it stays on it"
+    if live_run(store, run).in_window:
+        return "it is inside an effect window under the new version: it stays on it"
     return None
 
 
-#: What a run does under the new version that ties it there.
-_AFTER_MIGRATION = frozenset(
-    {
-        EventKind.CALL,
-        EventKind.PENDING,
-        EventKind.APPROVED,
-        EventKind.REJECTED,
-        EventKind.SIGNAL,
-        EventKind.OPERATOR,
-        EventKind.MOVED,
-    }
-)
+#: What a run may meet under the new version and still go back: a worker taking it up (a lease,
+#: a rescue) changes nothing of what it is; any other event (a call, a decision, a signal, a
+#: move, a timer, a retry scheduled, ...) ties it to the new version.
+_HARMLESS = frozenset({EventKind.LEASED, EventKind.RESCUED})

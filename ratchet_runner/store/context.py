@@ -58,6 +58,10 @@ class Migrated(TypedDict):
     to_state: str
     at: float
     by: str
+    #: The timers it had armed in ``from_state`` (event, due time), and its pause record then:
+    #: what a rollback arms and keeps again.
+    timers: list[dict[str, Any]]
+    pause: dict[str, Any] | None
 
 
 class RunContext(TypedDict, total=False):

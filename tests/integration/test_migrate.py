@@ -15,6 +15,7 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.deciding import decide
+from ratchet_runner.engine.runner import RunnerOptions
 from ratchet_runner.evolve.history import export_runs
 from ratchet_runner.evolve.mapping import mapping_from_text
 from ratchet_runner.evolve.migrate import (
@@ -128,7 +129,8 @@ def test_a_mapping_moves_runs_to_a_renamed_state_and_a_hostile_one_is_refused(
     assert decide(make_runner(), run.id, "approve", "agent-7", "agent").changed
 
     kind = mapping_from_text("states: {proposed: refunding}\n", "kind.yaml")
-    other, _ = second(text, proposed="awaiting")
+    third = second(text, proposed="awaiting")[1].replace("spec_version: 2", "spec_version: 3")
+    other = load_spec_text(third, "refund-v3.yaml")
     assert {r.verdict for r in plan(store, other, kind).runs if r.state == "proposed"} <= {REFUSED}
 
 
@@ -200,6 +202,16 @@ def test_ratchet_migrate_plans_applies_and_rolls_back(
     code, out, _ = run_cli(capsys, "migrate", str(v2), "--rollback", migration, "--as", "ops")
     assert code == 0
     assert out.splitlines()[0] == f"{migration}: 1 run(s) of 'refund' rolled back"
+    code, _, err = run_cli(
+        capsys, "migrate", str(v2), "--apply", "--rollback", migration, "--as", "ops"
+    )
+    assert code == 2
+    assert "not both" in err
+    code, _, err = run_cli(
+        capsys, "migrate", str(v2), "--rollback", migration, "--mapping", str(v1), "--as", "ops"
+    )
+    assert code == 2
+    assert "no --mapping" in err
     code, _, err = run_cli(capsys, "migrate", str(v2), "--rollback", migration, "--as", "ops")
     assert code == 1
     assert "R208" in err
@@ -274,3 +286,100 @@ def test_a_mapping_that_keeps_approvals_is_refused_as_a_migration_cannot_keep_th
     keep = mapping_from_text("approvals: keep\n", "keep.yaml")
     with pytest.raises(MigrationRefused, match=r"keep\.yaml: approvals: keep cannot be honoured"):
         plan(store, new, keep)
+
+
+# -- found by an independent review; each failed before its fix -----------------------------
+
+H = 3600.0
+
+
+def _variant(text: str, version: int = 2, **subs: str) -> tuple[Spec, str]:
+    changed = text.replace("spec_version: 1", f"spec_version: {version}")
+    for old, new in subs.items():
+        assert old in changed
+        changed = changed.replace(old, new)
+    return load_spec_text(changed, "v.yaml"), changed
+
+
+def _armed(store: Store, run_id: str) -> list[tuple[str, str, float]]:
+    return [(t.state, t.event, t.due_at) for t in store.timers(run_id) if t.fired_at is None]
+
+
+def _waiting(make_runner: MakeRunner, world: PracticeWorld, n: int) -> str:
+    spec, text = spec_and_text("refund")
+    world.seed({"orders": [{"order": f"LK-{n}", "paid": 100, "currency": "CAD"}]})
+    runner = make_runner()
+    run, _ = runner.start(spec, text, refund_input(n))
+    return runner.advance(run.id).id
+
+
+def test_another_text_under_the_same_version_numbers_is_refused_so_no_approval_crosses(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    run_id = _waiting(make_runner, world, 7)
+    assert decide(make_runner(), run_id, "approve", "agent-7", "agent").changed  # held
+    _, text = spec_and_text("refund")
+    new, new_text = _variant(text, 1, **{"title: ": "title: (b) "})
+    with pytest.raises(MigrationRefused, match="another text of version 1"):
+        apply(store, new, new_text, "ops", clock.now())
+    assert make_runner().advance(run_id).state == "refunded"  # under the text it was approved on
+
+
+def test_keeping_timers_keeps_the_pause_record_true_to_them(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    run_id = _waiting(make_runner, world, 8)
+    t0 = store.get_run(run_id).context["pause"]["since"]
+    _, text = spec_and_text("refund")
+    new, new_text = _variant(text, **{"expires_after: 72h}": "expires_after: 24h}"})
+    clock.advance(H)
+    keep = mapping_from_text("timers: keep\n", "keep.yaml")
+    assert apply(store, new, new_text, "ops", clock.now(), mapping=keep).moved
+    pause = store.get_run(run_id).context["pause"]
+    [(_, _, due)] = _armed(store, run_id)
+    assert (pause["since"], pause["expires_at"]) == (t0, due)
+
+
+@pytest.mark.parametrize("how", ["restart, same state", "keep, renamed state"])
+def test_rollback_arms_again_the_timers_the_run_had_before_the_migration(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock, how: str
+) -> None:
+    run_id = _waiting(make_runner, world, 9)
+    before = _armed(store, run_id)
+    pause = store.get_run(run_id).context["pause"]
+    _, text = spec_and_text("refund")
+    if how.startswith("restart"):
+        new, new_text = _variant(text, **{"expires_after: 72h}": "expires_after: 1h}"})
+        moving = mapping_from_text("timers: restart\n", "r.yaml")
+    else:
+        new, new_text = _variant(text)
+        new_text = re.sub(r"\bproposed\b", "awaiting", new_text)
+        new = load_spec_text(new_text, "v2.yaml")
+        moving = mapping_from_text("states: {proposed: awaiting}\ntimers: keep\n", "m.yaml")
+    clock.advance(71 * H)
+    done = apply(store, new, new_text, "ops", clock.now(), mapping=moving)
+    assert done.moved
+    back = rollback(store, "refund", done.migration, "ops", clock.now())
+    assert back.moved
+    assert _armed(store, run_id) == before  # due when it was due, not 72 h from now
+    assert store.get_run(run_id).context["pause"] == pause
+
+
+def test_rollback_reads_the_history_in_order_not_the_clocks_of_other_processes(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    """The operator's clock runs 30 s ahead of the worker's: the call the worker makes under the
+    new version is dated before the migration, yet it ties the run to the new version."""
+    run_id = _waiting(make_runner, world, 11)
+    _, text = spec_and_text("refund")
+    new, new_text = _variant(text)
+    done = apply(store, new, new_text, "ops", clock.now() + 30)
+    assert done.moved
+    assert decide(make_runner(), run_id, "approve", "agent-7", "agent").changed  # under v2
+    world.add_fault("request_refund", "unavailable", times=1)
+    make_runner(options=RunnerOptions(inline_wait=0.0)).advance(run_id)
+    back = rollback(store, "refund", done.migration, "ops", clock.now() + 60)
+    assert back.moved == []
+    [(left, why)] = back.left
+    assert left == run_id
+    assert "acted under the new version" in why or "moved on" in why

@@ -117,7 +117,8 @@ def test_ratchet_versions_lists_chooses_and_says_so(
 
     code, out, _ = run_cli(capsys, "versions", "refund")
     assert code == 0
-    assert out.splitlines()[0] == "refund: new runs start on version 2 (the newest: none chosen)"
+    first = "refund: new runs start on the version they are given (none chosen); the newest is 2"
+    assert out.splitlines()[0] == first
     assert "version 1 still has 1 open run" in out
 
     code, _, err = run_cli(capsys, "versions", "refund", "--start-new-on", "1")
@@ -145,3 +146,21 @@ def test_ratchet_versions_lists_chooses_and_says_so(
     code, _, err = run_cli(capsys, "versions", "nosuch")
     assert code == 1
     assert "no version of workflow 'nosuch' is stored" in err
+
+
+def test_starting_work_a_run_already_does_finds_it_whatever_version_is_chosen(
+    make_runner: MakeRunner, store: Store
+) -> None:
+    """Starting the same piece of work twice is no error, also once another version is chosen
+    for new runs, even one whose input schema the input does not fit."""
+    one, one_text = spec_and_text("refund")
+    first, _ = make_runner().start(one, one_text, _input(one, "T-1"))
+    strict = one_text.replace("spec_version: 1", "spec_version: 2").replace(
+        'pattern: "^T-[0-9]+$"', 'pattern: "^T-9[0-9]+$"', 1
+    )
+    assert strict.count("^T-9[0-9]+$") == 1  # version 2 takes tickets T-9... only
+    two = load_spec_text(strict, "refund-v2.yaml")
+    make_runner().start(two, strict, _input(one, "T-92"))
+    store.publish("refund", 2, "ops-lead", 10.0)
+    again, created = make_runner().start(one, one_text, _input(one, "T-1"))
+    assert (again.id, created) == (first.id, False)
