@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..clock import format_time
-from ..errors import UsageError
+from ..errors import UsageError, VersionConflict
 from .options import How, emit_json, named, say, with_options
 
 #: What ``--start-new-on`` takes besides a version number: clear the choice.
@@ -198,7 +198,8 @@ def migrate_command(
 
     \b
     Exit status: 0 done (a --plan in which every run can move); 1 a run cannot move or was
-    left, a refused apply or rollback, an invalid spec or mapping; 2 usage error.
+    left, a refused apply or rollback, an invalid spec or mapping; 2 usage error; 4 every run
+    left was left because another process moved or held it meanwhile (run it again).
 
     \b
     Examples:
@@ -256,8 +257,10 @@ def migrate_command(
             click.echo(f"  {run.run_id}  {run.state} → {run.to_state}  ({run.verdict})")
         for run_id, why in done.left:
             click.echo(f"  {run_id}  left: {why}")
+        for run_id, why in done.skipped:
+            click.echo(f"  {run_id}  skipped: {why}")
     if done.left:
-        raise SystemExit(1)
+        raise SystemExit(VersionConflict.exit_status if done.busy else 1)
 
 
 def _show_plan(found: Any, how: How) -> None:
@@ -272,8 +275,9 @@ def _show_plan(found: Any, how: How) -> None:
             f"  {run.run_id}  {run.business_key}  v{run.from_version} {run.state} → "
             f"{run.to_state}  {run.verdict}"
         )
-        for hazard in run.hazards:
-            click.echo(f"      {hazard.code} {hazard.note(run.run_id) or hazard.message}")
+        codes = [f"{h.code} " for h in run.hazards]
+        for i, why in enumerate(run.reasons()):
+            click.echo(f"      {codes[i] if i < len(codes) else ''}{why}")
     counts = found.to_json()["counts"]
     click.echo(", ".join(f"{n} {verdict}" for verdict, n in counts.items()) or "no run to move")
 

@@ -52,6 +52,8 @@ STAYS, MOVES, MAPPED, DECIDE, WAIT, REFUSED = (
 )
 #: The verdicts :func:`apply` moves.
 READY = (MOVES, MAPPED, DECIDE)
+#: How a run left because another process moved or held it meanwhile is said.
+BUSY = "busy"
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,19 @@ class RunVerdict:
             "to_state": self.to_state,
             "verdict": self.verdict,
             "hazards": [{"code": h.code, "severity": h.severity} for h in self.hazards],
-            "reasons": [h.note(self.run_id) or h.message for h in self.hazards],
+            "reasons": self.reasons(),
         }
+
+    def reasons(self) -> list[str]:
+        """Why it has its verdict: each hazard that touches it, in its words for this run; for a
+        run asked again that no hazard touches, that its approval is bound to its version."""
+        said = [h.note(self.run_id) or h.message for h in self.hazards]
+        if not said and self.verdict == DECIDE:
+            said = [
+                "it holds or awaits an approval, bound to the spec and policy versions it was "
+                "asked under: it is asked again under the new version before anything is sent"
+            ]
+        return said
 
 
 @dataclass(frozen=True)
@@ -121,12 +134,20 @@ class Applied:
     migration: str
     moved: list[RunVerdict] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)
+    #: Runs with nothing left to move: ended, or on the new version already, since the plan.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        """Whether every run left was left only because another process moved or held it."""
+        return bool(self.left) and all(why.startswith(BUSY) for _run, why in self.left)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "migration": self.migration,
             "moved": [r.to_json() for r in self.moved],
             "left": [{"run": run, "reason": why} for run, why in self.left],
+            "skipped": [{"run": run, "reason": why} for run, why in self.skipped],
         }
 
 
@@ -270,8 +291,11 @@ def _move(
     except RunNotFound:
         done.left.append((run_id, "gone"))
         return
-    if run.status in (RunStatus.DONE, RunStatus.CANCELLED) or run.spec_digest == new.digest:
-        done.left.append((run_id, f"{run.status} on version {new.spec_version} or ended"))
+    if run.status in (RunStatus.DONE, RunStatus.CANCELLED):
+        done.skipped.append((run_id, f"it ended ({run.status}) since the plan"))
+        return
+    if run.spec_digest == new.digest:
+        done.skipped.append((run_id, f"it is on version {new.spec_version} already"))
         return
     again = _plan(store, new, [live_run(store, run)], mapping).runs[0]
     if again.verdict not in READY:
@@ -283,7 +307,7 @@ def _move(
     try:
         store.commit(change)
     except (VersionConflict, LeaseLost) as exc:
-        done.left.append((run_id, f"busy: {exc}; plan again"))
+        done.left.append((run_id, f"{BUSY}: {exc}; plan again"))
         return
     done.moved.append(again)
 
@@ -422,7 +446,7 @@ def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -
         try:
             store.commit(change)
         except (VersionConflict, LeaseLost) as exc:
-            done.left.append((run.id, f"busy: {exc}; roll back again"))
+            done.left.append((run.id, f"{BUSY}: {exc}; roll back again"))
             continue
         done.moved.append(
             RunVerdict(

@@ -19,11 +19,14 @@ from ratchet_runner.engine.runner import RunnerOptions
 from ratchet_runner.evolve.history import export_runs
 from ratchet_runner.evolve.mapping import mapping_from_text
 from ratchet_runner.evolve.migrate import (
+    BUSY,
     DECIDE,
     MOVES,
     REFUSED,
     WAIT,
+    Applied,
     MigrationRefused,
+    _move,
     apply,
     plan,
     rollback,
@@ -383,3 +386,35 @@ def test_rollback_reads_the_history_in_order_not_the_clocks_of_other_processes(
     [(left, why)] = back.left
     assert left == run_id
     assert "acted under the new version" in why or "moved on" in why
+
+
+def test_a_run_ended_or_moved_since_the_plan_is_skipped_and_a_busy_one_says_so(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    seeded = seed_refunds(make_runner, world)
+    _, text = spec_and_text("refund")
+    new, _ = second(text)
+    done = Applied("mig_test")
+    _move(store, new, seeded["done"], "ops", clock.now(), None, done)
+    assert done.skipped == [(seeded["done"], "it ended (done) since the plan")]
+    assert done.left == []
+    assert not done.busy
+    done.left.append(("run_x", f"{BUSY}: run run_x has moved on; plan again"))
+    assert done.busy
+    done.left.append(("run_y", WAIT))
+    assert not done.busy
+
+
+def test_the_plan_says_why_a_run_untouched_by_any_hazard_is_asked_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    _, text = spec_and_text("refund")
+    v1, v2 = tmp_path / "refund.yaml", tmp_path / "refund-v2.yaml"
+    v1.write_text(text, encoding="utf-8")
+    v2.write_text(second(text)[1], encoding="utf-8")
+    assert run_cli(capsys, "run", str(v1), "--example", "T-90104")[0] == 0
+    code, out, _ = run_cli(capsys, "migrate", str(v2))
+    assert code == 0
+    assert "      it holds or awaits an approval, bound to the spec and policy versions" in out
