@@ -41,12 +41,18 @@ from tests.conftest import PRACTICE_BINDING, MakeRunner, run_cli, spec_and_text
 from tests.integration.test_evolve_live import refund_input, seed_refunds
 
 
-def second(text: str, **renamed: str) -> tuple[Spec, str]:
-    """The refund as version 2, with states renamed (old=new) everywhere they are named."""
-    changed = text.replace("spec_version: 1", "spec_version: 2")
+def second(
+    text: str, version: int = 2, subs: dict[str, str] | None = None, **renamed: str
+) -> tuple[Spec, str]:
+    """The refund as version ``version`` (2), with texts replaced (``subs``, each present) and
+    states renamed (old=new) everywhere they are named."""
+    changed = text.replace("spec_version: 1", f"spec_version: {version}")
+    for old, new in (subs or {}).items():
+        assert old in changed
+        changed = changed.replace(old, new)
     for old, new in renamed.items():
         changed = re.sub(rf"\b{old}\b", new, changed)
-    return load_spec_text(changed, "refund-v2.yaml"), changed
+    return load_spec_text(changed, f"refund-v{version}.yaml"), changed
 
 
 def verdicts(found: Any) -> dict[str, str]:
@@ -132,8 +138,7 @@ def test_a_mapping_moves_runs_to_a_renamed_state_and_a_hostile_one_is_refused(
     assert decide(make_runner(), run.id, "approve", "agent-7", "agent").changed
 
     kind = mapping_from_text("states: {proposed: refunding}\n", "kind.yaml")
-    third = second(text, proposed="awaiting")[1].replace("spec_version: 2", "spec_version: 3")
-    other = load_spec_text(third, "refund-v3.yaml")
+    other, _ = second(text, 3, proposed="awaiting")
     assert {r.verdict for r in plan(store, other, kind).runs if r.state == "proposed"} <= {REFUSED}
 
 
@@ -176,9 +181,11 @@ def test_rollback_moves_back_the_runs_that_did_nothing_under_the_new_version(
         rollback(store, "refund", "mig_nosuch", "ops-lead", clock.now())
 
 
-def test_ratchet_migrate_plans_applies_and_rolls_back(
+def waiting_under_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[Path, Path]:
+    """A practice home with the refund T-90104 waiting for a decision, started by the command
+    line; the refund's files, version 1 and version 2."""
     monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("RATCHET_DB", raising=False)
     _, text = spec_and_text("refund")
@@ -186,6 +193,13 @@ def test_ratchet_migrate_plans_applies_and_rolls_back(
     v1.write_text(text, encoding="utf-8")
     v2.write_text(second(text)[1], encoding="utf-8")
     assert run_cli(capsys, "run", str(v1), "--example", "T-90104")[0] == 0
+    return v1, v2
+
+
+def test_ratchet_migrate_plans_applies_and_rolls_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v1, v2 = waiting_under_cli(tmp_path, capsys, monkeypatch)
 
     code, out, _ = run_cli(capsys, "migrate", str(v2))
     assert code == 0
@@ -296,14 +310,6 @@ def test_a_mapping_that_keeps_approvals_is_refused_as_a_migration_cannot_keep_th
 H = 3600.0
 
 
-def _variant(text: str, version: int = 2, **subs: str) -> tuple[Spec, str]:
-    changed = text.replace("spec_version: 1", f"spec_version: {version}")
-    for old, new in subs.items():
-        assert old in changed
-        changed = changed.replace(old, new)
-    return load_spec_text(changed, "v.yaml"), changed
-
-
 def _armed(store: Store, run_id: str) -> list[tuple[str, str, float]]:
     return [(t.state, t.event, t.due_at) for t in store.timers(run_id) if t.fired_at is None]
 
@@ -322,7 +328,7 @@ def test_another_text_under_the_same_version_numbers_is_refused_so_no_approval_c
     run_id = _waiting(make_runner, world, 7)
     assert decide(make_runner(), run_id, "approve", "agent-7", "agent").changed  # held
     _, text = spec_and_text("refund")
-    new, new_text = _variant(text, 1, **{"title: ": "title: (b) "})
+    new, new_text = second(text, 1, {"title: ": "title: (b) "})
     with pytest.raises(MigrationRefused, match="another text of version 1"):
         apply(store, new, new_text, "ops", clock.now())
     assert make_runner().advance(run_id).state == "refunded"  # under the text it was approved on
@@ -334,7 +340,7 @@ def test_keeping_timers_keeps_the_pause_record_true_to_them(
     run_id = _waiting(make_runner, world, 8)
     t0 = store.get_run(run_id).context["pause"]["since"]
     _, text = spec_and_text("refund")
-    new, new_text = _variant(text, **{"expires_after: 72h}": "expires_after: 24h}"})
+    new, new_text = second(text, subs={"expires_after: 72h}": "expires_after: 24h}"})
     clock.advance(H)
     keep = mapping_from_text("timers: keep\n", "keep.yaml")
     assert apply(store, new, new_text, "ops", clock.now(), mapping=keep).moved
@@ -352,12 +358,10 @@ def test_rollback_arms_again_the_timers_the_run_had_before_the_migration(
     pause = store.get_run(run_id).context["pause"]
     _, text = spec_and_text("refund")
     if how.startswith("restart"):
-        new, new_text = _variant(text, **{"expires_after: 72h}": "expires_after: 1h}"})
+        new, new_text = second(text, subs={"expires_after: 72h}": "expires_after: 1h}"})
         moving = mapping_from_text("timers: restart\n", "r.yaml")
     else:
-        new, new_text = _variant(text)
-        new_text = re.sub(r"\bproposed\b", "awaiting", new_text)
-        new = load_spec_text(new_text, "v2.yaml")
+        new, new_text = second(text, proposed="awaiting")
         moving = mapping_from_text("states: {proposed: awaiting}\ntimers: keep\n", "m.yaml")
     clock.advance(71 * H)
     done = apply(store, new, new_text, "ops", clock.now(), mapping=moving)
@@ -375,7 +379,7 @@ def test_rollback_reads_the_history_in_order_not_the_clocks_of_other_processes(
     new version is dated before the migration, yet it ties the run to the new version."""
     run_id = _waiting(make_runner, world, 11)
     _, text = spec_and_text("refund")
-    new, new_text = _variant(text)
+    new, new_text = second(text)
     done = apply(store, new, new_text, "ops", clock.now() + 30)
     assert done.moved
     assert decide(make_runner(), run_id, "approve", "agent-7", "agent").changed  # under v2
@@ -408,13 +412,7 @@ def test_a_run_ended_or_moved_since_the_plan_is_skipped_and_a_busy_one_says_so(
 def test_the_plan_says_why_a_run_untouched_by_any_hazard_is_asked_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("RATCHET_DB", raising=False)
-    _, text = spec_and_text("refund")
-    v1, v2 = tmp_path / "refund.yaml", tmp_path / "refund-v2.yaml"
-    v1.write_text(text, encoding="utf-8")
-    v2.write_text(second(text)[1], encoding="utf-8")
-    assert run_cli(capsys, "run", str(v1), "--example", "T-90104")[0] == 0
+    _, v2 = waiting_under_cli(tmp_path, capsys, monkeypatch)
     code, out, _ = run_cli(capsys, "migrate", str(v2))
     assert code == 0
     assert "      it holds or awaits an approval, bound to the spec and policy versions" in out
