@@ -48,7 +48,9 @@ bench: $(STAMP)
 
 # Not CI: the command-worker race test SOAK_RUNS times on SQLite and on PostgreSQL
 # ($$RATCHET_TEST_PG), with every core kept busy; then SOAK_SCHEDULES schedules of the simulation
-# (none by default). A machine of its own: it takes the cores, about 17 minutes on 2.
+# (none by default); then, the cores busy again, the booking saga's migration crash-checked
+# (ratchet check --migrate-to --kill). A machine of its own: it takes the cores, about 21 minutes
+# on 2.
 SOAK_RUNS      ?= 50
 SOAK_SCHEDULES ?= 0
 soak: $(STAMP)

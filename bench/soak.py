@@ -9,7 +9,11 @@ first failure; at the end it prints the runs, passes and failures per store, the
 1-minute load average sampled during the runs, and the share of a core each hog had), and every
 failed run with its log. With ``--schedules N`` it then runs ``N`` schedules of the simulation
 (``python -m bench.simulate``), whose clock is simulated: load changes only its speed, so it runs
-after the hogs are stopped, on every core. Exit status 1 if any run or schedule failed.
+after the hogs are stopped, on every core. Then, with the hogs started again, the booking
+saga's migration is crash-checked (``ratchet check specs/booking.yaml --migrate-to
+tests/fixtures/booking-v2.yaml --kill``: its apply and rollback killed at every commit and raced
+at every run, on runs of each example left at every place; about four minutes on two cores;
+``--no-migrations`` leaves it out). Exit status 1 if any run, schedule or migration case failed.
 
 PostgreSQL is the one ``RATCHET_TEST_PG`` names (default: the local server at 127.0.0.1:5432,
 database ``test``, user ``postgres``); a store whose test was skipped (no server) counts as not
@@ -38,6 +42,11 @@ from typing import TextIO
 from bench.harness import ROOT
 
 RACE = Path("tests/integration/test_command_worker_race.py")
+#: The migration checks of the soak, each the arguments of a ``ratchet check``: the booking
+#: saga's (the refund's runs in CI, tests/integration/test_check_migration.py).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    ("specs/booking.yaml", "--migrate-to", "tests/fixtures/booking-v2.yaml", "--kill"),
+)
 STORES = ("sqlite", "postgresql")
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 #: Where the log of a failed run is kept (``bench/results/`` is not committed).
@@ -254,6 +263,31 @@ def simulate(schedules: int, workers: int, env: dict[str, str], out: TextIO) -> 
     return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
 
 
+def check_migrations(
+    checks: Sequence[Sequence[str]], hogs: int, env: dict[str, str], out: TextIO
+) -> int:
+    """Each migration check (the arguments of a ``ratchet check``) with ``hogs`` busy loops
+    running, its output passed through: 1 if any failed."""
+    ratchet = Path(sys.executable).parent / "ratchet"
+    failed = 0
+    hogging, load = Hogs(hogs), Load()
+    with hogging.running(), load.sampling():
+        for args in checks:
+            print(f"$ ratchet check {' '.join(args)}", file=out, flush=True)
+            done = subprocess.run(
+                [str(ratchet), "check", *args], cwd=ROOT, env=env, text=True, capture_output=True
+            )
+            out.write(done.stdout + done.stderr)
+            print(
+                f"migration check: {'passed' if done.returncode == 0 else 'FAILED'} "
+                f"(exit {done.returncode}); load: {load.summary()}",
+                file=out,
+                flush=True,
+            )
+            failed = failed or int(done.returncode != 0)
+    return failed
+
+
 def _shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
@@ -283,8 +317,10 @@ def soak(
     test: Path = RACE,
     stores: Sequence[str] = STORES,
     out: TextIO = sys.stdout,
+    migrations: Sequence[Sequence[str]] = (),
 ) -> int:
-    """The soak (see the module's docstring): its exit status."""
+    """The soak (see the module's docstring): its exit status; ``migrations``: the migration
+    checks to run last (``python -m bench.soak``: :data:`MIGRATIONS`)."""
     env = dict(os.environ)
     env.setdefault("RATCHET_TEST_PG", DEFAULT_PG)
     env["PYTHONUNBUFFERED"] = "1"
@@ -335,6 +371,9 @@ def soak(
             flush=True,
         )
         status = status or (1 if simulated else 0)
+    if migrations:
+        print("", file=out, flush=True)
+        status = check_migrations(migrations, hogs, env, out) or status
     return status
 
 
@@ -352,12 +391,18 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=cores, help=f"simulation processes ({cores})"
     )
     parser.add_argument("--test", type=Path, default=RACE, help=f"the test file ({RACE})")
+    parser.add_argument(
+        "--no-migrations",
+        action="store_true",
+        help="leave out the booking saga's migration check (ratchet check --migrate-to --kill)",
+    )
     args = parser.parse_args(argv)
     if args.runs < 0 or args.schedules < 0 or args.hogs < 0 or args.workers < 1:
         parser.error("--runs, --schedules and --hogs take 0 or more, --workers 1 or more")
     # SIGTERM ends the soak as Ctrl-C does: the hogs are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    return soak(args.runs, args.hogs, args.schedules, args.workers, args.test)
+    checks = () if args.no_migrations else MIGRATIONS
+    return soak(args.runs, args.hogs, args.schedules, args.workers, args.test, migrations=checks)
 
 
 if __name__ == "__main__":

@@ -248,6 +248,12 @@ def drive(runner: Runner, spec: Spec, text: str, example: str) -> RunRecord:
     guard of the approving row holds (a refund above 100 needs a team lead); a
     :class:`UsageError` naming the example when none does."""
     run, _ = runner.start(spec, text, spec.examples[example].input)
+    return carry(runner, run, example)
+
+
+def carry(runner: Runner, run: RunRecord, example: str) -> RunRecord:
+    """Take ``run`` (of ``example``) as far as it goes, approving decisions as :func:`drive`
+    does, under the spec version it is on."""
     for _ in range(50):
         run = runner.advance(run.id)
         if _wait_for_wake_up(runner, run):

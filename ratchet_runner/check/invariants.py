@@ -38,6 +38,11 @@ class ViolationKind(StrEnum):
     """What a violation broke, most serious first (a case's verdict is its most serious kind)."""
 
     DUPLICATE = "duplicate"  # a change made twice: per operation ID, per effect, or its undo
+    # a migration's (``ratchet check --migrate-to``; see ``check.versions``)
+    APPROVAL_ACROSS_VERSIONS = "approval_across_versions"  # given under one, consumed under another
+    RUN_LOST = "run_lost"  # a run the migration found is gone
+    HALF_MIGRATED = "half_migrated"  # record, history, context or timers on two versions
+    STALE_MIGRATION = "stale_migration"  # moved from a state or version it had left
     APPLIED_WITHOUT_WRITE_AHEAD = "applied_without_write_ahead"  # no pending record before it
     NEVER_APPLIED = "never_applied"  # a completed run needed the effect; the provider has none
     LEFT_UNCOMPENSATED = "left_uncompensated"  # a saga ended with a change still made

@@ -12,12 +12,18 @@ from .invariants import ViolationKind
 
 if TYPE_CHECKING:
     from .http import OverHttp
+    from .interrupted import Versions
+    from .migration import MigrationResult
 
 Json = dict[str, Any]
 
 #: The table's verdict for each kind of violation (see ``invariants.ViolationKind``).
 VERDICTS: dict[str, str] = {
     "duplicate": "DUPLICATE",
+    "approval_across_versions": "APPROVAL CROSSED",
+    "run_lost": "RUN LOST",
+    "half_migrated": "HALF-MIGRATED",
+    "stale_migration": "STALE MOVE",
     "applied_without_write_ahead": "NO WRITE-AHEAD",
     "never_applied": "NEVER APPLIED",
     "left_uncompensated": "NOT UNDONE",
@@ -31,7 +37,7 @@ VERDICTS: dict[str, str] = {
 }
 
 
-def worst_kind(result: Result) -> ViolationKind | None:
+def worst_kind(result: Result | MigrationResult) -> ViolationKind | None:
     """The most serious kind among a case's violations (the kinds are declared in that order)."""
     order = list(ViolationKind)
     return min((v.kind for v in result.violations), key=order.index, default=None)
@@ -137,3 +143,80 @@ def check_tally(
         f"{len(failed_cases(results))} with violations under Ratchet's protocol"
         + (f"; {naive_bad} under the naive strategy" if compare else "")
     )
+
+
+# -- a migration checked (``ratchet check OLD --migrate-to NEW``) -----------------------------
+
+MIGRATION_HEADER = f"{'EXAMPLE':<16} {'PHASE':<9} {'WINDOW':<22} {'RESULT'}"
+
+
+def migration_intro(versions: Versions, new_path: str, mapping_path: str | None) -> str:
+    """The line above a migration check's table: which versions, and the mapping."""
+    old, new = versions.old, versions.new
+    mapped = f", with the mapping {mapping_path}" if mapping_path else ""
+    return (
+        f"migrating {old.name} version {old.spec_version} → version {new.spec_version} "
+        f"({new_path}){mapped}: apply (--only-ready) and rollback, crashed at each window"
+    )
+
+
+def migration_row(result: MigrationResult) -> str:
+    """A migration case's line: the runs moved (the crashed migration and the one run again),
+    the changes made by the end, and the verdict from the kind of its worst violation."""
+    c = result.case
+    worst = worst_kind(result)
+    label = "ok" if worst is None else VERDICTS[worst.value]
+    told = f"{result.moved} moved · {result.changes} change(s) · {label}"
+    return f"{c.example:<16} {c.phase:<9} {c.window:<22} {told}"
+
+
+def migration_tally(results: Sequence[MigrationResult], kill: bool) -> str:
+    """The line under a migration check's table."""
+    crashed = sum(1 for r in results if r.crashed)
+    raced = len(results) - crashed
+    runs = sorted({r.runs for r in results})
+    how = "killed with SIGKILL" if kill else "crashed in-process"
+    failed = sum(1 for r in results if not r.ok)
+    return (
+        f"{len(results)} case(s): {crashed} {how} at a commit or the end, {raced} raced by "
+        f"another process; {'/'.join(map(str, runs)) or 0} run(s) per example: "
+        f"{failed} with violations"
+    )
+
+
+def migration_violations(
+    failed: Iterable[MigrationResult],
+    old_path: str,
+    new_path: str,
+    mapping_path: str | None,
+    kill: bool,
+) -> list[str]:
+    """Each failed case: its violations, and the command that runs it again."""
+    flags = (f" --mapping {mapping_path}" if mapping_path else "") + (" --kill" if kill else "")
+    lines = []
+    for result in failed:
+        lines.append(f"VIOLATION {result.case.name}: {'; '.join(map(str, result.violations))}")
+        lines.append(
+            f"  reproduce: ratchet check {old_path} --migrate-to {new_path}{flags} "
+            f"--case {result.case.name}"
+        )
+    return lines
+
+
+def migration_json(
+    old_path: str,
+    new_path: str,
+    mapping_path: str | None,
+    kill: bool,
+    results: Sequence[MigrationResult],
+) -> Json:
+    """``ratchet check --migrate-to --json``: the cases, their violations, every result."""
+    return {
+        "spec": old_path,
+        "migrate_to": new_path,
+        "mapping": mapping_path,
+        "kill": kill,
+        "cases": len(results),
+        "violations": sum(len(r.violations) for r in results),
+        "results": [r.to_json() for r in results],
+    }

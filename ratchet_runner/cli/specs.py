@@ -202,6 +202,21 @@ def diagram(spec: str, view: str, effect: str | None, fmt: str | None, output: s
     help="Also write each case's result as a JSON line to FILE ('-': stdout, instead of the "
     "table) the moment the case ends, so that a stopped check leaves what it found.",
 )
+@click.option(
+    "--migrate-to",
+    "migrate_to",
+    metavar="NEW",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Check instead the migration of SPEC's runs to version NEW: ratchet migrate's apply "
+    "and rollback, killed at each commit and raced at each run, on runs of each example left "
+    "at every place a migration can find one.",
+)
+@click.option(
+    "--mapping",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, exists=True),
+    help="With --migrate-to: the mapping file the migration moves runs by.",
+)
 @with_options("bindings", "json")
 def check(
     spec_path: str,
@@ -210,6 +225,8 @@ def check(
     kill: bool,
     compare: str | None,
     results_path: str | None,
+    migrate_to: str | None,
+    mapping: str | None,
     how: How,
 ) -> None:
     """Run every crash window of every effect for real, and prove no effect happens twice.
@@ -223,7 +240,28 @@ def check(
     the naive strategy under --compare are the point of the comparison, not failures. Adapters
     the binding binds to http go through the HTTP adapter to the case's practice world, served
     on 127.0.0.1 (never to the host the binding names).
+
+    With --migrate-to NEW, the migration of SPEC's runs to NEW is checked instead: for each
+    example, runs left at its first decision, approved, at each crash window of each effect,
+    and ended; ratchet migrate NEW --apply --only-ready, then its rollback, each killed as each
+    of its commits is sent and once it is done (commit-K, after), and raced by another process
+    between reading each run and writing it (raced:KEY). After each, the migration is run
+    again and every run carried to its end; exit 1 if any run is lost, half-migrated, moved
+    from where it no longer stood, makes an effect twice, has an approval consumed under another
+    version than it was given under, or loses a compensation.
+
+    \b
+    Examples:
+      ratchet check specs/refund.yaml --kill
+      ratchet check specs/refund.yaml --migrate-to refund-v2.yaml --kill
     """
+    if migrate_to is not None:
+        _check_migration(
+            spec_path, migrate_to, mapping, examples, case, kill, compare, results_path, how
+        )
+        return
+    if mapping is not None:
+        raise click.BadParameter("goes with --migrate-to NEW", param_hint="--mapping")
     from ..check import cases as checks
     from ..check import report
     from ..check.plan import plan
@@ -265,6 +303,76 @@ def check(
         say(f"ratchet: stopped after {len(results)} of {len(selected)} run(s): see above")
         sys.exit(130)
     sys.exit(EXIT_INVALID if failed or planned.findings else EXIT_OK)  # an invalid spec fails too
+
+
+def _check_migration(
+    spec_path: str,
+    new_path: str,
+    mapping_path: str | None,
+    examples: tuple[str, ...],
+    case: str | None,
+    kill: bool,
+    compare: str | None,
+    results_path: str | None,
+    how: How,
+) -> None:
+    """``ratchet check SPEC --migrate-to NEW``: the migration's cases, as ``check`` runs its
+    own (a table streamed, or JSON lines; a progress bar; the tally; the failed cases)."""
+    from ..check import report
+    from ..check.migration import MigrationCheck, load_versions, run_cases
+    from ..check.plan import examples_to_check
+
+    if how.as_json and results_path == "-":
+        raise click.BadParameter(
+            "stdout holds one of them: --json or --results -", param_hint="--results"
+        )
+    if compare is not None:
+        raise click.BadParameter(
+            "the naive strategy is never migrated: no --compare with --migrate-to",
+            param_hint="--compare",
+        )
+    if how.bindings is not None:
+        raise click.BadParameter(
+            "a migration check runs each run against its own practice world in-process: no "
+            "--bindings with --migrate-to",
+            param_hint="--bindings",
+        )
+    versions, findings = load_versions(spec_path, new_path, mapping_path, hint=hinted)
+    for finding in findings:
+        say(f"{finding.format()} (checking anyway, to show what it causes)")
+    with hinted("--example"):
+        chosen = examples_to_check(versions.old, examples)
+    table = not how.as_json and results_path != "-"
+    with MigrationCheck(versions, chosen) as checking:
+        with hinted("--case"):
+            selected = [checking.case_named(case)] if case else checking.cases()
+        if table:
+            click.echo(report.migration_intro(versions, new_path, mapping_path))
+            click.echo(report.MIGRATION_HEADER)
+        shown = sys.stderr.isatty() and (not table or not sys.stdout.isatty())
+        results, stopped = run_checks(
+            run_cases(checking, selected, kill=kill),
+            len(selected),
+            1,
+            results_path,
+            (lambda pair: click.echo(report.migration_row(pair["ratchet"]))) if table else None,
+            sys.stderr if shown else io.StringIO(),
+        )
+    failed = [r for r in results if not r.ok]
+    if how.as_json:
+        emit_json(
+            report.migration_json(spec_path, new_path, mapping_path, kill, results)
+            | {"stopped": stopped}
+        )
+    else:
+        click.echo(report.migration_tally(results, kill), err=not table)
+        echo_lines(
+            report.migration_violations(failed, spec_path, new_path, mapping_path, kill), err=True
+        )
+    if stopped:
+        say(f"ratchet: stopped after {len(results)} of {len(selected)} case(s): see above")
+        sys.exit(130)
+    sys.exit(EXIT_INVALID if failed or findings else EXIT_OK)
 
 
 #: The commands, as :mod:`.main` adds them to the group.

@@ -24,7 +24,7 @@ change each run's move is, kept together so that apply and rollback undo each ot
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,6 +54,9 @@ STAYS, MOVES, MAPPED, DECIDE, WAIT, REFUSED = (
 READY = (MOVES, MAPPED, DECIDE)
 #: How a run left because another process moved or held it meanwhile is said.
 BUSY = "busy"
+#: Called with a run's ID once its move (or its move back) is read and decided, just before the
+#: move is written: where ``ratchet check --migrate-to`` lets another process act on the run.
+Interrupt = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -250,11 +253,13 @@ def apply(
     mapping: VersionMapping | None = None,
     only_ready: bool = False,
     migration: str | None = None,
+    interrupt: Interrupt | None = None,
 ) -> Applied:
     """Move every run the plan finds ready to ``new`` (whose exact text is ``text``), each in one
     transaction, recording ``by`` and the migration's ID (a new one unless given). Without
     ``only_ready``, a plan with a run that cannot move is refused whole, nothing moved
-    (:class:`MigrationRefused`)."""
+    (:class:`MigrationRefused`). ``interrupt`` is called with each run's ID just before its move
+    is written."""
     first = plan(store, new, mapping)
     if first.held and not only_ready:
         shown = ", ".join(f"{r.run_id} ({r.verdict})" for r in first.held[:5])
@@ -272,7 +277,7 @@ def apply(
         if planned.verdict not in READY:
             done.left.append((planned.run_id, planned.verdict))
             continue
-        _move(store, new, planned.run_id, by, now, mapping, done)
+        _move(store, new, planned.run_id, by, now, mapping, done, interrupt)
     return done
 
 
@@ -284,6 +289,7 @@ def _move(
     now: float,
     mapping: VersionMapping | None,
     done: Applied,
+    interrupt: Interrupt | None = None,
 ) -> None:
     """Move one run, if its verdict, taken again now, still lets it."""
     try:
@@ -304,8 +310,10 @@ def _move(
     old = _specs(store, [run.spec_digest])[run.spec_digest]
     armed = [t for t in store.timers(run.id) if t.fired_at is None]
     change = _migration_change(run, armed, old, new, again, by, now, mapping, done.migration)
+    if interrupt is not None:
+        interrupt(run_id)
     try:
-        store.commit(change)
+        _write(store, change)
     except (VersionConflict, LeaseLost) as exc:
         done.left.append((run_id, f"{BUSY}: {exc}; plan again"))
         return
@@ -395,11 +403,20 @@ def _pause(
     return record
 
 
-def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -> Applied:
+def rollback(
+    store: Store,
+    workflow: str,
+    migration: str,
+    by: str,
+    now: float,
+    *,
+    interrupt: Interrupt | None = None,
+) -> Applied:
     """Move the runs migration ``migration`` moved back to the versions and states they came
     from, each in one transaction, where each still stands where the migration put it and has
     made no call, recorded no decision and received no signal since; the others are left, each
-    with why."""
+    with why. ``interrupt`` is called with each run's ID just before its move back is
+    written."""
     done = Applied(migration)
     ours = [
         r
@@ -443,8 +460,10 @@ def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -
             from_state=run.state,
             to_state=back.name,
         )
+        if interrupt is not None:
+            interrupt(run.id)
         try:
-            store.commit(change)
+            _write(store, change)
         except (VersionConflict, LeaseLost) as exc:
             done.left.append((run.id, f"{BUSY}: {exc}; roll back again"))
             continue
@@ -454,6 +473,14 @@ def rollback(store: Store, workflow: str, migration: str, by: str, now: float) -
             )
         )
     return done
+
+
+def _write(store: Store, change: Change) -> None:
+    """Write one run's move (or move back) as one transaction, compare-and-set on the run's
+    version as read: a run another process moved meanwhile raises
+    :class:`~ratchet_runner.errors.VersionConflict`, one it holds under a live lease
+    :class:`~ratchet_runner.errors.LeaseLost`, and nothing is written."""
+    store.commit(change)
 
 
 def _kept_by_new_version(store: Store, run: RunRecord) -> str | None:

@@ -96,3 +96,23 @@ def test_a_store_whose_test_did_not_run_counts_as_not_passed(soak: ModuleType, r
     out = io.StringIO()
     assert soak.soak(runs=1, hogs=0, test=race, stores=("sqlite", "mysql"), out=out) == 1
     assert "run 1 mysql: missing" in out.getvalue()
+
+
+def test_the_soak_runs_its_migration_checks_and_fails_when_one_fails(
+    soak: ModuleType, race: Path, tmp_path: Path
+) -> None:
+    """A migration check that passes passes; one that fails (here, a mapping that names a state
+    the old version lacks: exit 1) fails the soak, and its output is shown."""
+    bad = tmp_path / "mapping.yaml"
+    bad.write_text("states: {nowhere: proposed}\n", encoding="utf-8")
+    refund = ("specs/refund.yaml", "--migrate-to", "tests/fixtures/refund-v2.yaml")
+    one = ("--case", "T-90104:apply:commit-2")
+    out = io.StringIO()
+    assert soak.soak(runs=1, hogs=0, test=race, out=out, migrations=[(*refund, *one)]) == 0
+    assert "migration check: passed (exit 0)" in out.getvalue()
+    assert "1 case(s): 1 crashed in-process" in out.getvalue()
+    out = io.StringIO()
+    failing = [(*refund, "--mapping", str(bad), *one)]
+    assert soak.soak(runs=1, hogs=0, test=race, out=out, migrations=failing) == 1
+    assert "migration check: FAILED (exit 1)" in out.getvalue()
+    assert "V204" in out.getvalue()

@@ -42,6 +42,12 @@ ALLOWED = {
     ): "counts the POSTs the practice server receives, from this process or a check's killed "
     "child, to prove every call of a case went over the wire; the server's request handler is "
     "the one place that sees them all",
+    (
+        "tests/integration/test_check_migration.py",
+        "ratchet_runner.evolve.migrate._write",
+    ): "breaks the migration's write on purpose (no compare-and-set; two commits), to show that "
+    "`ratchet check --migrate-to` catches each; no public seam may offer a migration without "
+    "its compare-and-set",
 }
 
 
