@@ -54,6 +54,35 @@ def shown(text: str, limit: int = 60) -> str:
     return printable(text)
 
 
+#: Characters that mean something to Mermaid, as its entity codes: ``#`` itself too, so that no
+#: text can spell an entity.
+_MERMAID = {
+    '"': "#quot;",
+    "#": "#35;",
+    ";": "#59;",
+    "<": "#lt;",
+    ">": "#gt;",
+    "&": "#amp;",
+    "%": "#37;",
+    "`": "#96;",
+    "|": "#124;",
+    "[": "#91;",
+    "]": "#93;",
+    "{": "#123;",
+    "}": "#125;",
+    "\\": "#92;",
+}
+
+
+def mermaid_label(text: str) -> str:
+    """``text`` safe in a Mermaid label (``ratchet diagram --format mermaid``, ``ratchet diff
+    --format markdown``): one line, each character Mermaid reads as syntax as its entity code,
+    so that a quote cannot end a label, a ``;`` or ``#`` cannot end a statement and no text can
+    spell markup; and the words its pre-parser rewrites (``style``, ``classDef``) broken up."""
+    escaped = "".join(_MERMAID.get(char, char) for char in " ".join(text.split()))
+    return escaped.replace("style", "#115;tyle").replace("classDef", "#99;lassDef")
+
+
 def is_unicode(text: str) -> bool:
     """Whether ``text`` is valid Unicode: no lone surrogate (which is how Python hands over
     bytes that are not UTF-8, and what a JSON ``"\\ud800"`` decodes to)."""

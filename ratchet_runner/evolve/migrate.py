@@ -338,6 +338,7 @@ def _migration_change(
         "from_digest": old.digest,
         "from_version": old.spec_version,
         "from_state": run.state,
+        "to_version": new.spec_version,
         "to_state": target.name,
         "at": now,
         "by": by,
@@ -423,10 +424,17 @@ def rollback(
         for r in store.open_runs(workflow)
         if r.context.get("migrated", {}).get("migration") == migration
     ]
-    if not ours:
+    for ended in _ended_under(store, workflow, migration):
+        version = ended.context["migrated"].get("to_version") or "the new version"
+        done.left.append(
+            (
+                ended.id,
+                f"it ended under version {version} ({ended.state}, {ended.status}): it stays on it",
+            )
+        )
+    if not ours and not done.left:
         raise MigrationRefused(
-            f"no unfinished run of {workflow!r} was moved by migration {migration!r}: nothing "
-            "to roll back"
+            f"no run of {workflow!r} was moved by migration {migration!r}: nothing to roll back"
         )
     for run in ours:
         why = _kept_by_new_version(store, run)
@@ -473,6 +481,28 @@ def rollback(
             )
         )
     return done
+
+
+def _ended_under(store: Store, workflow: str, migration: str) -> list[RunRecord]:
+    """The runs of ``workflow`` that migration ``migration`` moved and that ended since, under
+    the version it moved them to (every ended run of the workflow is read: a rollback is
+    rare, and a run's ``updated_at`` is written by other processes' clocks)."""
+    found: list[RunRecord] = []
+    page = 500
+    for status in (RunStatus.DONE, RunStatus.CANCELLED):
+        offset = 0
+        while True:
+            runs = store.list_runs(status, page, offset=offset, workflow=workflow)
+            found += [r for r in runs if _moved_by(r, migration)]
+            if len(runs) < page:
+                break
+            offset += page
+    return sorted(found, key=lambda r: r.id)
+
+
+def _moved_by(run: RunRecord, migration: str) -> bool:
+    came = run.context.get("migrated")
+    return came is not None and came.get("migration") == migration
 
 
 def _write(store: Store, change: Change) -> None:

@@ -10,6 +10,7 @@ diagrams are: no text of a spec can end a label or a statement, or spell markup.
 
 from __future__ import annotations
 
+from ..settings import mermaid_label
 from .diff import ENDED_KINDS, RowPair, SpecDiff
 
 #: The classes a state is drawn in, by what the change did to it.
@@ -19,32 +20,6 @@ CLASSES = {
     "removed": "fill:#fee2e2,stroke:#b91c1c,stroke-width:2px,color:#111827,stroke-dasharray:5 3",
     "same": "fill:#f9fafb,stroke:#6b7280,stroke-width:1px,color:#111827",
 }
-
-#: Characters that mean something to Mermaid, as its entity codes (``#`` itself too, so that
-#: no text can spell an entity).
-_ENTITIES = {
-    '"': "#quot;",
-    "#": "#35;",
-    ";": "#59;",
-    "<": "#lt;",
-    ">": "#gt;",
-    "&": "#amp;",
-    "%": "#37;",
-    "`": "#96;",
-    "|": "#124;",
-    "[": "#91;",
-    "]": "#93;",
-    "{": "#123;",
-    "}": "#125;",
-    "\\": "#92;",
-}
-
-
-def escape(text: str) -> str:
-    """``text`` as a Mermaid label: one line, every character Mermaid reads as syntax as its
-    entity code (and the words its pre-parser looks for broken up)."""
-    escaped = "".join(_ENTITIES.get(char, char) for char in " ".join(text.split()))
-    return escaped.replace("style", "#115;tyle").replace("classDef", "#99;lassDef")
 
 
 def state_class(changes: SpecDiff, name: str) -> str:
@@ -91,13 +66,13 @@ def mermaid(changes: SpecDiff) -> str:
     lines = ["stateDiagram-v2", "    direction TB"]
     for name in names:
         state = new.states.get(name) or old.states[name]
-        lines.append(f'    state "{escape(name)}" as {ids[name]}')
-        lines.append(f"    {ids[name]} : {escape(state.kind)}")
+        lines.append(f'    state "{mermaid_label(name)}" as {ids[name]}')
+        lines.append(f"    {ids[name]} : {mermaid_label(state.kind)}")
     lines.append(f"    [*] --> {ids[new.start]}")
     effects = {c.subject for c in changes.changes if c.thing == "effect" and c.what == "effect"}
     for pair in changes.rows:
         row = pair.row
-        label = escape(_label(pair, effects))
+        label = mermaid_label(_label(pair, effects))
         lines.append(f"    {ids[row.state]} --> {ids[row.next_state]} : {label}")
     for name in names:
         state = new.states.get(name) or old.states[name]

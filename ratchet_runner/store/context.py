@@ -13,7 +13,7 @@ Which module writes each key: the runner (on creation), ``timers``, ``controls``
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 
 class Budget(TypedDict, total=False):
@@ -55,6 +55,8 @@ class Migrated(TypedDict):
     from_digest: str
     from_version: int
     from_state: str
+    #: The version it was moved to (missing in a record written before it was kept).
+    to_version: NotRequired[int]
     to_state: str
     at: float
     by: str

@@ -3,10 +3,12 @@ runner and the practice world in every state a change cares about, on SQLite and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from ratchet_runner.evolve.mapping import mapping_from_text
 from ratchet_runner.evolve.migrate import (
     BUSY,
     DECIDE,
+    MAPPED,
     MOVES,
     REFUSED,
     WAIT,
@@ -179,6 +182,27 @@ def test_rollback_moves_back_the_runs_that_did_nothing_under_the_new_version(
     assert store.get_run(seeded["holding"]).spec_digest == new.digest
     with pytest.raises(MigrationRefused, match="nothing to roll back"):
         rollback(store, "refund", "mig_nosuch", "ops-lead", clock.now())
+
+
+def test_rollback_names_each_run_that_ended_under_the_new_version(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    """A run that ended on the new version since the migration stays on it, and the rollback
+    says so, even when it is the migration's only run."""
+    seeded = seed_refunds(make_runner, world)
+    _, text = spec_and_text("refund")
+    new, new_text = second(text)
+    done = apply(store, new, new_text, "ops-lead", clock.now(), only_ready=True)
+    runner = make_runner()
+    assert decide(runner, seeded["waiting"], "approve", "agent-7", "agent").changed
+    assert runner.advance(seeded["waiting"]).state == "refunded"  # ended under version 2
+    back = rollback(store, "refund", done.migration, "ops-lead", clock.now())
+    left = dict(back.left)
+    assert "it ended under version 2 (refunded, done)" in left[seeded["waiting"]]
+    assert seeded["waiting"] not in {r.run_id for r in back.moved}
+    # the others went back; a second rollback has only the ended run to name, and names it
+    again = rollback(store, "refund", done.migration, "ops-lead", clock.now())
+    assert (again.moved, [r for r, _ in again.left]) == ([], [seeded["waiting"]])
 
 
 def waiting_under_cli(
@@ -416,3 +440,102 @@ def test_the_plan_says_why_a_run_untouched_by_any_hazard_is_asked_again(
     code, out, _ = run_cli(capsys, "migrate", str(v2))
     assert code == 0
     assert "      it holds or awaits an approval, bound to the spec and policy versions" in out
+
+
+class _Stop(BaseException):
+    """The process that took a booking this far dies here (nothing catches it on the way)."""
+
+
+def _stopped_at(point: str, effect: str) -> Any:
+    def interrupt(reached: str, at: str) -> None:
+        if (reached, at) == (point, effect):
+            raise _Stop
+
+    return interrupt
+
+
+def test_the_bookings_runs_get_their_verdicts_and_one_mapped_with_no_approval_moves_with_mapping(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    """Version 2 renames ``needs_operator``; the mapping moves runs there. A booking left to an
+    operator before any approval moves with the mapping. One awaiting the agent's decision is
+    asked again. One whose confirmation is written ahead waits: its approval's digest changes
+    with the version. One whose hotel hold, or flight release, is written ahead moves: neither
+    effect changes. Carried on afterwards, each ends as it would have, with every hold made
+    once and every release once."""
+    spec, text = spec_and_text("booking")
+    base = spec.examples["happy"].input
+    new, new_text = second(text, needs_operator="ops_queue")
+    mapping = mapping_from_text("states: {needs_operator: ops_queue}\n", "move.yaml")
+
+    def booking(trip: str, interrupt: Any = None, approve: bool = False) -> str:
+        runner = make_runner(interrupt=interrupt)
+        run, _ = runner.start(spec, text, {**base, "trip": trip})
+        with contextlib.suppress(_Stop):
+            runner.advance(run.id)
+            if approve:
+                decide(runner, run.id, "approve", "agent-1", "travel_agent")
+                runner.advance(run.id)
+        stopped = store.get_run(run.id)
+        if stopped.lease_token:  # its process died: the lease lapses
+            store.release(run.id, stopped.lease_token)
+        return run.id
+
+    seeded = {"flight_held": booking("TRIP-3001", _stopped_at("after-receipt", "hold_flight"))}
+    seeded["approving"] = booking("TRIP-3002")
+    seeded["confirming"] = booking(
+        "TRIP-3003", _stopped_at("before-write", "confirm_itinerary"), approve=True
+    )
+    world.add_fault("hold_hotel", "refuse", times=1)
+    seeded["releasing"] = booking("TRIP-3004", _stopped_at("before-write", "release_flight"))
+    world.add_fault("hold_flight", "unavailable", times=3)
+    seeded["stranded"] = booking("TRIP-3005")
+    assert {k: store.get_run(v).state for k, v in seeded.items()} == {
+        "flight_held": "holding_hotel",
+        "approving": "approving",
+        "confirming": "confirming",
+        "releasing": "releasing",
+        "stranded": "needs_operator",
+    }
+
+    found = {r.run_id: r for r in plan(store, new, mapping).runs}
+    assert {k: (found[v].verdict, found[v].to_state) for k, v in seeded.items()} == {
+        "flight_held": (MOVES, "holding_hotel"),
+        "approving": (DECIDE, "approving"),
+        "confirming": (WAIT, "confirming"),
+        "releasing": (MOVES, "releasing"),
+        "stranded": (MAPPED, "ops_queue"),
+    }
+    done = apply(store, new, new_text, "ops", clock.now(), mapping=mapping, only_ready=True)
+    assert {r.run_id for r in done.moved} == {
+        seeded[k] for k in ("flight_held", "approving", "releasing", "stranded")
+    }
+    assert dict(done.left) == {seeded["confirming"]: WAIT}
+    stranded = store.get_run(seeded["stranded"])
+    assert (stranded.state, stranded.status, stranded.spec_digest) == (
+        "ops_queue",
+        "needs_person",
+        new.digest,
+    )
+
+    ends = {}
+    for name, run_id in seeded.items():
+        for _ in range(10):  # a worker's passes, time moving on to each wake-up
+            run = make_runner().advance(run_id)
+            if run.state == "approving" and run.status == "waiting":
+                decide(make_runner(), run_id, "approve", "agent-1", "travel_agent")
+            elif run.status == "running" and run.wake_at is not None:
+                clock.advance(max(0.0, run.wake_at - clock.now()))
+            elif run.status != "running":
+                break
+        ends[name] = run.state
+    assert ends == {
+        "flight_held": "confirmed",
+        "approving": "confirmed",
+        "confirming": "confirmed",  # on version 1, on the approval given under it
+        "releasing": "released",
+        "stranded": "ops_queue",
+    }
+    made = Counter((c.effect, c.args.get("trip") or c.args.get("hold_id")) for c in world.changes())
+    assert made, "no change made"
+    assert max(made.values()) == 1, made  # nothing made, or undone, twice

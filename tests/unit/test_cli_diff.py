@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ratchet_runner.evolve.diff import diff
-from ratchet_runner.evolve.picture import CLASSES, escape, mermaid
+from ratchet_runner.evolve.picture import CLASSES, mermaid
+from ratchet_runner.settings import mermaid_label as escape
 from ratchet_runner.spec.validate import load_spec
 from tests.conftest import ROOT, SPECS, run_cli
 

@@ -21,7 +21,7 @@ from ratchet_runner.errors import GraphvizNotFound
 from ratchet_runner.review.diagram import draw as diagram
 from ratchet_runner.review.diagram import saga as saga_view
 from ratchet_runner.review.diagram.dot import RED
-from ratchet_runner.review.diagram.mermaid import mermaid_escape
+from ratchet_runner.settings import mermaid_label as mermaid_escape
 from ratchet_runner.spec.model import Compensation, Effect, Retry, Row, Spec, State
 from ratchet_runner.spec.paths import MAX_HISTORIES, histories_before
 from ratchet_runner.spec.validate import validate_path, validate_text

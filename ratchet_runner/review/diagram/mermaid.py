@@ -8,39 +8,15 @@ cannot end a statement, and no text can spell markup.
 
 from __future__ import annotations
 
+from ...settings import mermaid_label
 from .dot import CLUSTER_STYLES, EDGE_STYLES, NODE_STYLES
 from .model import Graph, Line, Node
-
-#: Characters that mean something to Mermaid, as its entity codes. ``#`` itself is escaped, so
-#: that no text can spell an entity, and so are the words its pre-parser looks for.
-_MERMAID = {
-    '"': "#quot;",
-    "#": "#35;",
-    ";": "#59;",
-    "<": "#lt;",
-    ">": "#gt;",
-    "&": "#amp;",
-    "%": "#37;",
-    "`": "#96;",
-    "|": "#124;",
-    "[": "#91;",
-    "]": "#93;",
-    "{": "#123;",
-    "}": "#125;",
-    "\\": "#92;",
-}
-
-
-def mermaid_escape(text: str) -> str:
-    escaped = "".join(_MERMAID.get(char, char) for char in " ".join(text.split()))
-    # Mermaid's pre-parser rewrites "style ...:#...;" and "classDef ...:#...;" lines.
-    return escaped.replace("style", "#115;tyle").replace("classDef", "#99;lassDef")
 
 
 def _mm_lines(lines: tuple[Line, ...]) -> str:
     parts = []
     for line in lines:
-        text = mermaid_escape(line.text)
+        text = mermaid_label(line.text)
         if line.style in ("title", "unsafe"):
             text = f"<b>{text}</b>"
         elif line.style == "code":
@@ -79,11 +55,11 @@ def _mermaid_states(graph: Graph) -> str:
         if node.id in starts:
             continue
         title, *rest = node.lines
-        out.append(f'    state "{mermaid_escape(title.text)}" as {node.id}')
-        out.extend(f"    {node.id} : {mermaid_escape(line.text)}" for line in rest)
+        out.append(f'    state "{mermaid_label(title.text)}" as {node.id}')
+        out.extend(f"    {node.id} : {mermaid_label(line.text)}" for line in rest)
     for edge in graph.edges:
         tail = "[*]" if edge.tail in starts else edge.tail
-        label = " · ".join(mermaid_escape(line.text) for line in _joined(edge.lines))
+        label = " · ".join(mermaid_label(line.text) for line in _joined(edge.lines))
         out.append(f"    {tail} --> {edge.head}" + (f" : {label}" if label else ""))
     out.extend(f"    {final} --> [*]" for final in graph.finals)
     out.extend(_class_defs(graph))
