@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
         SpecError,
         StepFailed,
         StoreError,
+        StoreRevision,
         UsageError,
         VersionConflict,
         WorldError,
@@ -137,6 +138,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "StepFailed",
     "Store",
     "StoreError",
+    "StoreRevision",
     "SystemClock",
     "Transient",
     "UsageError",
@@ -188,7 +190,8 @@ _HOMES: dict[str, str] = {
         " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound HistoriesInvalid"
         " InputConflict"
         " LeaseLost LeaseTooShort OperatorRefused RatchetError RunBusy RunError RunNotFound"
-        " SignalRefused SpecError StepFailed StoreError UsageError VersionConflict WorldError"
+        " SignalRefused SpecError StepFailed StoreError StoreRevision UsageError VersionConflict"
+        " WorldError"
     ),
 }
 _RENAMED = {

@@ -23,7 +23,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   │   └── LeaseLost       R304  another worker holds (or took over) the run's lease
     │   │       └── RunBusy     R305  another process holds the run under a live lease
     │   ├── RunNotFound         R302  no run has that ID
-    │   └── DuplicateOperation  R303  an operation ID is already recorded (idempotency is data)
+    │   ├── DuplicateOperation  R303  an operation ID is already recorded (idempotency is data)
+    │   └── StoreRevision       R306  the store's schema is older or newer than this Ratchet's
     └── RunError                R400  a run cannot take that step
         ├── ApprovalError       R401  no valid approval covers the effect, or a decision is refused
         │   ├── ApprovalExpired R403  the approval expired before the effect ran
@@ -286,6 +287,14 @@ class DuplicateOperation(StoreError):
     """That operation ID is already recorded."""
 
     code = "R303"
+
+
+class StoreRevision(StoreError):
+    """The store's schema is at another revision than this Ratchet's: older (``ratchet db
+    upgrade`` moves it to this code's; SQLite upgrades itself) or newer (a newer Ratchet moved
+    it on). Nothing was changed."""
+
+    code = "R306"
 
 
 class RunError(RatchetError):

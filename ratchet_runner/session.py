@@ -216,6 +216,15 @@ class Session:
         default store's URL is built from the home's path (which may hold ``?`` or ``%``); when
         the store is there and the home cannot be written (a read-only mount), it is opened for
         reading: the read commands work, a change is refused by the database."""
+        url, create = self.store_url()
+        store = Store(url, practice=self.url is None, create=create)
+        self._opened.append(store)
+        return store
+
+    def store_url(self) -> tuple[str | None, bool]:
+        """The URL of the session's store (None: ``$RATCHET_DB``, or the default), and whether
+        it may be written: the default store under a home that cannot be written is opened for
+        reading."""
         url, create = self.url, True
         if url is None and (self.home is not None or not os.environ.get(ENV_DB)):
             folder = home_folder(self.home)
@@ -224,9 +233,7 @@ class Session:
                 os.access(folder, os.W_OK) and os.access(path, os.W_OK)
             )
             url, create = sqlite_url(path, read_only=read_only), not read_only
-        store = Store(url, practice=self.url is None, create=create)
-        self._opened.append(store)
-        return store
+        return url, create
 
     def clock_for(self, store: Store) -> Clock:
         """The clock commands on ``store`` run by: the session's given clock, else

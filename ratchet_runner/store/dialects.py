@@ -64,6 +64,10 @@ class Dialect:
     def lock_schema(self, conn: Connection) -> None:
         """Serialise schema creation between processes (SQLite's BEGIN IMMEDIATE already does)."""
 
+    def limit_locks(self, conn: Connection, seconds: float) -> None:
+        """Within a schema revision's transaction: give up on a lock not granted in ``seconds``
+        (PostgreSQL's ``lock_timeout``; SQLite's writer holds the whole database already)."""
+
     def now(self) -> Any:
         """The database's own clock, in epoch seconds: leases expire by it, not by a worker's."""
         return func.extract("epoch", func.now())
@@ -162,6 +166,9 @@ class PostgreSQL(Dialect):
     def autocommit(self, engine: Engine) -> Engine:
         # No BEGIN, no ROLLBACK: a read (or a one-statement write) is one round trip.
         return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def limit_locks(self, conn: Connection, seconds: float) -> None:
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(seconds * 1000)}ms'")
 
     def lock_schema(self, conn: Connection) -> None:
         # Workers opening a fresh schema at once would race to CREATE TABLE (duplicate key in

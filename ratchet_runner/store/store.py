@@ -29,8 +29,9 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import Pool
 
 from ..clock import Clock, SystemClock
-from ..errors import RunNotFound, StoreError
+from ..errors import RunNotFound, StoreError, StoreRevision
 from ..words import ENDED, EventKind, RunStatus
+from . import schema
 from .bell import Bell, arms_soon, bell_for, wakes
 from .dialects import (
     close_engine,
@@ -103,12 +104,19 @@ class Store:
         create: bool = True,
         practice: bool = False,
         clock: Clock | None = None,
+        upgrade: bool | None = None,
+        checked: bool = True,
     ) -> None:
-        """Open the store at ``url`` (default: :func:`default_url`), creating its tables when
-        ``create``. ``practice`` records, when this call creates the store, that it is a
-        practice store (see :meth:`is_practice`); opening an existing store never changes what
-        it is. ``clock`` is the clock leases expire by on SQLite (default: the system clock; a
-        simulation injects its own); PostgreSQL's leases expire by the server's clock."""
+        """Open the store at ``url`` (default: :func:`default_url`): a new store is made at this
+        code's schema revision when ``create``; an older one is upgraded when ``create`` and
+        ``upgrade`` (default: on SQLite, never on another database), else refused, and a newer
+        one refused (:class:`~ratchet_runner.errors.StoreRevision`; see
+        :mod:`~ratchet_runner.store.schema`). ``practice`` records, when this call creates
+        the store, that it is a practice store (see :meth:`is_practice`); opening an existing
+        store never changes what it is. ``clock`` is the clock leases expire by on SQLite
+        (default: the system clock; a simulation injects its own); PostgreSQL's leases expire
+        by the server's clock. ``checked=False`` opens it whatever its schema revision, and
+        changes nothing of it: what ``ratchet db`` reads and moves it with."""
         self.url = url or default_url()
         self.clock: Clock = clock or SystemClock()
         #: Rung after each commit here that is a wake-up (:func:`wakes`), for this process's
@@ -125,8 +133,17 @@ class Store:
             self._db_now = self.dialect.now()
             writer = _WRITERS.get(self.dialect.name, Writer)
             self._writer = writer(self.engine, self.dialect, self.clock)
-            if create:
-                self._writer.create_schema(self.dialect, practice)
+            if upgrade is None:
+                upgrade = self.dialect.name == "sqlite"
+            if checked:
+                schema.prepare(self, create=create, practice=practice, upgrade=upgrade)
+        except StoreRevision:
+            self.close()
+            raise
+        except StoreError as exc:  # a setting refused, or the database failed on the schema
+            if hasattr(self, "engine"):
+                self.close()
+            raise StoreError(f"cannot open the store at {redact(self.url)}: {exc}") from None
         except SQLAlchemyError as exc:
             raise StoreError(
                 f"cannot open the store at {redact(self.url)}: {failure(exc)}"
@@ -143,6 +160,13 @@ class Store:
         """Open new connections from now on, instead of reusing pooled ones that may be dead (after
         an outage); a connection in use now is closed once it is given back."""
         retire_pool(self.engine, self._retired)
+
+    @contextmanager
+    def schema_transaction(self) -> Iterator[Connection]:
+        """A write transaction holding the schema's lock (see
+        :mod:`~ratchet_runner.store.schema`)."""
+        with self._writer.schema_transaction(self.dialect) as conn:
+            yield conn
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

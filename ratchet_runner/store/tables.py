@@ -395,14 +395,9 @@ def refuse_unfit(rows: Iterable[tuple[str, Mapping[str, Any], str]]) -> None:
             raise UnstorableValue(f"cannot store {problem}; nothing was written")
 
 
-def create_schema(conn: Connection, practice: bool) -> None:
-    """Create the tables and indexes a store lacks (an index added since its tables were made
-    too), and record in ``meta`` when the store was created, and whether as a practice store,
-    unless that is recorded already."""
-    metadata.create_all(conn)
-    for table in metadata.sorted_tables:
-        for index in table.indexes:
-            index.create(conn, checkfirst=True)
+def record_creation(conn: Connection, practice: bool) -> None:
+    """Record in ``meta`` when the store was created, and whether as a practice store, unless
+    that is recorded already."""
     known = conn.execute(select(meta.c.key).where(meta.c.key == "created_at")).first()
     if known is not None:
         return

@@ -56,7 +56,6 @@ from .tables import (
     JSON_TYPE,
     RUN_TABLES,
     approvals,
-    create_schema,
     duplicates,
     events,
     evidence_keys,
@@ -188,11 +187,13 @@ class Writer:
         self._cas_free = _cas_run(self._free)
         self._cas_take = _cas_taking(self._free, self._db_now)
 
-    def create_schema(self, dialect: Dialect, practice: bool) -> None:
-        """Create what the store lacks, one process at a time (see :func:`create_schema`)."""
-        with self._transaction.begin() as conn:
+    @contextmanager
+    def schema_transaction(self, dialect: Dialect) -> Iterator[Connection]:
+        """A write transaction holding the schema's lock: one process at a time reads or moves
+        the store's schema revision (see :mod:`~ratchet_runner.store.schema`)."""
+        with failures(), self._transaction.begin() as conn:
             dialect.lock_schema(conn)
-            create_schema(conn, practice)
+            yield conn
 
     def db_now(self) -> float:
         """Now by the database's clock, in epoch seconds: this host's, read through the

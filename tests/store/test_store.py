@@ -21,8 +21,14 @@ import pytest
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from ratchet_runner.errors import DuplicateOperation, RunNotFound, StoreError, VersionConflict
-from ratchet_runner.store import dialects
+from ratchet_runner.errors import (
+    DuplicateOperation,
+    RunNotFound,
+    StoreError,
+    StoreRevision,
+    VersionConflict,
+)
+from ratchet_runner.store import dialects, schema
 from ratchet_runner.store.postgres import PostgresWriter
 from ratchet_runner.store.records import Change, NewRun, RunRecord
 from ratchet_runner.store.store import Store
@@ -648,10 +654,19 @@ def test_finding_the_related_runs_is_an_index_lookup(store: Store) -> None:
 
 
 def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: str) -> None:
+    """A store made before the schema had revisions (and before ``evidence_keys``): opening it
+    makes the table it lacks and records the first revision."""
     store = Store(store_url)
     with store.engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE evidence_keys")
+        conn.exec_driver_sql("DROP TABLE ratchet_schema_version")
     store.close()
+    if not store_url.startswith("sqlite"):  # PostgreSQL never upgrades itself: an operator does
+        with pytest.raises(StoreRevision, match="ratchet db upgrade"):
+            Store(store_url)
+        upgrading = Store(store_url, checked=False)
+        assert schema.migrate_to(upgrading, "head") == []  # stamped: the first revision
+        upgrading.close()
 
     reopened = Store(store_url)
     try:
@@ -905,10 +920,18 @@ def test_a_prepare_threshold_that_is_not_a_number_is_a_clear_store_error() -> No
 
 
 def test_opening_a_store_made_before_an_index_existed_adds_the_index(store_url: str) -> None:
+    """A store made before revisions were kept, and before ``ix_runs_claim``: recording it at
+    the first revision adds the index (by itself on SQLite, by ``ratchet db upgrade`` on
+    PostgreSQL)."""
     store = Store(store_url)
     with store.engine.begin() as conn:
         conn.exec_driver_sql("DROP INDEX ix_runs_claim")
+        conn.exec_driver_sql("DROP TABLE ratchet_schema_version")
     store.close()
+    if not store_url.startswith("sqlite"):
+        upgrading = Store(store_url, checked=False)
+        schema.migrate_to(upgrading, "head")
+        upgrading.close()
 
     reopened = Store(store_url)
     try:

@@ -30,6 +30,7 @@ LAYERS: dict[str, set[str]] = {
     "bell": {"records"},
     "watch": {"bell"},
     "stats": {"tables"},
+    "schema": {"tables", "dialects"},
     "store": {
         "records",
         "tables",
@@ -40,6 +41,7 @@ LAYERS: dict[str, set[str]] = {
         "postgres",
         "bell",
         "stats",
+        "schema",
     },
 }
 OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings", f"{PACKAGE}.words"}

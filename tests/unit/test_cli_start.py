@@ -136,6 +136,7 @@ LAZY_FOR_A_REASON = {
     "ratchet_runner.store.watch": "the driver of the store in use (psycopg or sqlite3), not both",
     "ratchet_runner.serve.webhooks": "httpx only when a webhook is sent (ratchet token reads it)",
     "ratchet_runner.serve.metrics": "the exporter's server only for ratchet worker --metrics-port",
+    "ratchet_runner.store.schema": "Alembic only when a store's schema moves (at its head, not)",
 }
 
 

@@ -1,0 +1,242 @@
+"""The store's schema and its revisions: which one a store is at, and moving it to another.
+
+Every store records the revision of its schema in ``ratchet_schema_version`` (Alembic's revision
+table, named for Ratchet so that it never meets an application's own); this code's revisions are
+:data:`REVISIONS`, the newest :data:`HEAD`. Opening a store (:func:`prepare`) reads its standing
+first, without importing Alembic when the store is at :data:`HEAD`:
+
+* **new** (none of Ratchet's tables): it is made at :data:`HEAD`, on any database: a new store is
+  not an upgrade;
+* **unversioned** (Ratchet's tables, no revision: made before revisions were kept, which is the
+  first revision's schema): the tables it lacks are made, it is stamped with the first revision,
+  then treated as older;
+* **older** than :data:`HEAD`: an SQLite store (embedded, one file) is copied beside itself with
+  SQLite's backup API, then upgraded; any other store is refused with a
+  :class:`~ratchet_runner.errors.StoreRevision` that names ``ratchet db upgrade``: PostgreSQL
+  never upgrades itself;
+* **newer**, or at a revision this code does not know: refused, on every database.
+
+Each revision runs in one transaction opened here (SQLite's ``BEGIN IMMEDIATE``; on PostgreSQL
+with the schema's advisory lock and a ``lock_timeout``), which reads the revision again first: a
+process that finds another has moved it on does nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..errors import StoreError, StoreRevision
+from .dialects import Dialect, failure, redact
+from .tables import metadata, record_creation
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+
+class Store(Protocol):
+    """What the schema needs of a store (:class:`~ratchet_runner.store.store.Store`, which
+    imports this module): where it is, its engine and dialect, and a transaction holding the
+    schema's lock."""
+
+    url: str
+    engine: Engine
+    dialect: Dialect
+
+    def schema_transaction(self) -> AbstractContextManager[Connection]: ...
+
+
+#: The table a store's revision is kept in.
+REVISION_TABLE = "ratchet_schema_version"
+#: This code's revisions, oldest first (a test keeps them the migrations folder's).
+REVISIONS: tuple[str, ...] = ("0001",)
+HEAD = REVISIONS[-1]
+#: How long a revision waits for a lock on PostgreSQL before it gives up (and changes nothing).
+LOCK_TIMEOUT_SECONDS = 5
+
+NEW, UNVERSIONED, OLDER, CURRENT, NEWER = "new", "unversioned", "older", "current", "newer"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a store's schema stands: its revision (None: none recorded), whether it has
+    Ratchet's tables, and so what it is to this code (``new``, ``unversioned``, ``older``,
+    ``current``, ``newer``)."""
+
+    revision: str | None
+    tables: bool
+
+    @property
+    def status(self) -> str:
+        if self.revision is None:
+            return UNVERSIONED if self.tables else NEW
+        if self.revision == HEAD:
+            return CURRENT
+        return OLDER if self.revision in REVISIONS else NEWER
+
+    def to_json(self) -> dict[str, Any]:
+        return {"revision": self.revision, "head": HEAD, "status": self.status}
+
+
+def standing(conn: Connection) -> Standing:
+    """The standing of the store ``conn`` is connected to."""
+    found = inspect(conn)
+    revision = None
+    if found.has_table(REVISION_TABLE):
+        row = conn.execute(text(f"SELECT version_num FROM {REVISION_TABLE}")).first()
+        revision = None if row is None else str(row[0])
+    return Standing(revision, found.has_table("runs"))
+
+
+def refusal(store: Store, found: Standing) -> StoreRevision:
+    """Why ``store`` cannot be used as it stands, naming what to do."""
+    where = redact(store.url)
+    if found.status == NEWER:
+        return StoreRevision(
+            f"the store at {where} is at schema revision {found.revision}, which this Ratchet "
+            f"(revision {HEAD}) does not know: a newer Ratchet upgraded it; use that one "
+            "(nothing was changed)"
+        )
+    revision = found.revision or "none (made before revisions were kept)"
+    return StoreRevision(
+        f"the store at {where} is at schema revision {revision}, older than this Ratchet's "
+        f"{HEAD}: run `ratchet db upgrade --db URL` first (see docs/how-to/operate-a-store.md; "
+        "nothing was changed)"
+    )
+
+
+def prepare(store: Store, *, create: bool, practice: bool, upgrade: bool) -> Standing:
+    """Make ``store`` usable by this code, or refuse it (:class:`StoreRevision`): made when new
+    (with ``create``), upgraded when older (with ``upgrade``: an SQLite store, backed up first),
+    refused when newer or unknown. Returns where it stood."""
+    with store.schema_transaction() as conn:
+        found = standing(conn)
+    status = found.status
+    if status == CURRENT:
+        return found
+    if status == NEW and not create:
+        raise StoreError(f"there is no Ratchet store at {redact(store.url)} (it has no tables)")
+    if status == NEWER or not create or (status != NEW and not upgrade):
+        raise refusal(store, found)
+    if status in (OLDER, UNVERSIONED) and store.dialect.name == "sqlite":
+        backup(store, found)
+    migrate_to(store, HEAD, practice=practice)
+    return found
+
+
+def backup(store: Store, found: Standing) -> Path | None:
+    """Copy an SQLite store's file beside it before it is upgraded (``FILE.rREVISION.bak``, made
+    with SQLite's backup API, consistent while others write); None for a store in memory."""
+    database = store.engine.url.database
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        return None
+    path = Path(database.removeprefix("file:").split("?", 1)[0])
+    target = path.with_name(f"{path.name}.r{found.revision or '0000'}.bak")
+    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        copy = sqlite3.connect(target)
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+    finally:
+        source.close()
+    return target
+
+
+def config(conn: Connection | None = None) -> Config:
+    """Alembic's configuration for the store's migrations (on ``conn``)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    folder = resources.files("ratchet_runner.store") / "migrations"
+    cfg.set_main_option("script_location", str(folder))
+    cfg.attributes["connection"] = conn
+    return cfg
+
+
+def revisions() -> list[dict[str, str | None]]:
+    """This code's revisions from its migrations folder, oldest first: each revision, the one
+    it follows, and the first line of what it says it does."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(config())
+    found = [
+        {
+            "revision": script.revision,
+            "down_revision": str(script.down_revision) if script.down_revision else None,
+            "doc": (script.doc or "").strip().splitlines()[0] if script.doc else "",
+        }
+        for script in scripts.walk_revisions()
+    ]
+    return found[::-1]
+
+
+def steps_between(start: str | None, target: str) -> list[tuple[str | None, str, bool]]:
+    """The revisions from ``start`` (None: nothing) to ``target``, one step each: ``(from, to,
+    up)`` (a step back to before the first revision goes to ``base``)."""
+    order = [None, *REVISIONS]
+    if target != "base" and target not in REVISIONS:
+        raise StoreError(
+            f"no schema revision {target!r} (this Ratchet knows {', '.join(REVISIONS)}, and base)"
+        )
+    at, goal = order.index(start), 0 if target == "base" else order.index(target)
+    if goal >= at:
+        return [(order[i], str(order[i + 1]), True) for i in range(at, goal)]
+    return [(order[i], order[i - 1] or "base", False) for i in range(at, goal, -1)]
+
+
+def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str]:
+    """Move ``store``'s schema to revision ``target`` (``head``, a revision, or ``base``), one
+    revision per transaction, each reading the revision again under the schema's lock (a
+    revision another process applied meanwhile is not applied twice). Returns the steps taken,
+    as ``FROM→TO``."""
+    from alembic import command
+
+    target = HEAD if target == "head" else target
+    with store.schema_transaction() as conn:
+        start = standing(conn)
+    if start.status == NEWER:
+        raise refusal(store, start)
+    if start.status == UNVERSIONED:
+        stamp_unversioned(store)
+        start = Standing(REVISIONS[0], True)
+    taken: list[str] = []
+    for before, after, up in steps_between(start.revision, target):
+        with store.schema_transaction() as conn:
+            if standing(conn).revision != before:
+                continue  # another process took this step
+            store.dialect.limit_locks(conn, LOCK_TIMEOUT_SECONDS)
+            try:
+                (command.upgrade if up else command.downgrade)(config(conn), after)
+            except SQLAlchemyError as exc:
+                raise StoreError(
+                    f"schema revision {before or 'none'} → {after} failed and was rolled back: "
+                    f"{failure(exc)}"
+                ) from None
+            if before is None and up:
+                record_creation(conn, practice)
+        taken.append(f"{before or 'none'}→{after}")
+    return taken
+
+
+def stamp_unversioned(store: Store) -> None:
+    """A store made before revisions were kept: the tables it lacks (added to the first
+    revision's schema since it was made) made, and the first revision recorded."""
+    from alembic import command
+
+    with store.schema_transaction() as conn:
+        if standing(conn).status != UNVERSIONED:
+            return
+        metadata.create_all(conn)  # the first revision's tables and indexes it lacks
+        for table in metadata.sorted_tables:
+            for index in table.indexes:
+                index.create(conn, checkfirst=True)
+        command.stamp(config(conn), REVISIONS[0])

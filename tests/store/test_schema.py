@@ -1,0 +1,236 @@
+"""The store's schema revisions (``ratchet_runner.store.schema``, ``ratchet db``), on SQLite and
+PostgreSQL: the migrations make exactly the tables the code declares; a store made before
+revisions were kept (``tests/fixtures/stores/``, dumped from that code) is upgraded (SQLite as it
+opens, PostgreSQL by ``ratchet db upgrade``) and every run in it finishes with no effect made
+twice; a store at a revision this code does not know is refused by every command; a revision
+that fails leaves nothing of itself behind, SQLite included."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect, text
+
+from ratchet_runner.clock import FakeClock
+from ratchet_runner.engine.approvals import pending_request
+from ratchet_runner.engine.controls import operate
+from ratchet_runner.engine.deciding import decide
+from ratchet_runner.errors import StoreError, StoreRevision
+from ratchet_runner.review.naive import step_for
+from ratchet_runner.session import Session
+from ratchet_runner.store import schema
+from ratchet_runner.store.store import Store
+from ratchet_runner.store.tables import metadata
+from tests.conftest import PG_URL, PRACTICE_BINDING, ROOT, run_cli
+
+FIXTURES = ROOT / "tests" / "fixtures" / "stores"
+T0 = 1_800_000_000.0  # the fixtures' clock (tests/fixtures/stores/make.py)
+
+
+def test_the_revisions_are_the_migrations_folders() -> None:
+    scripts = ScriptDirectory.from_config(schema.config())
+    assert tuple(s.revision for s in reversed(list(scripts.walk_revisions()))) == schema.REVISIONS
+    assert scripts.get_heads() == [schema.HEAD]
+
+
+def test_the_migrations_make_exactly_the_tables_the_code_declares(store_url: str) -> None:
+    """CI fails here when a table, column or index changes without a revision."""
+    store = Store(store_url)
+    try:
+        with store.engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "version_table": schema.REVISION_TABLE}
+            )
+            assert compare_metadata(context, metadata) == []
+            assert schema.standing(conn).status == schema.CURRENT
+    finally:
+        store.close()
+
+
+# -- a store made before revisions ------------------------------------------------------------
+
+
+def load_fixture(store_url: str, home: Path) -> None:
+    """The fixture store of ``store_url``'s database loaded into it, and its practice world
+    into ``home``."""
+    dialect = "sqlite" if store_url.startswith("sqlite") else "postgresql"
+    dump = (FIXTURES / f"{dialect}.sql").read_text(encoding="utf-8")
+    if dialect == "sqlite":
+        connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+        connection.executescript(dump)
+        connection.close()
+    else:
+        found = re.search(r"search_path%3D(\w+)", store_url)
+        assert found is not None
+        engine = create_engine(PG_URL)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(dump.replace("__SCHEMA__", found.group(1)))
+        engine.dispose()
+    home.mkdir(exist_ok=True)
+    world = sqlite3.connect(home / "practice.db")
+    world.executescript((FIXTURES / f"world-{dialect}.sql").read_text(encoding="utf-8"))
+    world.close()
+
+
+def carry_on(session: Session, clock: FakeClock) -> dict[str, str]:
+    """Every run of the store taken to its end as workers and people would: decisions
+    approved, the unknown outcome reconciled by an operator, time moved to each wake-up."""
+    runner = session.runner()
+    ends: dict[str, str] = {}
+    for run in session.store.list_runs():
+        for _ in range(20):
+            run = runner.advance(run.id)
+            request = pending_request(runner, run) if run.status == "waiting" else None
+            if request is not None:
+                decide(runner, run.id, "approve", "someone", request.roles[0])
+            elif run.status == "needs_person":
+                operate(runner, run.id, "reconcile", "ops", runner.spec_of(run).operator_roles[0])
+            elif run.status == "running" and run.wake_at is not None:
+                clock.advance(max(0.0, run.wake_at - clock.now()) + 1)
+            elif run.status != "running":
+                break
+        ends[run.business_key] = run.state
+    return ends
+
+
+def test_a_store_made_before_revisions_is_upgraded_and_every_run_in_it_finishes_once(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    load_fixture(store_url, home)
+    if store_url.startswith("sqlite"):
+        Store(store_url).close()  # SQLite upgrades itself as it opens, a copy kept beside it
+        assert Path(store_url.removeprefix("sqlite:///") + ".r0000.bak").exists()
+    else:  # PostgreSQL never does: an operator upgrades it
+        with pytest.raises(StoreRevision, match="ratchet db upgrade"):
+            Store(store_url)
+        assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 1
+        code, out, err = run_cli(capsys, "db", "upgrade", "--db", store_url)
+        assert code == 0, err
+        assert "revision 0001: at this Ratchet's revision (0001)" in out
+    assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0
+    clock = FakeClock(T0 + 3600)
+    with Session(
+        store_url, home=home, clock=clock, steps=step_for, bindings=PRACTICE_BINDING, environ={}
+    ) as session:
+        ends = carry_on(session, clock)
+        changes = session.world.changes()
+    assert ends == {
+        "T-5001": "refunded",  # waited for its decision
+        "T-5002": "refunded",  # its retry was due
+        "T-5003": "refunded",  # the unknown outcome, found by the operator's reconcile
+        "T-5004": "refunded",
+        "TRIP-5001": "confirmed",
+        "TRIP-5002": "released",  # its release was written ahead when its process died
+    }
+    made = Counter((c.effect, json.dumps(c.args, sort_keys=True)) for c in changes)
+    assert max(made.values()) == 1, made  # no effect made twice
+    by_effect = Counter(c.effect for c in changes)
+    assert by_effect == {
+        "request_refund": 4,
+        "hold_flight": 2,
+        "hold_hotel": 2,
+        "confirm_itinerary": 1,
+        "release_hotel": 1,
+        "release_flight": 1,
+    }
+
+
+# -- refused, checked, moved ------------------------------------------------------------------
+
+
+def set_revision(store_url: str, revision: str) -> None:
+    store = Store(store_url)
+    with store.engine.begin() as conn:
+        conn.execute(text(f"UPDATE {schema.REVISION_TABLE} SET version_num = :r"), {"r": revision})
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs"],
+        ["trace", "T-1"],
+        ["status"],
+        ["queue"],
+        ["versions", "refund"],
+        ["run", "specs/refund.yaml", "--example", "T-90104"],
+        ["worker", "--once"],
+        ["migrate", "tests/fixtures/refund-v2.yaml"],
+        ["db", "upgrade"],
+    ],
+)
+def test_every_command_refuses_a_store_at_a_revision_it_does_not_know(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(ROOT)
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    set_revision(url, "9999")
+    code, out, err = run_cli(capsys, *command, "--db", url)
+    assert code == 1, (out, err)
+    assert "R306" in err or "schema revision 9999" in err
+    assert "which this Ratchet (revision 0001) does not know: a newer Ratchet upgraded it" in err
+    assert "Traceback" not in err
+    with pytest.raises(StoreRevision):
+        Store(url)
+
+
+def test_ratchet_db_says_where_the_store_stands_and_moves_it(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "db", "current", "--db", store_url, "--json")
+    assert (code, json.loads(out)["status"]) == (0, "new")
+    assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0  # the first command makes it
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
+    assert json.loads(out)["steps"] == ["none→0001"]
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
+    assert "already at revision 0001" in out
+    code, _out, err = run_cli(capsys, "db", "downgrade", "base", "--db", store_url)
+    assert code == 2
+    assert "give --yes" in err
+    code, out, _ = run_cli(capsys, "db", "downgrade", "base", "--yes", "--db", store_url)
+    assert (code, out.strip()) == (0, "downgraded: 0001→base")
+    check = Store(store_url, checked=False)
+    try:
+        with check.engine.connect() as conn:
+            assert "runs" not in inspect(conn).get_table_names()
+    finally:
+        check.close()
+    set_revision(store_url, "9999")
+    code, _out, err = run_cli(capsys, "db", "check", "--db", store_url)
+    assert code == 1
+    assert "newer than this Ratchet's 0001" in err
+    code, out, _ = run_cli(capsys, "db", "history", "--json")
+    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001"]
+
+
+def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each revision runs in one transaction Ratchet opens itself: SQLite's DDL is
+    transactional, though Alembic takes it for not."""
+    from alembic import command
+
+    def half(config: Any, revision: str) -> None:
+        connection = config.attributes["connection"]
+        connection.exec_driver_sql("CREATE TABLE made_halfway (id INTEGER)")
+        connection.exec_driver_sql("SELECT * FROM no_such_table")  # fails
+
+    monkeypatch.setattr(command, "upgrade", half)
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    with pytest.raises(StoreError, match="none → 0001 failed and was rolled back"):
+        Store(url)
+    names = inspect(create_engine(url)).get_table_names()
+    assert "made_halfway" not in names
+    assert schema.REVISION_TABLE not in names
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite3.connect(tmp_path / "ratchet.db").execute("SELECT * FROM made_halfway")
