@@ -78,6 +78,7 @@ class EventKind(StrEnum):
     VERSION_CANCELLED = "version_cancelled"
     MIGRATED = "migrated"
     MIGRATION_ROLLED_BACK = "migration_rolled_back"
+    PRUNED = "pruned"
     # approvals
     APPROVED = "approved"
     REJECTED = "rejected"

@@ -1,6 +1,7 @@
-"""``ratchet db``: the store's schema revision, read and moved (``current``, ``check``,
-``upgrade``, ``downgrade``, ``history``). Not ``ratchet migrate``, which moves runs between spec
-versions: these change the store's tables (docs/how-to/operate-a-store.md)."""
+"""The store's upkeep: ``ratchet db``, its schema revision read and moved (``current``,
+``check``, ``upgrade``, ``downgrade``, ``history``; not ``ratchet migrate``, which moves runs
+between spec versions), and ``ratchet prune``, finished runs compacted to their tombstones
+(docs/how-to/operate-a-store.md)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .options import EXIT_INVALID, EXIT_OK, How, emit_json, say, with_options
+from .options import EXIT_INVALID, EXIT_OK, JSON_OPTION, How, emit_json, say, show, with_options
 
 if TYPE_CHECKING:
+    from ..store.records import RunRecord
     from ..store.store import Store
 
 
@@ -191,5 +193,155 @@ def history(how: How) -> None:
         click.echo(f"{revision['revision']}{head}  {revision['doc']}")
 
 
+@click.command()
+@click.option(
+    "--finished-before",
+    "finished_before",
+    metavar="DURATION",
+    required=True,
+    help="Prune the runs that finished (done or cancelled) longer ago than this: a duration "
+    "as a spec writes it (30d, 72h).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be pruned; change nothing.")
+@click.option(
+    "--archive",
+    metavar="FILE",
+    help="First write each run's whole history to FILE (compressed JSONL, the format of "
+    "ratchet export, each record chained to the one before by its SHA-256), on disk before the "
+    "run is pruned; an archive is appended to. Check it with ratchet archive verify.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Runs compacted per transaction (smaller: shorter waits for workers).",
+)
+@with_options("db", "json")
+def prune(finished_before: str, dry_run: bool, archive: str | None, batch: int, how: How) -> None:
+    """Prune finished runs to their tombstones, a small batch per transaction.
+
+    What stays of a pruned run answers for it: its row (business key, final state, receipts,
+    its input as a digest), its done operations with their receipts, its evidence keys and
+    one `pruned` event; its history, approvals, timers, signals and other operations are
+    removed. Starting its business key again finds it done and makes nothing again; another
+    input for it is still refused. Never pruned: a run not finished (waiting, running, with a
+    person, paused), one with a timer still armed, one with an operation whose outcome is not
+    settled. Safe while workers run; stopped midway (Ctrl-C, SIGKILL), every run is whole or
+    pruned, and running it again goes on.
+
+    \b
+    Examples:
+      ratchet prune --finished-before 90d --dry-run
+      ratchet prune --finished-before 90d --db postgresql+psycopg://ratchet@db/ratchet
+    """
+    from datetime import UTC, datetime
+
+    from ..engine.pruning import Pruned
+    from ..engine.pruning import prune as pruning
+    from ..evolve.archive import Writer
+    from ..evolve.history import export_runs
+    from ..session import Session
+    from ..spec.model import parse_duration
+
+    try:
+        age = parse_duration(finished_before)
+    except ValueError:
+        age = None
+    if age is None or age < 0:
+        raise click.BadParameter(
+            f"{finished_before!r} is not a duration (30d, 72h, 90m)", param_hint="--finished-before"
+        )
+    shown = sys.stderr.isatty() and not how.as_json
+
+    def progress(so_far: Pruned) -> None:
+        if shown:
+            click.echo(
+                f"\r{'counted' if dry_run else 'pruned'} {so_far.pruned:,} …", nl=False, err=True
+            )
+
+    if archive is not None and dry_run:
+        raise click.BadParameter(
+            "a dry run writes no archive: leave one out", param_hint="--archive"
+        )
+    with Session(how.db) as session:
+        now = session.clock.now()
+        store = session.store
+        writer = Writer.open(archive) if archive is not None else None
+
+        def keep(runs: list[RunRecord]) -> str | None:
+            if writer is None:
+                return None
+            writer.write(export_runs(store, [r.id for r in runs]))
+            return str(archive)
+
+        try:
+            done = pruning(
+                store, now - age, now, batch=batch, dry_run=dry_run, progress=progress, keep=keep
+            )
+        finally:
+            if writer is not None:
+                writer.close()
+    if shown:
+        click.echo("", err=True)
+    if how.as_json:
+        emit_json(done.to_json())
+        return
+    when = datetime.fromtimestamp(done.before, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    verb = "would prune" if dry_run else "pruned"
+    click.echo(
+        f"{verb} {done.pruned:,} run(s) finished before {when}, in {done.batches} batch(es), "
+        f"{done.seconds:.1f} s"
+    )
+    for workflow, count in sorted(done.by_workflow.items()):
+        click.echo(f"  {workflow}: {count:,}")
+    if done.left:
+        click.echo(f"left {done.left} run(s) that moved on meanwhile: run it again")
+
+
+@click.group()
+def archive() -> None:
+    """Archives of pruned runs (ratchet prune --archive): verify one, show a run from it."""
+
+
+@archive.command("verify")
+@click.argument("file", metavar="FILE")
+@JSON_OPTION
+def verify_command(file: str, as_json: bool) -> None:
+    """Check FILE's chain and counts: a line changed, removed, inserted or moved is named.
+
+    Exit status: 0 the archive is whole (a write cut off by a crash at its end is said, not a
+    fault: its runs were not pruned) · 1 a line is named.
+    """
+    from ..evolve.archive import verify
+
+    found = verify(file)
+    if as_json:
+        emit_json(found.to_json())
+    else:
+        click.echo(
+            f"{file}: {found.histories:,} run history(ies), {found.closed} prune(s) closed"
+            + ("; its end was cut off by a crash (those runs were not pruned)" if found.cut else "")
+        )
+        for problem in found.problems:
+            say(f"ratchet: {problem}")
+    sys.exit(EXIT_OK if found.ok else EXIT_INVALID)
+
+
+@archive.command("show")
+@click.argument("file", metavar="FILE")
+@click.argument("run", metavar="RUN")
+@JSON_OPTION
+def show_command(file: str, run: str, as_json: bool) -> None:
+    """Show RUN's history (an ID, or a business key) from FILE alone, as ratchet trace does."""
+    from ..evolve.archive import find
+    from ..review import trace as traces
+    from ..review import views
+
+    history = find(file, run)
+    events = list(history.events)
+    show(as_json, views.trace_json(history.run, events), lambda: traces.lines(history.run, events))
+
+
 #: The commands, as :mod:`.main` adds them to the group.
-COMMANDS = (db,)
+COMMANDS = (db, prune, archive)

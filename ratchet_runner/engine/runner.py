@@ -72,7 +72,7 @@ from ..words import EventKind, RunStatus
 from . import duplicates, evidence, timers, undo_extra
 from .activation import activation
 from .compensation import compensate
-from .identity import first_difference
+from .identity import first_difference, sha256
 from .lease import LEASE_MARGIN, Leases
 from .machine import machine_for, status_of
 from .protocol import EffectStep
@@ -114,6 +114,17 @@ def _same_input(existing: RunRecord | None, given: dict[str, Any]) -> None:
     and operation IDs were made from it)."""
     if existing is None:
         return
+    pruned = existing.context.get("pruned")
+    if pruned is not None:  # a tombstone keeps its input's digest only
+        if sha256(given) == pruned["input_digest"]:
+            return
+        raise InputConflict(
+            f"run {existing.id} (business key {shown(existing.business_key)!r}) was started with "
+            "another input (it finished and was pruned: its input is kept as a digest, and this "
+            "one's differs); a business key names one piece of work: nothing was written",
+            existing,
+            "input",
+        )
     differs = first_difference(existing.input, given, "input")
     if differs is None:
         return

@@ -434,8 +434,10 @@ def export_runs(
 ) -> list[History]:
     """The histories of ``runs`` (IDs, or business keys only one run has), each once, in the
     order given; with none named, of every run (of ``workflow``, created at or after ``since``),
-    oldest first. Each is read through the store's API as of one version of the run: a run that
-    moved while it was read is read again. A workflow no spec version of the store names is a
+    oldest first, but those pruned to their tombstones (a pruned run named is a
+    :class:`~ratchet_runner.errors.UsageError` saying where its history was archived). Each is
+    read through the store's API as of one version of the run: a run that moved while it was
+    read is read again. A workflow no spec version of the store names is a
     :class:`~ratchet_runner.errors.UsageError` (a misspelt name is not an empty export)."""
     stamps = {
         v.digest: SpecStamp(v.digest, v.name, v.spec_version, v.policy_version)
@@ -445,9 +447,20 @@ def export_runs(
         known = ", ".join(sorted({s.name for s in stamps.values()})) or "none"
         raise UsageError(f"no workflow {workflow!r} in the store (workflows: {known})")
     if runs:
-        ids = list(dict.fromkeys(store.resolve(reference).id for reference in runs))
+        named = [store.resolve(reference) for reference in runs]
+        for run in named:
+            if run.pruned_at is not None:
+                tomb = run.context.get("pruned")
+                kept = tomb["archive"] if tomb is not None else None
+                where = (
+                    f"its history is in {kept} (ratchet archive show)"
+                    if kept
+                    else ("its history was not archived")
+                )
+                raise UsageError(f"run {run.id} was pruned to its tombstone: {where}")
+        ids = list(dict.fromkeys(run.id for run in named))
     else:
-        ids = store.run_ids(workflow, since=since)
+        ids = store.run_ids(workflow, since=since, pruned=False)
     return [_read_run(store, run_id, stamps) for run_id in ids]
 
 

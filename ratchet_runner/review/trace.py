@@ -146,6 +146,11 @@ def describe(event: EventRecord) -> str:
             f"by {d.get('by')} ({d.get('migration')}): back to version {d.get('old')}"
             f", {d.get('from_state')} → {d.get('to_state')}"
         ),
+        EventKind.PRUNED: lambda: (
+            f"finished, and pruned to its tombstone: {d.get('events')} event(s) of its history "
+            "removed; its done operations and receipts kept, its input as a digest"
+            + (f"; archived in {d.get('archive')}" if d.get("archive") else "")
+        ),
         EventKind.REFUSED: lambda: f"{d.get('reason')} · nothing changed",
         EventKind.EXHAUSTED: lambda: f"{d.get('reason')} · budget spent",
         EventKind.UNKNOWN: lambda: f"outcome unknown: {d.get('reason')}",

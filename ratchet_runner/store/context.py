@@ -66,6 +66,18 @@ class Migrated(TypedDict):
     pause: dict[str, Any] | None
 
 
+class Pruned(TypedDict):
+    """A finished run compacted to its tombstone (``ratchet prune``): what is left of it."""
+
+    at: float
+    #: The SHA-256 of its input's canonical JSON: a start with another input is still refused.
+    input_digest: str
+    #: How many events of its history were removed.
+    events: int
+    #: The archive its history was written to first, if any.
+    archive: str | None
+
+
 class RunContext(TypedDict, total=False):
     """A run's context, as stored (see the module docstring)."""
 
@@ -111,6 +123,9 @@ class RunContext(TypedDict, total=False):
     approval: dict[str, Any]
     #: The operations being verified, by operation ID.
     verifying: dict[str, Verification]
+
+    #: Set when the finished run was pruned to its tombstone.
+    pruned: Pruned
 
     # -- its versions ---------------------------------------------------------------------------
     #: Where the last migration took it from (kept for its rollback).

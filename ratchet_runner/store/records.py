@@ -56,6 +56,8 @@ class RunRecord:
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: float | None = None
+    #: When the finished run was pruned to its tombstone (``ratchet prune``), or None.
+    pruned_at: float | None = None
 
     def __post_init__(self) -> None:
         # A row read back holds the plain word; the record holds the member it is.

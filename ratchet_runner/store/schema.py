@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import StoreError, StoreRevision
 from .dialects import Dialect, failure, redact
-from .tables import metadata, record_creation
+from .tables import record_creation
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -52,11 +52,13 @@ class Store(Protocol):
 
     def schema_transaction(self) -> AbstractContextManager[Connection]: ...
 
+    def schema_read(self) -> AbstractContextManager[Connection]: ...
+
 
 #: The table a store's revision is kept in.
 REVISION_TABLE = "ratchet_schema_version"
 #: This code's revisions, oldest first (a test keeps them the migrations folder's).
-REVISIONS: tuple[str, ...] = ("0001",)
+REVISIONS: tuple[str, ...] = ("0001", "0002")
 HEAD = REVISIONS[-1]
 #: How long a revision waits for a lock on PostgreSQL before it gives up (and changes nothing).
 LOCK_TIMEOUT_SECONDS = 5
@@ -115,8 +117,9 @@ def refusal(store: Store, found: Standing) -> StoreRevision:
 def prepare(store: Store, *, create: bool, practice: bool, upgrade: bool) -> Standing:
     """Make ``store`` usable by this code, or refuse it (:class:`StoreRevision`): made when new
     (with ``create``), upgraded when older (with ``upgrade``: an SQLite store, backed up first),
-    refused when newer or unknown. Returns where it stood."""
-    with store.schema_transaction() as conn:
+    refused when newer or unknown. Returns where it stood. A store at this code's revision is
+    read without a lock (or a write: a read-only store opens)."""
+    with store.schema_read() as conn:
         found = standing(conn)
     status = found.status
     if status == CURRENT:
@@ -232,11 +235,14 @@ def stamp_unversioned(store: Store) -> None:
     revision's schema since it was made) made, and the first revision recorded."""
     from alembic import command
 
+    from .migrations.versions import r0001_first
+
+    first = r0001_first.schema()
     with store.schema_transaction() as conn:
         if standing(conn).status != UNVERSIONED:
             return
-        metadata.create_all(conn)  # the first revision's tables and indexes it lacks
-        for table in metadata.sorted_tables:
+        first.create_all(conn)  # the first revision's tables and indexes it lacks
+        for table in first.sorted_tables:
             for index in table.indexes:
                 index.create(conn, checkfirst=True)
         command.stamp(config(conn), REVISIONS[0])

@@ -33,6 +33,7 @@ from ..errors import RunNotFound, StoreError, StoreRevision
 from ..words import ENDED, EventKind, RunStatus
 from . import schema
 from .bell import Bell, arms_soon, bell_for, wakes
+from .context import RunContext
 from .dialects import (
     close_engine,
     default_url,
@@ -69,6 +70,7 @@ from .tables import (
     lease_expired,
     meta,
     operations,
+    prunable_runs,
     published,
     refuse_unfit,
     related_runs,
@@ -166,6 +168,13 @@ class Store:
         """A write transaction holding the schema's lock (see
         :mod:`~ratchet_runner.store.schema`)."""
         with self._writer.schema_transaction(self.dialect) as conn:
+            yield conn
+
+    @contextmanager
+    def schema_read(self) -> Iterator[Connection]:
+        """A read of the schema, with no lock and no write (see
+        :mod:`~ratchet_runner.store.schema`)."""
+        with self._read() as conn:
             yield conn
 
     @contextmanager
@@ -376,10 +385,15 @@ class Store:
         with self._read() as conn:
             return [RunRecord(**row._mapping) for row in conn.execute(query)]
 
-    def run_ids(self, workflow: str | None = None, *, since: float | None = None) -> list[str]:
-        """The ID of every run (of ``workflow``; created at or after ``since``), oldest first:
-        by creation time, then ID. What an export walks, a run at a time."""
+    def run_ids(
+        self, workflow: str | None = None, *, since: float | None = None, pruned: bool = True
+    ) -> list[str]:
+        """The ID of every run (of ``workflow``; created at or after ``since``; with ``pruned``
+        False, none pruned to its tombstone), oldest first: by creation time, then ID. What an
+        export walks, a run at a time."""
         query = select(runs.c.id).order_by(runs.c.created_at, runs.c.id)
+        if not pruned:
+            query = query.where(runs.c.pruned_at.is_(None))
         if workflow is not None:
             query = query.where(runs.c.workflow == workflow)
         if since is not None:
@@ -551,6 +565,31 @@ class Store:
         if wake:
             self.bell.ring()
         return after
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def prunable(
+        self, before: float, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        """Finished runs (done or cancelled) not pruned yet, last changed before ``before``,
+        oldest first (by last change, then ID; ``after``: past that one), at most ``limit``:
+        none with a timer still armed (a receipt's later verification) or an operation whose
+        outcome is not settled (written ahead, or unknown). In index order (``ix_runs_prune``):
+        the runs pruned before are not walked."""
+        query = prunable_runs(before, limit, after)
+        with self._read() as conn:
+            return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
+    def prune(self, tombstones: Sequence[tuple[RunRecord, RunContext]], now: float) -> list[str]:
+        """Compact each finished run to its tombstone, all in one transaction: its context
+        replaced by the one given, its input emptied, ``pruned_at`` set; its history replaced
+        by one ``pruned`` event; its approvals, timers, signals and duplicate records removed;
+        its done operations kept (operation ID, effect, receipt, when) with their arguments
+        emptied, its others removed. A run that changed since it was read (its version), or is
+        no longer finished, is left as it is. Returns the IDs pruned."""
+        if not tombstones:
+            return []
+        return self._writer.prune(tombstones, now)
 
     # -- leases -------------------------------------------------------------------------------
 

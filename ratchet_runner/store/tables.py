@@ -29,6 +29,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Select,
     String,
     Table,
     Text,
@@ -92,12 +93,17 @@ runs = Table(
     Column("lease_owner", String(200)),
     Column("lease_token", String(64)),
     Column("lease_expires_at", Float),
+    #: When ``ratchet prune`` compacted the finished run to its tombstone (None: not pruned).
+    Column("pruned_at", Float),
     UniqueConstraint("workflow", "business_key", name="uq_runs_business_key"),
 )
 Index("ix_runs_status", runs.c.status, runs.c.wake_at)
 # A claim takes the runnable run least recently moved: in index order, so a claim costs the same
 # with a backlog of a hundred thousand runs as with ten.
 Index("ix_runs_claim", runs.c.status, runs.c.updated_at, runs.c.id)
+# Prune takes the finished runs not yet pruned that finished longest ago, in index order: the
+# runs pruned before it (however many) are not walked.
+Index("ix_runs_prune", runs.c.status, runs.c.pruned_at, runs.c.updated_at, runs.c.id)
 
 events = _run_rows(
     "events",
@@ -393,6 +399,29 @@ def refuse_unfit(rows: Iterable[tuple[str, Mapping[str, Any], str]]) -> None:
         problem = unfit(metadata.tables[name], row, label)
         if problem is not None:
             raise UnstorableValue(f"cannot store {problem}; nothing was written")
+
+
+def prunable_runs(before: float, limit: int, after: tuple[float, str] | None) -> Select[Any]:
+    """The finished runs prune may take (see :meth:`~ratchet_runner.store.store.Store.prunable`):
+    in the order of ``ix_runs_prune``."""
+    armed = select(timers.c.id).where(timers.c.run_id == runs.c.id, timers.c.fired_at.is_(None))
+    unsettled = select(operations.c.operation_id).where(
+        operations.c.run_id == runs.c.id,
+        operations.c.status.in_(("pending", "unknown")),
+    )
+    query = select(runs).where(
+        runs.c.status.in_(tuple(ENDED)),
+        runs.c.pruned_at.is_(None),
+        runs.c.updated_at < before,
+        ~armed.exists(),
+        ~unsettled.exists(),
+    )
+    if after is not None:
+        at, run_id = after
+        query = query.where(
+            or_(runs.c.updated_at > at, and_(runs.c.updated_at == at, runs.c.id > run_id))
+        )
+    return query.order_by(runs.c.updated_at, runs.c.id).limit(limit)
 
 
 def record_creation(conn: Connection, practice: bool) -> None:

@@ -50,7 +50,9 @@ from ..errors import (
     VersionConflict,
 )
 from ..words import RunStatus
+from .context import RunContext
 from .dialects import Dialect, failures, why
+from .prune import prune
 from .records import Change, Event, NewRun, RunRecord
 from .tables import (
     JSON_TYPE,
@@ -186,6 +188,12 @@ class Writer:
         self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"), release=True)
         self._cas_free = _cas_run(self._free)
         self._cas_take = _cas_taking(self._free, self._db_now)
+
+    def prune(self, tombstones: Sequence[tuple[RunRecord, RunContext]], now: float) -> list[str]:
+        """Compact finished runs to their tombstones, in one transaction (see
+        :mod:`~ratchet_runner.store.prune`)."""
+        with self._write() as conn:
+            return prune(conn, tombstones, now)
 
     @contextmanager
     def schema_transaction(self, dialect: Dialect) -> Iterator[Connection]:

@@ -116,7 +116,7 @@ def test_a_store_made_before_revisions_is_upgraded_and_every_run_in_it_finishes_
         assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 1
         code, out, err = run_cli(capsys, "db", "upgrade", "--db", store_url)
         assert code == 0, err
-        assert "revision 0001: at this Ratchet's revision (0001)" in out
+        assert f"revision {schema.HEAD}: at this Ratchet's revision ({schema.HEAD})" in out
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0
     clock = FakeClock(T0 + 3600)
     with Session(
@@ -178,7 +178,7 @@ def test_every_command_refuses_a_store_at_a_revision_it_does_not_know(
     code, out, err = run_cli(capsys, *command, "--db", url)
     assert code == 1, (out, err)
     assert "R306" in err or "schema revision 9999" in err
-    assert "which this Ratchet (revision 0001) does not know: a newer Ratchet upgraded it" in err
+    assert f"which this Ratchet (revision {schema.HEAD}) does not know: a newer Ratchet" in err
     assert "Traceback" not in err
     with pytest.raises(StoreRevision):
         Store(url)
@@ -191,14 +191,27 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert (code, json.loads(out)["status"]) == (0, "new")
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0  # the first command makes it
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
-    assert json.loads(out)["steps"] == ["none→0001"]
+    assert json.loads(out)["steps"] == ["none→0001", "0001→0002"]
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
-    assert "already at revision 0001" in out
+    assert f"already at revision {schema.HEAD}" in out
+    # one revision back, and what every command then does with the store
+    code, out, _ = run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", store_url)
+    assert (code, out.strip()) == (0, "downgraded: 0002→0001")
+    assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 1
+    if store_url.startswith("sqlite"):  # upgraded as it opens, a copy of the file kept first
+        Store(store_url).close()
+        assert Path(store_url.removeprefix("sqlite:///") + ".r0001.bak").exists()
+    else:  # refused until an operator upgrades it
+        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0002"):
+            Store(store_url)
+        code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
+        assert out.splitlines()[0] == "upgraded: 0001→0002"
+    assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0
     code, _out, err = run_cli(capsys, "db", "downgrade", "base", "--db", store_url)
     assert code == 2
     assert "give --yes" in err
     code, out, _ = run_cli(capsys, "db", "downgrade", "base", "--yes", "--db", store_url)
-    assert (code, out.strip()) == (0, "downgraded: 0001→base")
+    assert (code, out.strip()) == (0, "downgraded: 0002→0001\ndowngraded: 0001→base")
     check = Store(store_url, checked=False)
     try:
         with check.engine.connect() as conn:
@@ -208,9 +221,9 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     set_revision(store_url, "9999")
     code, _out, err = run_cli(capsys, "db", "check", "--db", store_url)
     assert code == 1
-    assert "newer than this Ratchet's 0001" in err
+    assert f"newer than this Ratchet's {schema.HEAD}" in err
     code, out, _ = run_cli(capsys, "db", "history", "--json")
-    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001"]
+    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001", "0002"]
 
 
 def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(

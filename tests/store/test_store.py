@@ -653,19 +653,28 @@ def test_finding_the_related_runs_is_an_index_lookup(store: Store) -> None:
     assert "ix_evidence_keys_lookup" in plan, plan
 
 
+def as_made_by_0_1(store_url: str) -> Store:
+    """A store as Ratchet 0.1 made it: the first revision's schema, and no revision table
+    (opened whatever its revision, for the caller to take more away)."""
+    store = Store(store_url)
+    schema.migrate_to(store, "0001")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {schema.REVISION_TABLE}")
+    return store
+
+
 def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: str) -> None:
     """A store made before the schema had revisions (and before ``evidence_keys``): opening it
     makes the table it lacks and records the first revision."""
-    store = Store(store_url)
+    store = as_made_by_0_1(store_url)
     with store.engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE evidence_keys")
-        conn.exec_driver_sql("DROP TABLE ratchet_schema_version")
     store.close()
     if not store_url.startswith("sqlite"):  # PostgreSQL never upgrades itself: an operator does
         with pytest.raises(StoreRevision, match="ratchet db upgrade"):
             Store(store_url)
         upgrading = Store(store_url, checked=False)
-        assert schema.migrate_to(upgrading, "head") == []  # stamped: the first revision
+        assert schema.migrate_to(upgrading, "head") == ["0001→0002"]  # stamped at 0001 first
         upgrading.close()
 
     reopened = Store(store_url)
@@ -923,10 +932,9 @@ def test_opening_a_store_made_before_an_index_existed_adds_the_index(store_url: 
     """A store made before revisions were kept, and before ``ix_runs_claim``: recording it at
     the first revision adds the index (by itself on SQLite, by ``ratchet db upgrade`` on
     PostgreSQL)."""
-    store = Store(store_url)
+    store = as_made_by_0_1(store_url)
     with store.engine.begin() as conn:
         conn.exec_driver_sql("DROP INDEX ix_runs_claim")
-        conn.exec_driver_sql("DROP TABLE ratchet_schema_version")
     store.close()
     if not store_url.startswith("sqlite"):
         upgrading = Store(store_url, checked=False)
@@ -998,8 +1006,7 @@ def test_a_process_frozen_while_it_creates_the_schema_does_not_keep_others_from_
     open transaction: the server ends that session after a few seconds, so other processes
     open the store; and a store in another schema of the database never waits for it."""
     url, elsewhere = postgres_url(), postgres_url()
-    Store(url).close()
-    holder = Store(url)
+    holder = Store(url, checked=False)  # the store is new: the holder freezes making it
     try:
         conn = holder.engine.connect()
         transaction = conn.begin()

@@ -9,5 +9,9 @@ statement that cannot run in a transaction (``CREATE INDEX CONCURRENTLY`` on Pos
 revision of its own that says so. A new revision is written by hand, or started with
 ``alembic revision --autogenerate`` against a store at head (``alembic.ini`` is not shipped:
 ``script_location`` is ``ratchet_runner.store:migrations``), and ends up in
-:data:`ratchet_runner.store.schema.REVISIONS`, which a test keeps equal to this folder.
+:data:`ratchet_runner.store.schema.REVISIONS`, which a test keeps equal to this folder. Its
+first line says whether it only adds (``Adds: …``, it may run while workers run) or rewrites.
+On SQLite, a batch operation that must copy a table (most alterations but adding a column)
+runs with foreign keys on: a revision that copies a table other tables refer to says how it
+keeps their rows.
 """

@@ -20,15 +20,21 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade() -> None:
-    op.create_table(
+def schema() -> sa.MetaData:
+    """The tables and indexes of this revision, frozen here (the code's models move on): what
+    :func:`upgrade` makes, and what a store made before revisions were kept is completed with
+    (``ratchet_runner.store.schema.stamp_unversioned``)."""
+    metadata = sa.MetaData()
+    sa.Table(
         "meta",
+        metadata,
         sa.Column("key", sa.String(length=100), nullable=False),
         sa.Column("value", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("key"),
     )
-    op.create_table(
+    sa.Table(
         "published",
+        metadata,
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("digest", sa.String(length=64), nullable=False),
         sa.Column("spec_version", sa.Integer(), nullable=False),
@@ -36,8 +42,9 @@ def upgrade() -> None:
         sa.Column("set_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("name"),
     )
-    op.create_table(
+    sa.Table(
         "spec_versions",
+        metadata,
         sa.Column("digest", sa.String(length=64), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("spec_version", sa.Integer(), nullable=False),
@@ -46,8 +53,9 @@ def upgrade() -> None:
         sa.Column("created_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("digest"),
     )
-    op.create_table(
+    sa.Table(
         "runs",
+        metadata,
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("workflow", sa.String(length=200), nullable=False),
         sa.Column("spec_digest", sa.String(length=64), nullable=False),
@@ -70,10 +78,16 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("workflow", "business_key", name="uq_runs_business_key"),
     )
-    op.create_index("ix_runs_claim", "runs", ["status", "updated_at", "id"], unique=False)
-    op.create_index("ix_runs_status", "runs", ["status", "wake_at"], unique=False)
-    op.create_table(
+    sa.Index(
+        "ix_runs_claim",
+        metadata.tables["runs"].c.status,
+        metadata.tables["runs"].c.updated_at,
+        metadata.tables["runs"].c.id,
+    )
+    sa.Index("ix_runs_status", metadata.tables["runs"].c.status, metadata.tables["runs"].c.wake_at)
+    sa.Table(
         "approvals",
+        metadata,
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
@@ -94,9 +108,10 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_index("ix_approvals_run", "approvals", ["run_id"], unique=False)
-    op.create_table(
+    sa.Index("ix_approvals_run", metadata.tables["approvals"].c.run_id)
+    sa.Table(
         "duplicates",
+        metadata,
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("operation_id", sa.String(length=64), nullable=False),
@@ -112,9 +127,10 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_index("ix_duplicates_run", "duplicates", ["run_id"], unique=False)
-    op.create_table(
+    sa.Index("ix_duplicates_run", metadata.tables["duplicates"].c.run_id)
+    sa.Table(
         "events",
+        metadata,
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
@@ -127,9 +143,10 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_index("ix_events_run", "events", ["run_id", "id"], unique=False)
-    op.create_table(
+    sa.Index("ix_events_run", metadata.tables["events"].c.run_id, metadata.tables["events"].c.id)
+    sa.Table(
         "evidence_keys",
+        metadata,
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("workflow", sa.String(length=200), nullable=False),
@@ -142,14 +159,16 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_index(
+    sa.Index(
         "ix_evidence_keys_lookup",
-        "evidence_keys",
-        ["workflow", "path", "value", "created_at"],
-        unique=False,
+        metadata.tables["evidence_keys"].c.workflow,
+        metadata.tables["evidence_keys"].c.path,
+        metadata.tables["evidence_keys"].c.value,
+        metadata.tables["evidence_keys"].c.created_at,
     )
-    op.create_table(
+    sa.Table(
         "operations",
+        metadata,
         sa.Column("operation_id", sa.String(length=64), nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("effect", sa.String(length=200), nullable=False),
@@ -169,9 +188,10 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("operation_id"),
     )
-    op.create_index("ix_operations_run", "operations", ["run_id"], unique=False)
-    op.create_table(
+    sa.Index("ix_operations_run", metadata.tables["operations"].c.run_id)
+    sa.Table(
         "signals",
+        metadata,
         sa.Column("signal_id", sa.String(length=200), nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("event", sa.String(length=200), nullable=False),
@@ -183,8 +203,9 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("signal_id", "run_id"),
     )
-    op.create_table(
+    sa.Table(
         "timers",
+        metadata,
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(length=40), nullable=False),
         sa.Column("state", sa.String(length=200), nullable=False),
@@ -199,8 +220,16 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.create_index("ix_timers_due", "timers", ["fired_at", "due_at"], unique=False)
-    op.create_index("ix_timers_run", "timers", ["run_id"], unique=False)
+    sa.Index(
+        "ix_timers_due", metadata.tables["timers"].c.fired_at, metadata.tables["timers"].c.due_at
+    )
+    sa.Index("ix_timers_run", metadata.tables["timers"].c.run_id)
+
+    return metadata
+
+
+def upgrade() -> None:
+    schema().create_all(op.get_bind())
 
 
 def downgrade() -> None:

@@ -1,0 +1,72 @@
+"""A finished run compacted to its tombstone, in the writer's transaction (see
+:meth:`~ratchet_runner.store.store.Store.prune`).
+
+What stays of a pruned run: its ``runs`` row (its ID, workflow, business key, final state and
+status, its times, ``pruned_at``; its context cut to what answers for it: receipts, operations
+and the ``pruned`` record with its input's digest; its input emptied), its done operations
+(operation ID, effect, receipt, status, attempts, when; arguments emptied), its evidence keys
+(an approver still sees that it ran), and one ``pruned`` event. The rest of its history, its
+approvals, timers, signals, duplicate records and operations that were not done are removed.
+The business key's unique row stays, so starting the same work again finds the run, not a
+new one: the effect is never made twice, and another input for it is still refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from ..words import ENDED, EventKind, OperationStatus
+from .context import RunContext
+from .records import RunRecord
+from .tables import approvals, duplicates, events, operations, runs, signals, timers
+
+#: The tables of a run's rows removed whole by a prune.
+REMOVED = (approvals, timers, signals, duplicates)
+
+
+def prune(
+    conn: Connection, tombstones: Sequence[tuple[RunRecord, RunContext]], now: float
+) -> list[str]:
+    """Compact each run to its tombstone within ``conn``'s transaction; a run that moved on
+    since it was read is left. Returns the IDs pruned."""
+    pruned: list[str] = []
+    for run, context in tombstones:
+        moved = conn.execute(
+            update(runs)
+            .where(
+                runs.c.id == run.id,
+                runs.c.version == run.version,
+                runs.c.pruned_at.is_(None),
+                runs.c.status.in_(tuple(ENDED)),
+            )
+            .values(input={}, context=context, pruned_at=now, version=run.version + 1)
+        )
+        if moved.rowcount != 1:
+            continue
+        pruned.append(run.id)
+        removed = conn.execute(
+            select(func.count()).select_from(events).where(events.c.run_id == run.id)
+        ).scalar_one()
+        conn.execute(delete(events).where(events.c.run_id == run.id))
+        conn.execute(
+            insert(events).values(
+                run_id=run.id,
+                version=run.version + 1,
+                kind=EventKind.PRUNED,
+                data={**dict(context.get("pruned") or {}), "events": removed},
+                at=now,
+            )
+        )
+    if not pruned:
+        return pruned
+    for table in REMOVED:
+        conn.execute(delete(table).where(table.c.run_id.in_(pruned)))
+    conn.execute(
+        delete(operations).where(
+            operations.c.run_id.in_(pruned), operations.c.status != OperationStatus.DONE
+        )
+    )
+    conn.execute(update(operations).where(operations.c.run_id.in_(pruned)).values(args={}))
+    return pruned
