@@ -6,7 +6,7 @@ between spec versions), and ``ratchet prune``, finished runs compacted to their 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -341,6 +341,48 @@ def show_command(file: str, run: str, as_json: bool) -> None:
     history = find(file, run)
     events = list(history.events)
     show(as_json, views.trace_json(history.run, events), lambda: traces.lines(history.run, events))
+
+
+def retention_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``ratchet worker``'s ``--prune-every`` and ``--prune-finished-before``."""
+    every = click.option(
+        "--prune-every",
+        "prune_every",
+        metavar="DURATION",
+        help="Also prune finished runs, as ratchet prune does, when the worker starts and every "
+        "DURATION after (1h, 1d), those finished before the age the next option gives.",
+    )
+    age = click.option(
+        "--prune-finished-before",
+        "prune_age",
+        metavar="DURATION",
+        help="With --prune-every: prune the runs that finished longer ago than this (90d).",
+    )
+    return every(age(command))
+
+
+def retention(every: str | None, age: str | None) -> tuple[float, float] | None:
+    """``ratchet worker``'s ``--prune-every`` and ``--prune-finished-before`` as seconds (both,
+    or neither): the worker's retention, as ``ratchet prune`` prunes."""
+    from ..spec.model import parse_duration
+
+    if every is None and age is None:
+        return None
+    if every is None or age is None:
+        raise click.BadParameter(
+            "--prune-every and --prune-finished-before go together",
+            param_hint="--prune-every" if every is None else "--prune-finished-before",
+        )
+    found: list[float] = []
+    for text, hint in ((every, "--prune-every"), (age, "--prune-finished-before")):
+        try:
+            seconds = parse_duration(text)
+        except ValueError:
+            seconds = None
+        if seconds is None or seconds <= 0:
+            raise click.BadParameter(f"{text!r} is not a duration (1h, 90d)", param_hint=hint)
+        found.append(seconds)
+    return found[0], found[1]
 
 
 #: The commands, as :mod:`.main` adds them to the group.

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from . import database
 from .logs import log_options
 from .options import (
     JSON_OPTION,
@@ -92,6 +94,7 @@ def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     show_default=True,
     help="With --metrics-port: the address to listen on.",
 )
+@database.retention_options
 @with_options(
     *RUN_COMMAND,
     lease=lease_option(
@@ -109,6 +112,8 @@ def worker(
     listen_db: str | None,
     metrics_port: int | None,
     metrics_host: str,
+    prune_every: str | None,
+    prune_age: str | None,
     how: How,
 ) -> None:
     """Fire due timers and advance runnable runs under leases until stopped, or --once.
@@ -133,10 +138,16 @@ def worker(
     start (exit status 2), naming the spec, its effect and the --lease it needs; a run of a spec
     met later that needs a longer lease is left, unchanged, to a worker that has one, with a
     warning once per spec version (docs/explanation/leases.md).
+
+    With --prune-every, a thread of the worker prunes the runs finished longer ago than
+    --prune-finished-before, at start and every interval (with --once: once, after the pass),
+    a small batch per transaction, as ratchet prune does.
     """
     from ..worker.passes import lease_refusal, unbound_warning, worker_pass
     from ..worker.pool import Pool
+    from ..worker.pruner import Pruner
 
+    retention = database.retention(prune_every, prune_age)
     with open_session(how.db, how.bindings) as session:
         if once:
             runner = session.runner()
@@ -147,6 +158,8 @@ def worker(
             if warning is not None:
                 logging.getLogger("ratchet_runner.worker.pool").warning("%s", warning)
             passed = worker_pass(runner, lease_seconds=how.lease_seconds)
+            if retention is not None:
+                Pruner(session.open_store, session.clock, *retention, threading.Event()).once()
             if how.as_json:
                 click.echo(json.dumps(passed.to_json(), ensure_ascii=False))
                 return
@@ -171,6 +184,10 @@ def worker(
 
             exporter = serve_metrics(session, metrics_host, metrics_port)
             pool.note(f"metrics on {exporter.url}")
+        if retention is not None:
+            every, age = retention
+            Pruner(session.open_store, session.clock, every, age, pool.stop).start()
+            pool.note(f"pruning runs finished over {prune_age} ago, every {prune_every}")
         try:
             report = pool.run()
         finally:

@@ -229,3 +229,46 @@ def test_a_few_thousand_runs_are_pruned_while_two_workers_drive_others_without_a
     assert figures["pruned"] == 2_000
     assert figures["worker_errors"] == []
     assert figures["worker_runs"] > 0  # they went on while it pruned
+
+
+def test_a_worker_prunes_on_its_interval_and_once_with_its_pass(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    store_url: str,
+    clock: FakeClock,
+    capsys: Any,
+) -> None:
+    import threading
+
+    from ratchet_runner.worker.pruner import Pruner
+
+    clock.advance(time.time() - 2 * DAY - clock.now())  # finished two days ago
+    done = refunds(make_runner, world, range(7501, 7504))
+    stop = threading.Event()
+    pruner = Pruner(lambda: Store(store_url), FakeClock(time.time()), 0.05, DAY, stop)
+    thread = pruner.start()
+    deadline = time.monotonic() + 30
+    while pruner.pruned < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(timeout=10)
+    assert pruner.pruned == 3
+    assert all(store.get_run(r).pruned_at is not None for r in done.values())
+
+    more = refunds(make_runner, world, range(7511, 7513))
+    code, _out, err = run_cli(
+        capsys,
+        "worker",
+        "--once",
+        "--prune-every",
+        "1h",
+        "--prune-finished-before",
+        "1d",
+        "--db",
+        store_url,
+    )
+    assert code == 0, err
+    assert all(store.get_run(r).pruned_at is not None for r in more.values())
+    code, _out, err = run_cli(capsys, "worker", "--once", "--prune-every", "1h", "--db", store_url)
+    assert (code, "go together" in err) == (2, True)
