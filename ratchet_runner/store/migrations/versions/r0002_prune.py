@@ -1,10 +1,11 @@
-"""Adds: runs.pruned_at and the index prune walks (may run while workers run).
+"""Adds: runs.pruned_at and the index prune walks (its build holds writes to runs).
 
 ``ratchet prune`` compacts a finished run to its tombstone and records when in
 ``runs.pruned_at``; ``ix_runs_prune`` (status, pruned_at, updated_at, id) lets it find the
 finished runs not yet pruned that finished longest ago without walking those pruned before.
-A nullable column and an index: nothing is rewritten (on SQLite the table is copied in batch
-mode, inside the revision's transaction).
+The column is nullable: adding it rewrites nothing, on SQLite or PostgreSQL. The index is built
+inside the revision's transaction, which holds writes to ``runs`` while it builds, for a time
+that grows with the table: on a large store, run it with the workers stopped.
 
 Revision ID: 0002
 Revises: 0001
