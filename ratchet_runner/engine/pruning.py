@@ -24,6 +24,9 @@ from .identity import sha256
 
 #: Runs compacted per transaction.
 BATCH = 100
+#: The least rest between two batches on SQLite, in seconds: longer than the longest sleep of
+#: SQLite's busy handler (100 ms), so that a writer waiting for the lock gets it.
+SQLITE_REST = 0.12
 #: What of a run's context its tombstone keeps (beside the ``pruned`` record).
 KEPT = ("ratchet_version", "binding", "operations", "receipts", "completed", "migrated")
 
@@ -78,12 +81,22 @@ def prune(
     dry_run: bool = False,
     progress: Callable[[Pruned], None] | None = None,
     keep: Callable[[list[RunRecord]], str | None] | None = None,
+    rest: float | None = None,
 ) -> Pruned:
     """Prune the finished runs last changed before ``before`` (see the module), a batch at a
     time; with ``dry_run``, count them and change nothing. ``keep`` is given each batch before
     it is pruned, and keeps it (``ratchet prune --archive``: on disk when it returns), returning
-    where, as the tombstones record. ``progress`` is told after each batch."""
+    where, as the tombstones record. ``progress`` is told after each batch.
+
+    Between two batches it rests ``rest`` times as long as the batch took (default: on SQLite,
+    once as long, at least :data:`SQLITE_REST` seconds; elsewhere not at all). SQLite has one
+    writer at a time and its lock is not fair: a worker waiting for it polls, and a pruner that
+    began its next batch at once would take the lock first, again and again (a worker's commit
+    waited 4.9 s at 100,000 runs, ``bench/bench_prune.py``). On PostgreSQL a batch locks only
+    its own runs' rows."""
     began = time.monotonic()
+    if rest is None:
+        rest = 1.0 if store.dialect.name == "sqlite" else 0.0
     done = Pruned(before, dry_run)
     after: tuple[float, str] | None = None
     while True:
@@ -95,7 +108,10 @@ def prune(
             taken = [r.id for r in found]
         else:
             kept = keep(found) if keep is not None else None
+            writing = time.monotonic()
             taken = store.prune([(r, tombstone(r, now, kept)) for r in found], now)
+            if rest:
+                time.sleep(max(SQLITE_REST, rest * (time.monotonic() - writing)))
         done.batches += 1
         done.pruned += len(taken)
         done.left += len(found) - len(taken)
