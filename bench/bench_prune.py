@@ -5,9 +5,10 @@ three_effects.yaml``: one run driven to its end through the runner, then its row
 with new IDs, business keys and operation IDs, all finished a day ago). Then ``ratchet prune``'s
 engine (batches of 100) runs in a process of its own, its peak memory measured there, while two
 worker threads here start and drive new runs of the same workflow as fast as they finish, every
-commit they make timed. The same is done with N/10 runs, in the same run: the pruner's peak
-memory must not grow with N. Targets: no worker error; no worker commit waiting a second or
-more; peak memory at N within 10 % (and 10 MB) of that at N/10.
+commit they make timed; then, as the baseline on the same store and settings, the same two
+workers for as long with no prune. The same is done with N/10 runs, in the same run: the
+pruner's peak memory must not grow with N. Targets: no worker error; no worker commit waiting
+a second or more; peak memory at N within 10 % (and 10 MB) of that at N/10.
 
 ``python -m bench.bench_prune --runs 100000 [--store sqlite|postgresql]`` runs it alone;
 ``python -m bench prune`` runs it with 20,000 runs (``--quick``: 5,000) on SQLite.
@@ -183,6 +184,11 @@ def measure(url: str, count: int, batch: int = 100) -> dict[str, Any]:
         raise RuntimeError(f"the pruner failed: {child.stderr[-800:]}")
     report = json.loads(child.stdout)
     waits = sorted(workers.waits)
+    # the baseline, on the same store and settings: the same workers for as long, no prune
+    with Workers(url) as alone:
+        time.sleep(max(5.0, float(report["seconds"])))
+        load_alone = os.getloadavg()[0]
+    baseline = sorted(alone.waits)
     return {
         "runs": count,
         "filled_s": round(filled, 1),
@@ -196,6 +202,10 @@ def measure(url: str, count: int, batch: int = 100) -> dict[str, Any]:
         "longest_wait_s": waits[-1] if waits else 0.0,
         "p99_wait_s": waits[int(len(waits) * 0.99)] if waits else 0.0,
         "load": (load_before, load),
+        "baseline_commits": len(baseline),
+        "baseline_longest_wait_s": baseline[-1] if baseline else 0.0,
+        "baseline_p99_wait_s": baseline[int(len(baseline) * 0.99)] if baseline else 0.0,
+        "baseline_load": load_alone,
     }
 
 
@@ -238,11 +248,20 @@ def rows(small: dict[str, Any], large: dict[str, Any], store: str) -> list[Row]:
         ),
         Row(
             f"{store}: a worker's longest commit during the prune "
-            f"({large['worker_commits']:,} commits, load {large['load'][1]:.2f})",
+            f"({large['worker_commits']:,} commits, load {large['load'][1]:.2f}; baseline: the "
+            f"same workers as long with no prune, {large['baseline_commits']:,} commits, load "
+            f"{large['baseline_load']:.2f})",
             large["longest_wait_s"],
             "s",
+            baseline=large["baseline_longest_wait_s"],
             target="< 1 s",
             ok=large["longest_wait_s"] < 1.0,
+        ),
+        Row(
+            f"{store}: a worker's 99th-percentile commit during the prune (baseline: no prune)",
+            large["p99_wait_s"],
+            "s",
+            baseline=large["baseline_p99_wait_s"],
         ),
         Row(
             f"{store}: worker errors during the prune",
@@ -272,10 +291,9 @@ def main() -> int:
         print(json.dumps(figures))
     failed = [r for r in rows(small, large, args.store) if r.ok is False]
     for r in rows(small, large, args.store):
-        print(
-            f"{r.name}: {r.value:.3f} {r.unit}"
-            + ("" if r.ok is None else f" ({'ok' if r.ok else 'MISSED'} {r.target})")
-        )
+        base = "" if r.baseline is None else f" (baseline {r.baseline:.3f} {r.unit})"
+        verdict = "" if r.ok is None else f" ({'ok' if r.ok else 'MISSED'} {r.target})"
+        print(f"{r.name}: {r.value:.3f} {r.unit}{base}{verdict}")
     return 1 if failed else 0
 
 

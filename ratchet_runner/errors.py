@@ -201,8 +201,8 @@ class CommandLineError(UsageError):
 
 class MigrationRefused(UsageError):
     """A migration cannot be applied as asked (``ratchet migrate``): its plan holds runs that
-    cannot move now (without ``--only-ready``), or a rollback names a migration no unfinished
-    run of the workflow came by. Nothing was moved."""
+    cannot move now (without ``--only-ready``), or a rollback names a migration no run of the
+    workflow came by. Nothing was moved."""
 
     code = "R208"
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from ..errors import Diagnostic, RatchetError, RunNotFound, SpecError, UsageError
 from ..evolve.mapping import check_mapping, mapping_from_text
+from ..evolve.migrate import same_numbers
 from ..spec.validate import load_stored_spec, validate_path
 from ..store.store import Store
 from . import versions
@@ -294,10 +295,7 @@ def load_versions(
             )
         if new.digest == old.digest:
             raise UsageError(f"{new_path} is the same text as {old_path}: nothing to migrate")
-        if (new.spec_version, str(new.policy_version)) == (
-            old.spec_version,
-            str(old.policy_version),
-        ):
+        if same_numbers(old, new):
             raise UsageError(
                 f"{new_path} has the spec_version ({new.spec_version}) and policy_version of "
                 f"{old_path} with another text: ratchet migrate refuses it (R208: an approval "

@@ -74,10 +74,10 @@ def db() -> None:
 @with_options("db", "json")
 def current(how: How) -> None:
     """Say the store's schema revision and how it stands to this Ratchet's."""
-    from ..store.schema import standing
+    from ..store.schema import read
 
-    with _opened(how) as (store, _practice), store.schema_transaction() as conn:
-        found = standing(conn).to_json()
+    with _opened(how) as (store, _practice):
+        found = read(store).to_json()
     if how.as_json:
         emit_json(found)
     else:
@@ -92,10 +92,10 @@ def check(how: How) -> None:
     A new, empty store counts as ready (the first command makes it); an older, unversioned or
     newer one does not, and the reason is printed on stderr.
     """
-    from ..store.schema import CURRENT, NEW, standing
+    from ..store.schema import CURRENT, NEW, read
 
-    with _opened(how) as (store, _practice), store.schema_transaction() as conn:
-        found = standing(conn)
+    with _opened(how) as (store, _practice):
+        found = read(store)
     ready = found.status in (CURRENT, NEW)
     if how.as_json:
         emit_json(found.to_json() | {"ready": ready})
@@ -117,17 +117,15 @@ def upgrade(revision: str, how: How) -> None:
     store is copied beside itself first (FILE.rREVISION.bak). A store made before revisions were
     kept is recorded at the first revision first.
     """
-    from ..store.schema import HEAD, OLDER, UNVERSIONED, backup, migrate_to, standing
+    from ..store.schema import HEAD, OLDER, UNVERSIONED, backup, migrate_to, read
 
     with _opened(how) as (store, practice):
-        with store.schema_transaction() as conn:
-            before = standing(conn)
+        before = read(store)
         copy = None
         if store.dialect.name == "sqlite" and before.status in (OLDER, UNVERSIONED):
             copy = backup(store, before)
         steps = migrate_to(store, revision, practice=practice)
-        with store.schema_transaction() as conn:
-            after = standing(conn)
+        after = read(store)
     if how.as_json:
         emit_json({"steps": steps, "backup": str(copy) if copy else None} | after.to_json())
         return
@@ -157,7 +155,7 @@ def downgrade(revision: str, yes: bool, how: How) -> None:
     the store up first (`ratchet backup`, or pg_dump). The Ratchet that runs on it afterwards
     must be one whose head is REVISION.
     """
-    from ..store.schema import migrate_to, standing
+    from ..store.schema import migrate_to, read
 
     if not yes:
         raise click.BadParameter(
@@ -167,8 +165,7 @@ def downgrade(revision: str, yes: bool, how: How) -> None:
         )
     with _opened(how) as (store, _practice):
         steps = migrate_to(store, revision)
-        with store.schema_transaction() as conn:
-            after = standing(conn)
+        after = read(store)
     if how.as_json:
         emit_json({"steps": steps} | after.to_json())
         return

@@ -172,13 +172,19 @@ def plan(store: Store, new: Spec, mapping: VersionMapping | None = None) -> Plan
     return _plan(store, new, live, mapping)
 
 
+def same_numbers(old: Spec, new: Spec) -> bool:
+    """Whether ``new`` is another text under ``old``'s spec and policy versions: what no
+    migration may move runs between (an approval's digest names those numbers only)."""
+    return old.digest != new.digest and (old.spec_version, str(old.policy_version)) == (
+        new.spec_version,
+        str(new.policy_version),
+    )
+
+
 def _plan(store: Store, new: Spec, live: Sequence[LiveRun], mapping: VersionMapping | None) -> Plan:
     olds = _specs(store, sorted({r.spec_digest for r in live if r.spec_digest != new.digest}))
     for old in olds.values():
-        if (old.spec_version, str(old.policy_version)) == (
-            new.spec_version,
-            str(new.policy_version),
-        ):
+        if same_numbers(old, new):
             raise MigrationRefused(
                 f"runs of {new.name!r} are on another text of version {new.spec_version} (digest "
                 f"{old.digest[:12]}), with the same policy_version: an approval's digest names the "

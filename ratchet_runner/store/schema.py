@@ -97,6 +97,13 @@ def standing(conn: Connection) -> Standing:
     return Standing(revision, found.has_table("runs"))
 
 
+def read(store: Store) -> Standing:
+    """Where ``store``'s schema stands, read with no lock and no write (a read-only store, or
+    one another process is upgrading, answers)."""
+    with store.schema_read() as conn:
+        return standing(conn)
+
+
 def refusal(store: Store, found: Standing) -> StoreRevision:
     """Why ``store`` cannot be used as it stands, naming what to do."""
     where = redact(store.url)
@@ -119,8 +126,7 @@ def prepare(store: Store, *, create: bool, practice: bool, upgrade: bool) -> Sta
     (with ``create``), upgraded when older (with ``upgrade``: an SQLite store, backed up first),
     refused when newer or unknown. Returns where it stood. A store at this code's revision is
     read without a lock (or a write: a read-only store opens)."""
-    with store.schema_read() as conn:
-        found = standing(conn)
+    found = read(store)
     status = found.status
     if status == CURRENT:
         return found

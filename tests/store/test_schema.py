@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from ratchet_runner.session import Session
 from ratchet_runner.store import schema
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.tables import metadata
-from tests.conftest import PG_URL, PRACTICE_BINDING, ROOT, run_cli
+from tests.conftest import PG_URL, PRACTICE_BINDING, ROOT, postgres_url, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures" / "stores"
 T0 = 1_800_000_000.0  # the fixtures' clock (tests/fixtures/stores/make.py)
@@ -247,3 +248,30 @@ def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(
     assert schema.REVISION_TABLE not in names
     with pytest.raises(sqlite3.OperationalError):
         sqlite3.connect(tmp_path / "ratchet.db").execute("SELECT * FROM made_halfway")
+
+
+@pytest.mark.postgres
+def test_a_revision_that_cannot_take_its_locks_gives_up_in_seconds_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On PostgreSQL a revision takes its locks with a lock_timeout: one that a worker's open
+    transaction holds up fails within seconds, rolled back, and the store stays where it was."""
+    url = postgres_url()
+    Store(url).close()
+    assert run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", url)[0] == 0
+    holder = create_engine(url)
+    try:
+        with holder.connect() as conn, conn.begin():
+            conn.exec_driver_sql("LOCK TABLE runs IN ACCESS SHARE MODE")  # as a reader does
+            began = time.monotonic()
+            code, _out, err = run_cli(capsys, "db", "upgrade", "--db", url)
+            waited = time.monotonic() - began
+        assert code == 1
+        assert "0001 → 0002 failed and was rolled back" in err
+        assert "lock timeout" in err
+        assert waited < 30  # the 5 s lock_timeout, not a hang
+        code, out, _ = run_cli(capsys, "db", "current", "--db", url, "--json")
+        assert json.loads(out)["revision"] == "0001"
+        assert run_cli(capsys, "db", "upgrade", "--db", url)[0] == 0  # the lock gone, it runs
+    finally:
+        holder.dispose()
