@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # what mypy and editors see; keep in step with _EXPORTS (a te
         SignalRefused,
         SpecError,
         StepFailed,
+        StoreCopiedBack,
         StoreError,
         StoreRevision,
         UsageError,
@@ -137,6 +138,7 @@ __all__ = [  # the public API, grouped in docs/reference/python-api.md
     "SpecError",
     "StepFailed",
     "Store",
+    "StoreCopiedBack",
     "StoreError",
     "StoreRevision",
     "SystemClock",
@@ -190,8 +192,8 @@ _HOMES: dict[str, str] = {
         " BindingMismatch DuplicateOperation ExpressionError GraphvizNotFound HistoriesInvalid"
         " InputConflict"
         " LeaseLost LeaseTooShort OperatorRefused RatchetError RunBusy RunError RunNotFound"
-        " SignalRefused SpecError StepFailed StoreError StoreRevision UsageError VersionConflict"
-        " WorldError"
+        " SignalRefused SpecError StepFailed StoreCopiedBack StoreError StoreRevision UsageError"
+        " VersionConflict WorldError"
     ),
 }
 _RENAMED = {

@@ -24,7 +24,8 @@ docstring is the default message. The whole tree, with each code (a test keeps t
     │   │       └── RunBusy     R305  another process holds the run under a live lease
     │   ├── RunNotFound         R302  no run has that ID
     │   ├── DuplicateOperation  R303  an operation ID is already recorded (idempotency is data)
-    │   └── StoreRevision       R306  the store's schema is older or newer than this Ratchet's
+    │   ├── StoreRevision       R306  the store's schema is older or newer than this Ratchet's
+    │   └── StoreCopiedBack     R307  the store's file was copied back, not put back by restore
     └── RunError                R400  a run cannot take that step
         ├── ApprovalError       R401  no valid approval covers the effect, or a decision is refused
         │   ├── ApprovalExpired R403  the approval expired before the effect ran
@@ -43,6 +44,9 @@ A :class:`Diagnostic` is one located problem in a spec: ``FILE:LINE:COL: CODE me
 starting with ``E`` are errors, codes starting with ``W`` are warnings; the full list is in
 ``docs/reference/lint-codes.md`` and in :data:`ratchet_runner.spec.codes.CODES`. Codes starting
 with ``B`` are errors found in a binding file (``docs/reference/bindings.md``).
+
+Over 400 lines, as one concern: every error Ratchet raises, in the one tree its codes and the
+reference page follow, each class short.
 """
 
 from __future__ import annotations
@@ -295,6 +299,14 @@ class StoreRevision(StoreError):
     it on). Nothing was changed."""
 
     code = "R306"
+
+
+class StoreCopiedBack(StoreError):
+    """The store's file is behind the high-water mark kept beside it: it was put back from a copy
+    without ``ratchet restore``, and would make again the calls made after that copy was taken.
+    Refused, nothing changed, until an operator confirms it with ``ratchet restore --mark``."""
+
+    code = "R307"
 
 
 class RunError(RatchetError):

@@ -94,6 +94,8 @@ class EventKind(StrEnum):
     BACKOFF = "backoff"
     RETRY_SCHEDULED = "retry_scheduled"
     RESUMED = "resumed"
+    #: The store was put back from a copy: the operation is looked up before its first call.
+    RESTORE_LOOKUP = "restore_lookup"
     SKIPPED = "skipped"
     RECONCILE_FOUND = "reconcile_found"
     RECONCILE_NOT_FOUND = "reconcile_not_found"

@@ -26,7 +26,7 @@ import click
 
 from .. import __version__
 from ..errors import RatchetError
-from . import database, diffing, histories, publishing, reading, runs, serving, specs
+from . import database, diffing, histories, publishing, reading, restoring, runs, serving, specs
 from .logs import configure
 from .options import EXIT_INTERNAL, EXIT_USAGE, echo_lines, not_utf8, show_usage_error
 
@@ -67,6 +67,7 @@ for _command in (
     *publishing.COMMANDS,
     *serving.COMMANDS,
     *database.COMMANDS,
+    *restoring.COMMANDS,
 ):
     cli.add_command(_command)
 

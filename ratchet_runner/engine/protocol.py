@@ -54,6 +54,7 @@ from ..store.records import (
     OperationUpdate,
     RunRecord,
 )
+from ..store.restores import Restore
 from ..words import GAVE_UP, EventKind, OperationStatus
 from . import duplicates
 from .approvals import ask_again, last_consumed, valid_approval
@@ -290,6 +291,13 @@ class EffectStep(Step):
             deadline=deadline,
             key_age=max(0.0, self.host.now() - op.created_at),
         )
+        if op.attempts == 1 and not self._restore_looked:
+            restored = self.host.store.restore_window(self.host.now())
+            if restored is not None:
+                self._restore_looked = True
+                looked = self._look_up_after_restore(op, restored)
+                if looked is not None:
+                    return looked
         self._at_crash_point("before-write", [op.operation_id], 0.0)
         left = deadline - self.host.monotonic()
         if left <= 0:
@@ -324,6 +332,51 @@ class EffectStep(Step):
             return self._retry(op, outcome.retry_after)
         self.log.note(EventKind.TIMEOUT, operation_id=op.operation_id, reason=outcome.reason)
         return self._after_unknown(op)
+
+    def _look_up_after_restore(self, op: OperationRecord, restored: Restore) -> RunRecord | None:
+        """The store was put back from a copy, and its restore window is open: ``op``, about to
+        be called for the first time as far as this store knows, may have been made after the
+        copy was taken (by this run, or by a run of the same business key the copy holds no
+        record of). Look it up first: found, it is finished from the provider's record; not
+        found, None (the call goes ahead); a lookup that fails leaves the outcome unknown; an
+        effect with no lookup goes to a person with the evidence, never to a blind call."""
+        taken = restored.backup_taken_at
+        self.log.note(
+            EventKind.RESTORE_LOOKUP,
+            operation_id=op.operation_id,
+            incarnation=restored.incarnation,
+            restored_at=restored.restored_at,
+            backup_taken_at=taken,
+        )
+        if self.effect.reconcile is None:
+            since = f"the copy taken at {format_time(taken)}" if taken else "the copy was taken"
+            reason = (
+                f"the store was put back from a copy at {format_time(restored.restored_at)}: "
+                f"{describe_action(self.effect, self.args)} may have been made since {since}, "
+                f"and {self.effect.name} has no lookup to tell; not called. Ask the provider "
+                f"about operation {op.operation_id}, then `ratchet ops retry` (it was not made) "
+                "or record what it made"
+            )
+            evidence = {"restore": restored.to_json(), "operation_id": op.operation_id}
+            return self._escalate(op, Escalate(reason, evidence, possibly_applied=True))
+        found = ask(
+            self.adapter, self.effect.reconcile, op.operation_id, self.effect.name, self.args
+        )
+        if isinstance(found, Found) and self._proves(found.receipt):
+            self.log.note(EventKind.RECONCILE_FOUND, operation_id=op.operation_id)
+            if found.others and self.role != duplicates.UNDO_EXTRA:
+                return self._found_twice(op, found)
+            return self._finish(op, found.receipt, via="reconcile")
+        if isinstance(found, NotFound):
+            window = self.semantics.window if self.semantics is not None else 0.0
+            settled = restored.restored_at + window  # every request before it left before then
+            if settled > self.host.now():
+                return self._await_settle(op, settled)
+            self.log.note(EventKind.RECONCILE_NOT_FOUND, operation_id=op.operation_id)
+            return None
+        reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
+        self.log.note(EventKind.RECONCILE_FAILED, operation_id=op.operation_id, reason=reason)
+        return self._outcome(op, OperationStatus.UNKNOWN, reason)
 
     def _after_unknown(self, op: OperationRecord) -> RunRecord:
         """An attempt whose outcome is unknown: reconcile (ask the provider about the operation

@@ -69,6 +69,8 @@ class Step:
         #: Whether this step believed a lookup that found nothing only after waiting out the
         #: provider's commit window: a retry then is verified later (:mod:`.verify`).
         self._waited_out = False
+        #: Whether this step looked its operation up because the store was put back from a copy.
+        self._restore_looked = False
 
     def _activation(self, run: RunRecord, spec: Spec) -> dict[str, Any]:
         """What the effect's arguments are evaluated against (:func:`activation`)."""

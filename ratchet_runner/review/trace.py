@@ -30,6 +30,7 @@ _TITLES: dict[str, str] = {
     EventKind.COMPENSATION_INCOMPLETE: "cannot undo all",
     EventKind.RETRY_SCHEDULED: "retry scheduled",
     EventKind.DECISION_NEEDED: "decision needed",
+    EventKind.RESTORE_LOOKUP: "restore lookup",
     EventKind.RECONCILE_FOUND: "reconcile found",
     EventKind.RECONCILE_NOT_FOUND: "reconcile: none",
     EventKind.RECONCILE_FAILED: "reconcile failed",
@@ -100,6 +101,11 @@ def describe(event: EventRecord) -> str:
         ),
         EventKind.RESUMED: lambda: (
             f"{_op(d)} has {d.get('attempts')} attempt(s) on record: reconcile first"
+        ),
+        EventKind.RESTORE_LOOKUP: lambda: (
+            f"the store was put back from a copy at {when(d.get('restored_at'))}"
+            + (f" (taken at {when(d.get('backup_taken_at'))})" if d.get("backup_taken_at") else "")
+            + f", incarnation {d.get('incarnation')}: {_op(d)} is looked up before its first call"
         ),
         EventKind.RECONCILE_FOUND: lambda: f"{_op(d)} is on the provider's record: no new call",
         EventKind.RECONCILE_NOT_FOUND: lambda: (

@@ -35,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import StoreError, StoreRevision
 from .dialects import Dialect, failure, redact
+from .restores import database_file
 from .tables import record_creation
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Store(Protocol):
 #: The table a store's revision is kept in.
 REVISION_TABLE = "ratchet_schema_version"
 #: This code's revisions, oldest first (a test keeps them the migrations folder's).
-REVISIONS: tuple[str, ...] = ("0001", "0002")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
 HEAD = REVISIONS[-1]
 #: How long a revision waits for a lock on PostgreSQL before it gives up (and changes nothing).
 LOCK_TIMEOUT_SECONDS = 5
@@ -143,10 +144,9 @@ def prepare(store: Store, *, create: bool, practice: bool, upgrade: bool) -> Sta
 def backup(store: Store, found: Standing) -> Path | None:
     """Copy an SQLite store's file beside it before it is upgraded (``FILE.rREVISION.bak``, made
     with SQLite's backup API, consistent while others write); None for a store in memory."""
-    database = store.engine.url.database
-    if not database or database == ":memory:" or database.startswith("file::memory:"):
+    path = database_file(store.engine.url.database)
+    if path is None:
         return None
-    path = Path(database.removeprefix("file:").split("?", 1)[0])
     target = path.with_name(f"{path.name}.r{found.revision or '0000'}.bak")
     source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:

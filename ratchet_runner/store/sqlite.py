@@ -15,7 +15,10 @@ from __future__ import annotations
 from sqlalchemy import Connection, Engine, event
 
 from ..clock import Clock
+from ..words import EventKind
 from .dialects import Dialect
+from .records import Change
+from .restores import count_attempt
 from .writer import Writer
 
 
@@ -25,6 +28,16 @@ class SQLiteWriter(Writer):
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         event.listen(engine, "begin", _begin_immediately_when_writing)
         super().__init__(engine, dialect, clock)
+
+    def _apply(self, conn: Connection, change: Change, version: int) -> None:
+        """The change's writes; and, when it commits an attempt (a call may follow), one more
+        on the store's sequence, whose new value the store then writes to the high-water mark
+        beside its file, after checking that the store is still the incarnation the store read
+        (:mod:`~ratchet_runner.store.restores`): a worker that was idle while a backup was put
+        back never calls without the restore's lookup."""
+        super()._apply(conn, change, version)
+        if any(kind == EventKind.CALL for kind, _ in change.events):
+            self.sequence = count_attempt(conn, self.incarnation)
 
 
 def _begin_immediately_when_writing(connection: Connection) -> None:

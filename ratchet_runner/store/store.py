@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, select
@@ -29,9 +31,10 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import Pool
 
 from ..clock import Clock, SystemClock
-from ..errors import RunNotFound, StoreError, StoreRevision
+from ..errors import RunNotFound, StoreCopiedBack, StoreError, StoreRevision, VersionConflict
 from ..words import ENDED, EventKind, RunStatus
-from . import schema
+from . import backup, schema
+from . import restores as incarnations
 from .bell import Bell, arms_soon, bell_for, wakes
 from .context import RunContext
 from .dialects import (
@@ -42,6 +45,7 @@ from .dialects import (
     failures,
     redact,
     retire_pool,
+    sqlite_url,
     why,
 )
 from .postgres import PostgresWriter
@@ -58,6 +62,7 @@ from .records import (
     SpecVersion,
     TimerRecord,
 )
+from .restores import Mark, Restore, database_file
 from .sqlite import SQLiteWriter
 from .stats import Stats, gather
 from .tables import (
@@ -137,9 +142,14 @@ class Store:
             self._writer = writer(self.engine, self.dialect, self.clock)
             if upgrade is None:
                 upgrade = self.dialect.name == "sqlite"
+            #: The store's latest restore (None: never put back from a copy), read as it opens.
+            self.restored: Restore | None = None
+            self._standing: incarnations.Standing | None = None
+            self._mark: Mark | None = None
             if checked:
                 schema.prepare(self, create=create, practice=practice, upgrade=upgrade)
-        except StoreRevision:
+                self._read_incarnation(writable=create)
+        except (StoreRevision, StoreCopiedBack):
             self.close()
             raise
         except StoreError as exc:  # a setting refused, or the database failed on the schema
@@ -156,7 +166,31 @@ class Store:
     def close(self) -> None:
         """Close every connection the store opened. A thread that uses the store afterwards gets
         a :class:`~ratchet_runner.errors.StoreError`, not a new connection nobody would close."""
+        if getattr(self, "_mark", None) is not None:
+            self._mark.close()  # type: ignore[union-attr]
         close_engine(self.engine, self._retired)
+
+    def _read_incarnation(self, *, writable: bool) -> None:
+        """Read the store's latest restore and its standing; for an SQLite file opened for
+        writing, check it against the high-water mark beside it (refused when it was put back
+        by a plain copy: :class:`~ratchet_runner.errors.StoreCopiedBack`) and keep the mark."""
+        with self._read() as conn:
+            self.restored = incarnations.latest(conn)
+            self._standing = incarnations.standing(conn)
+        self._writer.incarnation = self._standing.incarnation
+        database = self.database_file() if writable else None
+        if self._mark is not None:
+            self._mark.close()
+            self._mark = None
+        if database is not None:
+            self._mark = Mark(database)
+            self._mark.check(self._standing)
+
+    def database_file(self) -> Path | None:
+        """The file of an SQLite store (None for another database, or one in memory)."""
+        if self.dialect.name != "sqlite":
+            return None
+        return database_file(self.engine.url.database)
 
     def drop_connections(self) -> None:
         """Open new connections from now on, instead of reusing pooled ones that may be dead (after
@@ -214,6 +248,122 @@ class Store:
         """Declare the store a practice store. Meant for a store just emptied (``ratchet reset
         --all --practice``): on a practice store anyone may set "now" to any time."""
         self._writer.mark_practice()
+
+    # -- restores (:mod:`~ratchet_runner.store.restores`) -------------------------------------
+
+    def restore_window(self, now: float) -> Restore | None:
+        """The restore whose window is open at ``now`` (every operation is then looked up before
+        its first call), or None."""
+        found = self.restored
+        return found if found is not None and found.open_at(now) else None
+
+    def restores(self) -> list[Restore]:
+        """Every time the store was put back from a copy, oldest first."""
+        with self._read() as conn:
+            return incarnations.history(conn)
+
+    def mark_restored(
+        self,
+        *,
+        at: float,
+        window: float,
+        source: str,
+        by: str,
+        backup_taken_at: float | None = None,
+    ) -> Restore:
+        """Record that the store was put back from a copy (``ratchet db mark-restored`` after a
+        PostgreSQL restore, ``ratchet restore --mark`` after a plain copy): a new incarnation,
+        with its restore window of ``window`` seconds from ``at``. Refused while a worker holds a
+        live lease (it would carry on from what it holds in memory)."""
+        database = self.database_file()
+        mark = incarnations.read_mark(incarnations.mark_path(database)) if database else None
+        with self._writer.schema_transaction(self.dialect) as conn:
+            incarnations.refuse_live_leases(conn, at)
+            made = incarnations.record_restore(
+                conn,
+                at=at,
+                window=window,
+                source=source,
+                by=by,
+                backup_taken_at=backup_taken_at,
+                after=mark.incarnation if mark is not None else 1,
+            )
+            self._standing = incarnations.standing(conn)
+        self.restored = made
+        self._writer.incarnation = self._standing.incarnation
+        if database is not None:
+            Mark(database).raise_to(self._standing, force=True)
+        return made
+
+    def take_backup(self, target: Path, at: float) -> int:
+        """Copy this SQLite store to ``target`` while workers run (:func:`backup.take`); its
+        size in bytes. Refused for another database (PostgreSQL: ``pg_dump``)."""
+        database = self.database_file()
+        if database is None:
+            raise StoreError(
+                f"ratchet backup copies an SQLite store; {redact(self.url)} is not one: back "
+                "PostgreSQL up with pg_dump or its point-in-time recovery, then run `ratchet db "
+                "mark-restored` after putting it back (docs/how-to/operate-a-store.md)"
+            )
+        return backup.take(database, target, at)
+
+    def restore_from(
+        self,
+        source: Path,
+        *,
+        at: float,
+        window: float,
+        by: str,
+        checkpoint: backup.Checkpoint | None = None,
+    ) -> Restore:
+        """Put the SQLite backup ``source`` back over this store as a new incarnation, with its
+        restore window (see :mod:`~ratchet_runner.store.backup`). Refused for another database,
+        and while a worker holds a live lease."""
+        database = self.database_file()
+        if database is None:
+            raise StoreError(
+                f"ratchet restore puts back an SQLite backup; {redact(self.url)} is not an "
+                "SQLite file: restore PostgreSQL with pg_restore or its point-in-time recovery, "
+                "then run `ratchet db mark-restored` (docs/how-to/operate-a-store.md)"
+            )
+        backup.stage(source, database)
+
+        def prepare(path: Path) -> tuple[Restore, incarnations.Standing]:
+            copy = Store(sqlite_url(path), checked=False, clock=self.clock)
+            try:
+                schema.prepare(copy, create=True, practice=False, upgrade=True)
+                mark = incarnations.read_mark(incarnations.mark_path(database))
+                after = max(self._live_standing().incarnation, mark.incarnation if mark else 1)
+                with copy.schema_transaction() as conn:
+                    made = incarnations.record_restore(
+                        conn,
+                        at=at,
+                        window=window,
+                        source=source.name,
+                        by=by,
+                        backup_taken_at=backup.taken_at(path),
+                        after=after,
+                    )
+                    return made, incarnations.standing(conn)
+            finally:
+                copy.close()
+
+        def refuse_workers() -> incarnations.Standing:
+            with self._read() as conn:
+                incarnations.refuse_live_leases(conn, at)
+            return self._live_standing()
+
+        ready = checkpoint or backup.no_checkpoint
+        made = backup.put_back(database, prepare, refuse_workers, ready)
+        with self._read() as conn:
+            self._standing = incarnations.standing(conn)
+        self.restored = made
+        self._writer.incarnation = self._standing.incarnation
+        return made
+
+    def _live_standing(self) -> incarnations.Standing:
+        with self._read() as conn:
+            return incarnations.standing(conn)
 
     # -- specs ------------------------------------------------------------------------------
 
@@ -561,9 +711,18 @@ class Store:
                 0, (EventKind.LEASED, {"owner": change.take_lease[0], "previous": base.lease_owner})
             )
         wake = change.wake and wakes(change, after)
-        self._writer.commit(change, after, wake=wake)
+        try:
+            self._writer.commit(change, after, wake=wake)
+        except VersionConflict as lost:
+            if incarnations.PUT_BACK_MEANWHILE in str(lost):
+                self._read_incarnation(writable=self._mark is not None)
+            raise
         if wake:
             self.bell.ring()
+        counted = self._writer.sequence
+        if counted is not None and self._mark is not None and self._standing is not None:
+            self._writer.sequence = None  # an attempt committed: the mark beside it is raised
+            self._mark.raise_to(replace(self._standing, sequence=counted))
         return after
 
     # -- retention ----------------------------------------------------------------------------

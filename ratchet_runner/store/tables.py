@@ -6,8 +6,8 @@ input, context, lease), ``events`` (each run's append-only history, plain JSON),
 ``signals``, ``duplicates`` (each time a lookup found more than one change made under one
 operation ID), ``evidence_keys`` (the input values a spec relates its runs by, for the evidence
 an approver is shown), ``published`` (the version new runs of a workflow start on, where an
-operator chose one), and ``meta`` (what the store recorded about itself when it was created:
-whether it is a practice store).
+operator chose one), ``restores`` (each time the store was put back from a copy), and ``meta``
+(what the store recorded about itself: whether it is a practice store, its ID).
 
 Over 400 lines, as one concern: every table of the store, with the queries shared by its
 readers and writers, in one place, so that a column is named once.
@@ -200,12 +200,30 @@ Index(
 
 #: What a store records about itself, once, when it is created: ``created_at`` (epoch seconds)
 #: and, for a practice store, ``practice`` (``true``): the one kind of store on which the
-#: command line honours ``RATCHET_NOW``. A key/value table, so that later facts need no new one.
+#: command line honours ``RATCHET_NOW``; since revision 0003, ``store_id`` (the same in every
+#: copy) and ``sequence`` (the attempts committed, kept on SQLite for its high-water mark). A
+#: key/value table, so that later facts need no new one.
 meta = Table(
     "meta",
     metadata,
     Column("key", String(100), primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+#: Each time the store was put back from a copy (``ratchet restore``, ``ratchet restore --mark``,
+#: ``ratchet db mark-restored``): the incarnation it became (the store as made is 1), when, the
+#: restore window's end (until then every operation is looked up before its first call), when the
+#: copy was taken (if known), what was put back and by whom
+#: (:mod:`~ratchet_runner.store.restores`).
+restores = Table(
+    "restores",
+    metadata,
+    Column("incarnation", Integer, primary_key=True, autoincrement=False),
+    Column("restored_at", Float, nullable=False),
+    Column("window_until", Float, nullable=False),
+    Column("backup_taken_at", Float),
+    Column("source", Text, nullable=False),
+    Column("by", String(MAX_NAME), nullable=False),
 )
 
 signals = Table(

@@ -188,6 +188,11 @@ class Writer:
         self._cas_leased = _cas_run(runs.c.lease_token == bindparam("b_token"), release=True)
         self._cas_free = _cas_run(self._free)
         self._cas_take = _cas_taking(self._free, self._db_now)
+        #: The store's sequence after the last commit of an attempt, where this writer keeps one
+        #: (SQLite's; see :mod:`~ratchet_runner.store.restores`); the store clears it.
+        self.sequence: int | None = None
+        #: The store's incarnation as its store read it (None: not known, not checked).
+        self.incarnation: int | None = None
 
     def prune(self, tombstones: Sequence[tuple[RunRecord, RunContext]], now: float) -> list[str]:
         """Compact finished runs to their tombstones, in one transaction (see

@@ -192,18 +192,18 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert (code, json.loads(out)["status"]) == (0, "new")
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0  # the first command makes it
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
-    assert json.loads(out)["steps"] == ["none→0001", "0001→0002"]
+    assert json.loads(out)["steps"] == ["none→0001", "0001→0002", "0002→0003"]
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
     assert f"already at revision {schema.HEAD}" in out
     # one revision back, and what every command then does with the store
     code, out, _ = run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", store_url)
-    assert (code, out.strip()) == (0, "downgraded: 0002→0001")
+    assert (code, out.strip()) == (0, "downgraded: 0003→0002\ndowngraded: 0002→0001")
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 1
     if store_url.startswith("sqlite"):  # upgraded as it opens, a copy of the file kept first
         Store(store_url).close()
         assert Path(store_url.removeprefix("sqlite:///") + ".r0001.bak").exists()
     else:  # refused until an operator upgrades it
-        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0002"):
+        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0003"):
             Store(store_url)
         code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
         assert out.splitlines()[0] == "upgraded: 0001→0002"
@@ -212,7 +212,10 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert code == 2
     assert "give --yes" in err
     code, out, _ = run_cli(capsys, "db", "downgrade", "base", "--yes", "--db", store_url)
-    assert (code, out.strip()) == (0, "downgraded: 0002→0001\ndowngraded: 0001→base")
+    assert (code, out.strip()) == (
+        0,
+        "downgraded: 0003→0002\ndowngraded: 0002→0001\ndowngraded: 0001→base",
+    )
     check = Store(store_url, checked=False)
     try:
         with check.engine.connect() as conn:
@@ -224,7 +227,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert code == 1
     assert f"newer than this Ratchet's {schema.HEAD}" in err
     code, out, _ = run_cli(capsys, "db", "history", "--json")
-    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001", "0002"]
+    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001", "0002", "0003"]
 
 
 def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(

@@ -26,12 +26,14 @@ LAYERS: dict[str, set[str]] = {
     "dialects": {"home"},
     "prune": {"context", "records", "tables"},
     "writer": {"records", "tables", "home", "dialects", "context", "prune"},
-    "sqlite": {"records", "tables", "home", "dialects", "writer", "context"},
+    "restores": {"tables"},
+    "backup": {"restores"},
+    "sqlite": {"records", "tables", "home", "dialects", "writer", "context", "restores"},
     "postgres": {"records", "tables", "home", "dialects", "writer", "context"},
     "bell": {"records"},
     "watch": {"bell"},
     "stats": {"tables"},
-    "schema": {"tables", "dialects", "migrations.versions"},
+    "schema": {"tables", "dialects", "restores", "migrations.versions"},
     "store": {
         "context",
         "records",
@@ -44,6 +46,8 @@ LAYERS: dict[str, set[str]] = {
         "bell",
         "stats",
         "schema",
+        "restores",
+        "backup",
     },
 }
 OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings", f"{PACKAGE}.words"}

@@ -341,7 +341,7 @@ def test_every_option_the_cli_reference_tabulates_is_in_its_commands_help() -> N
     for heading, table in _tables(_text(CLI_MD)):
         if table[0][0] != "option":
             continue
-        match = re.search(r"`ratchet (\w+(?: \w+)?)`", heading)
+        match = re.search(r"`ratchet ([\w-]+(?: [\w-]+)?)`", heading)
         help_text = _help(*(match.group(1).split() if match else []))
         for row in table[1:]:
             for option in _options(row[0]):
@@ -351,7 +351,7 @@ def test_every_option_the_cli_reference_tabulates_is_in_its_commands_help() -> N
 def _sections() -> dict[str, str]:
     """Each command's section of the CLI reference: the text under its heading
     ``## `ratchet COMMAND` ``, up to the next ``##``."""
-    found = re.finditer(r"^## `ratchet ([\w ]+)`\n(.*?)(?=^## |\Z)", _text(CLI_MD), re.M | re.S)
+    found = re.finditer(r"^## `ratchet ([\w -]+)`\n(.*?)(?=^## |\Z)", _text(CLI_MD), re.M | re.S)
     return {match.group(1): match.group(2) for match in found}
 
 

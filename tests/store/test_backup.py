@@ -1,0 +1,209 @@
+"""``ratchet backup`` and ``ratchet restore`` on SQLite, as an adversary would use them: a backup
+taken while a writer commits, files that are no backup, a store under a live lease, a backup from
+before revisions were kept, a high-water mark torn or foreign, and each refusal changing
+nothing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, update
+
+from ratchet_runner.errors import StoreCopiedBack
+from ratchet_runner.store import restores
+from ratchet_runner.store.records import NewRun
+from ratchet_runner.store.store import Store
+from ratchet_runner.store.tables import events, runs
+from ratchet_runner.words import RunStatus
+from tests.conftest import run_cli
+from tests.store.test_schema import load_fixture
+
+CAPTURE = pytest.CaptureFixture[str]
+
+
+def new_run(number: int, at: float) -> NewRun:
+    return NewRun(
+        id=f"run_{number:016d}",
+        workflow="w",
+        spec_digest="d" * 64,
+        business_key=f"K-{number}",
+        state="start",
+        status=RunStatus.RUNNING,
+        input={"n": number},
+        at=at,
+    )
+
+
+def writer(url: str, stop: threading.Event) -> int:
+    """Commit runs one after another until ``stop``: how many."""
+    store = Store(url)
+    store.save_spec("d" * 64, "w", 1, "1", "name: w", time.time())
+    made = 0
+    try:
+        while not stop.is_set():
+            store.create_run(new_run(made, time.time()))
+            made += 1
+    finally:
+        store.close()
+    return made
+
+
+def test_a_backup_taken_while_a_writer_commits_is_whole_as_of_one_commit(
+    tmp_path: Path, capsys: CAPTURE
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    stop = threading.Event()
+    counted: list[int] = []
+    thread = threading.Thread(target=lambda: counted.append(writer(url, stop)))
+    thread.start()
+    try:
+        time.sleep(0.3)
+        code, out, err = run_cli(capsys, "backup", str(tmp_path / "b.db"), "--db", url, "--json")
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    assert code == 0, err
+    assert json.loads(out)["bytes"] > 0
+    copy = sqlite3.connect(tmp_path / "b.db")
+    assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    in_copy = copy.execute("SELECT count(*) FROM runs").fetchone()[0]
+    with_history = copy.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0]
+    copy.close()
+    assert 0 < in_copy < counted[0]  # the writer went on after the copy was taken
+    assert with_history == in_copy  # every run with the history its commit wrote, no more
+    assert not (tmp_path / "b.db.partial").exists()
+
+
+def test_a_backup_never_overwrites_and_postgresql_is_sent_to_pg_dump(
+    tmp_path: Path, capsys: CAPTURE
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    (tmp_path / "b.db").write_text("precious", encoding="utf-8")
+    code, _out, err = run_cli(capsys, "backup", str(tmp_path / "b.db"), "--db", url)
+    assert code == 1
+    assert "never overwrites" in err
+    assert (tmp_path / "b.db").read_text(encoding="utf-8") == "precious"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"not a database at all", "is not an SQLite database"),
+        (b"", "holds no Ratchet store"),
+    ],
+)
+def test_a_file_that_is_no_backup_is_refused_and_nothing_changes(
+    tmp_path: Path, capsys: CAPTURE, content: bytes, said: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    store = Store(url)
+    store.save_spec("d" * 64, "w", 1, "1", "name: w", time.time())
+    store.create_run(new_run(1, time.time()))
+    store.close()
+    bogus = tmp_path / "bogus.db"
+    bogus.write_bytes(content)
+    code, _out, err = run_cli(capsys, "restore", str(bogus), "--yes", "--db", url)
+    assert code == 1
+    assert said in err
+    reopened = Store(url)
+    try:
+        assert [r.business_key for r in reopened.list_runs()] == ["K-1"]
+        assert reopened.restores() == []
+    finally:
+        reopened.close()
+
+
+def test_restore_asks_for_yes_and_refuses_a_store_under_a_live_lease(
+    tmp_path: Path, capsys: CAPTURE
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    assert run_cli(capsys, "backup", str(tmp_path / "b.db"), "--db", url)[0] == 0
+    code, _out, err = run_cli(capsys, "restore", str(tmp_path / "b.db"), "--db", url)
+    assert (code, "give --yes" in err) == (2, True)
+    store = Store(url)
+    store.save_spec("d" * 64, "w", 1, "1", "name: w", time.time())
+    store.create_run(new_run(1, time.time()))
+    with store.engine.begin() as conn:  # a worker holds it now
+        conn.execute(
+            update(runs).values(
+                lease_owner="w:1", lease_token="t", lease_expires_at=time.time() + 60
+            )
+        )
+    store.close()
+    code, _out, err = run_cli(capsys, "restore", str(tmp_path / "b.db"), "--yes", "--db", url)
+    assert code == 1
+    assert "stop every worker" in err
+    reopened = Store(url)
+    try:
+        assert len(reopened.list_runs()) == 1  # nothing put back
+        assert reopened.restores() == []
+    finally:
+        reopened.close()
+
+
+def test_a_backup_made_before_revisions_were_kept_is_upgraded_as_it_is_put_back(
+    tmp_path: Path, capsys: CAPTURE
+) -> None:
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    load_fixture(old, tmp_path / "home")
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    code, out, err = run_cli(
+        capsys, "restore", str(tmp_path / "old.db"), "--yes", "--db", url, "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["restore"]["incarnation"] == 2
+    store = Store(url)
+    try:
+        assert len(store.list_runs()) > 3  # the fixture's runs
+        assert store.restore_window(time.time()) is not None
+        with store.engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(events)).scalar()
+    finally:
+        store.close()
+    assert not list(tmp_path.glob("ratchet.db.restoring*"))
+
+
+def test_a_mark_torn_or_left_by_another_store_is_replaced_not_obeyed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    mark = restores.mark_path(tmp_path / "ratchet.db")
+    mark.write_bytes(b"ratchet-mark 1 \x00\xff torn")
+    Store(url).close()  # a torn mark says nothing: rewritten
+    found = restores.read_mark(mark)
+    assert found is not None
+    mark.write_text(f"ratchet-mark 1 {'0' * 32} 9 999\n", encoding="ascii")
+    Store(url).close()  # another store's mark: this is no copy of that one
+    again = restores.read_mark(mark)
+    assert again is not None
+    assert again.store_id == found.store_id
+
+
+def test_a_copy_put_back_by_hand_is_refused_until_marked(tmp_path: Path, capsys: CAPTURE) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    store = Store(url)
+    store.close()
+    assert run_cli(capsys, "backup", str(tmp_path / "b.db"), "--db", url)[0] == 0
+    store = Store(url)
+    with store.engine.begin() as conn:  # as an attempt's commit does
+        restores.count_attempt(conn, None)
+        standing = restores.standing(conn)
+    restores.Mark(tmp_path / "ratchet.db").raise_to(standing)
+    store.close()
+    (tmp_path / "ratchet.db").write_bytes((tmp_path / "b.db").read_bytes())
+    with pytest.raises(StoreCopiedBack, match="behind the high-water mark"):
+        Store(url)
+    code, _out, err = run_cli(capsys, "runs", "--db", url)
+    assert (code, "R307" in err) == (1, True)
+    code, out, _ = run_cli(capsys, "restore", "--mark", "--db", url, "--json")
+    assert code == 0
+    assert json.loads(out)["restore"]["incarnation"] == 2
+    Store(url).close()  # accepted now
