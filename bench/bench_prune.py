@@ -12,6 +12,9 @@ a second or more; peak memory at N within 10 % (and 10 MB) of that at N/10.
 
 ``python -m bench.bench_prune --runs 100000 [--store sqlite|postgresql]`` runs it alone;
 ``python -m bench prune`` runs it with 20,000 runs (``--quick``: 5,000) on SQLite.
+``--alone`` prunes with no workers running (and no baseline): the time and peak memory of a
+prune of a million runs (``--runs 1000000 --alone``), with the pauses SQLite's prune takes for
+workers all the same, as ``ratchet prune`` does.
 """
 
 from __future__ import annotations
@@ -160,9 +163,10 @@ class Workers:
             thread.join(timeout=60)
 
 
-def measure(url: str, count: int, batch: int = 100) -> dict[str, Any]:
+def measure(url: str, count: int, batch: int = 100, *, alone: bool = False) -> dict[str, Any]:
     """Fill ``count`` finished runs into the store at ``url``, then prune them in a process of
-    its own while two workers run here: the pruner's report, and the workers' figures."""
+    its own while two workers run here: the pruner's report, and the workers' figures
+    (``alone``: no workers, no baseline)."""
     store = Store(url)
     now = time.time()
     began = time.perf_counter()
@@ -170,19 +174,21 @@ def measure(url: str, count: int, batch: int = 100) -> dict[str, Any]:
     filled = time.perf_counter() - began
     store.close()
     load_before = os.getloadavg()[0]
+    if alone:
+        child = _prune(url, now, batch)
+        return {
+            "runs": count,
+            "filled_s": round(filled, 1),
+            "pruned": child["pruned"],
+            "prune_s": child["seconds"],
+            "rate": child["pruned"] / child["seconds"] if child["seconds"] else 0.0,
+            "peak_mb": child["peak_kb"] / 1024,
+            "load": (load_before, os.getloadavg()[0]),
+        }
     with Workers(url) as workers:
         time.sleep(0.5)  # the workers are under way before the prune starts
-        child = subprocess.run(
-            [sys.executable, "-c", PRUNER, url, str(now - DAY / 2), str(batch)],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=ROOT,
-        )
+        report = _prune(url, now, batch)
         load = os.getloadavg()[0]
-    if child.returncode != 0:
-        raise RuntimeError(f"the pruner failed: {child.stderr[-800:]}")
-    report = json.loads(child.stdout)
     waits = sorted(workers.waits)
     # the baseline, on the same store and settings: the same workers for as long, no prune
     with Workers(url) as alone:
@@ -209,6 +215,21 @@ def measure(url: str, count: int, batch: int = 100) -> dict[str, Any]:
     }
 
 
+def _prune(url: str, now: float, batch: int) -> dict[str, Any]:
+    """The pruner's report, from a process of its own, with its peak memory."""
+    child = subprocess.run(
+        [sys.executable, "-c", PRUNER, url, str(now - DAY / 2), str(batch)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"the pruner failed: {child.stderr[-800:]}")
+    report: dict[str, Any] = json.loads(child.stdout)
+    return report
+
+
 def _fresh(store: str, folder: Path, name: str) -> str:
     if store == "sqlite":
         return f"sqlite:///{folder / f'{name}.db'}"
@@ -220,17 +241,20 @@ def _fresh(store: str, folder: Path, name: str) -> str:
     return f"{PG_URL}?options=-csearch_path%3D{schema}"
 
 
-def compare(count: int, store: str = "sqlite") -> tuple[dict[str, Any], dict[str, Any]]:
+def compare(
+    count: int, store: str = "sqlite", *, alone: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The measurement at ``count`` runs and at a tenth of it, in this run, on fresh stores."""
     with tempfile.TemporaryDirectory(prefix="ratchet-bench-prune-") as tmp:
-        small = measure(_fresh(store, Path(tmp), "small"), max(1, count // 10))
-        large = measure(_fresh(store, Path(tmp), "large"), count)
+        small = measure(_fresh(store, Path(tmp), "small"), max(1, count // 10), alone=alone)
+        large = measure(_fresh(store, Path(tmp), "large"), count, alone=alone)
     return small, large
 
 
 def rows(small: dict[str, Any], large: dict[str, Any], store: str) -> list[Row]:
     grows = large["peak_mb"] - small["peak_mb"]
-    return [
+    alone = "worker_commits" not in large
+    found = [
         Row(
             f"{store}: runs pruned per second ({large['runs']:,} runs)",
             large["rate"],
@@ -246,6 +270,18 @@ def rows(small: dict[str, Any], large: dict[str, Any], store: str) -> list[Row]:
             ok=grows <= max(10.0, 0.1 * small["peak_mb"]),
             digits=1,
         ),
+        Row(
+            f"{store}: seconds to prune {large['runs']:,} runs"
+            + (" (no workers; its pauses for them kept)" if alone else " (two workers running)"),
+            large["prune_s"],
+            "s",
+            digits=0,
+        ),
+    ]
+    if alone:
+        return found
+    return [
+        *found,
         Row(
             f"{store}: a worker's longest commit during the prune "
             f"({large['worker_commits']:,} commits, load {large['load'][1]:.2f}; baseline: the "
@@ -285,8 +321,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_prune", description=__doc__)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--alone", action="store_true", help="no workers, no baseline")
     args = parser.parse_args()
-    small, large = compare(args.runs, args.store)
+    small, large = compare(args.runs, args.store, alone=args.alone)
     for figures in (small, large):
         print(json.dumps(figures))
     failed = [r for r in rows(small, large, args.store) if r.ok is False]

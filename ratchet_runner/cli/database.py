@@ -292,6 +292,11 @@ def prune(finished_before: str, dry_run: bool, archive: str | None, batch: int, 
     )
     for workflow, count in sorted(done.by_workflow.items()):
         click.echo(f"  {workflow}: {count:,}")
+    if done.forgotten:
+        verb = "would forget" if dry_run else "forgot"
+        click.echo(
+            f"{verb} {done.forgotten:,} tombstone(s) past their workflow's retention.operation_ids"
+        )
     if done.left:
         click.echo(f"left {done.left} run(s) that moved on meanwhile: run it again")
 

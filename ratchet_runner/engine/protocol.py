@@ -292,8 +292,8 @@ class EffectStep(Step):
             key_age=max(0.0, self.host.now() - op.created_at),
         )
         if op.attempts == 1 and not self._restore_looked:
-            restored = self.host.store.restore_window(self.host.now())
-            if restored is not None:
+            restored = self.host.store.restored  # read as the store opened: no round trip
+            if restored is not None and restored.open_at(self.host.now()):
                 self._restore_looked = True
                 looked = self._look_up_after_restore(op, restored)
                 if looked is not None:

@@ -8,6 +8,10 @@ not finished, has a timer still armed (a receipt's later verification), or has a
 whose outcome is not settled. What stays of a pruned run answers for it: starting the same
 business key again finds the run done, with its receipts, and makes nothing again; another input
 for it is still refused (its input's digest is kept) (:mod:`~ratchet_runner.store.prune`).
+
+A tombstone is kept forever, unless the spec version its run finished under says otherwise
+(``retention.operation_ids``): then the same prune forgets the tombstones older than that, a
+batch at a time, and the business key started again is a new run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import SpecError
+from ..spec.validate import load_stored_spec
 from ..store.context import RunContext
 from ..store.records import RunRecord
 from ..store.store import Store
@@ -45,6 +51,8 @@ class Pruned:
     newest: float | None = None
     seconds: float = 0.0
     by_workflow: dict[str, int] = field(default_factory=dict)
+    #: Tombstones removed whole, past their workflow's ``retention.operation_ids``.
+    forgotten: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +65,7 @@ class Pruned:
             "newest": self.newest,
             "seconds": round(self.seconds, 3),
             "by_workflow": self.by_workflow,
+            "forgotten": self.forgotten,
         }
 
 
@@ -123,5 +132,34 @@ def prune(
                 done.newest = run.updated_at
         if progress is not None:
             progress(done)
+    _forget(store, now, batch, dry_run, rest, done)
     done.seconds = time.monotonic() - began
     return done
+
+
+def retention_of(text: str) -> float | None:
+    """The ``retention.operation_ids`` of a stored spec version, in seconds (None: forever, or
+    a text that no longer loads: kept)."""
+    try:
+        return load_stored_spec(text).retention_ids
+    except SpecError:
+        return None
+
+
+def _forget(store: Store, now: float, batch: int, dry_run: bool, rest: float, done: Pruned) -> None:
+    """Forget the tombstones past the ``retention.operation_ids`` of the spec version each run
+    finished under, a batch per transaction (resting as prune does); with ``dry_run``, count."""
+    for digest, text in store.stored_specs():
+        seconds = retention_of(text)
+        if seconds is None:
+            continue
+        after: tuple[float, str] | None = None
+        while found := store.forgettable(digest, now - seconds, batch, after):
+            after = (found[-1].updated_at, found[-1].id)
+            if dry_run:
+                done.forgotten += len(found)
+                continue
+            writing = time.monotonic()
+            done.forgotten += len(store.forget(found))
+            if rest:
+                time.sleep(max(SQLITE_REST, rest * (time.monotonic() - writing)))

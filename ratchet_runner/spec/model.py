@@ -232,6 +232,9 @@ class Spec:
     #: unasked). It changes what the validator says (W520), never what the runner does.
     on_version_change_written: bool = False
     budget: Budget = field(default_factory=Budget)
+    #: How long a pruned run's tombstone is kept after the run finished, in seconds
+    #: (``retention.operation_ids``); None: forever.
+    retention_ids: float | None = None
     title: str | None = None
     digest: str = ""
     document: Document | None = field(default=None, repr=False, compare=False)
@@ -430,10 +433,18 @@ def build(doc: Document) -> Spec:
             (data.get("budget") or {}).get("max_attempts"),
             (data.get("budget") or {}).get("max_cost"),
         ),
+        retention_ids=_retention((data.get("retention") or {}).get("operation_ids")),
         title=data.get("title"),
         digest=hashlib.sha256(canonical_json(data).encode()).hexdigest(),
         document=doc,
     )
+
+
+def _retention(text: str | None) -> float | None:
+    """``retention.operation_ids`` in seconds; None for ``forever`` (or none given)."""
+    if text is None or text == "forever":
+        return None
+    return parse_duration(text)
 
 
 _Made = TypeVar("_Made")

@@ -43,6 +43,7 @@ from ..clock import Clock
 from . import tables as schema
 from .dialects import Dialect, failures
 from .records import Change, Event, NewRun, NewTimer, RunRecord
+from .restores import attempt_in
 from .writer import Writer, recording
 
 #: The database's clock in epoch seconds: leases expire by it, never by a worker's clock.
@@ -160,6 +161,7 @@ Shape = tuple[
     tuple[tuple[str, ...], ...],  # columns of each new timer
     tuple[tuple[str, ...], ...],  # columns of each new signal
     tuple[tuple[str, ...], ...],  # columns of each new approval
+    bool,  # commits an attempt (only on the incarnation this process read)
 ]
 
 
@@ -257,6 +259,7 @@ class Statements:
             tuple(tuple(sorted(timer)) for timer in change.new_timers),
             tuple(tuple(sorted(signal)) for signal in change.new_signals),
             tuple(tuple(sorted(record)) for record in change.new_approvals),
+            attempt_in(change.events),
         )
 
     def commit(
@@ -307,7 +310,9 @@ class Statements:
         return self._commit_sql(shape, channel is not None), params
 
     def _build_commit(self, shape: Shape, wake: bool) -> str:
-        fenced, events, new_ops, updates, cancel, new_timers, new_signals, new_approvals = shape
+        fenced, events, new_ops, updates, cancel, new_timers, new_signals, new_approvals, tried = (
+            shape
+        )
         fence = (
             "lease_token = %(b_token)s::text"
             if fenced
@@ -321,12 +326,19 @@ class Statements:
             else f", {column} = NULL"
             for column in ("lease_owner", "lease_token", "lease_expires_at")
         )
+        # An attempt commits only on the incarnation this process read (restores.py).
+        incarnation = (
+            " AND (%(incarnation)s::int8 IS NULL OR "
+            "(SELECT coalesce(max(incarnation), 1) FROM restores) = %(incarnation)s::int8)"
+            if tried
+            else ""
+        )
         cas = (
             "cas AS (UPDATE runs SET version = %(n_version)s::int8, state = %(n_state)s::text, "
             "status = %(n_status)s::text, context = %(n_context)s::json, "
             "updated_at = %(at)s::float8, wake_at = %(n_wake_at)s::float8, "
             f"spec_digest = %(n_spec_digest)s::text{release} "
-            f"WHERE id = %(b_id)s::text AND version = %(b_version)s::int8 AND {fence} "
+            f"WHERE id = %(b_id)s::text AND version = %(b_version)s::int8 AND {fence}{incarnation} "
             "RETURNING id)"
         )
         parts = self._parts(
@@ -485,6 +497,7 @@ class PostgresWriter(Writer):
         if one is None:  # it needs a transaction
             super().commit(change, after, wake=wake)
             return
+        one[1]["incarnation"] = self.incarnation
         with recording(), self._write_one() as conn:
             if conn.exec_driver_sql(*one).first() is None:
                 self._refused(conn, change, change.lease_token is not None)

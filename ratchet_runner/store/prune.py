@@ -9,6 +9,10 @@ and the ``pruned`` record with its input's digest; its input emptied), its done 
 approvals, timers, signals, duplicate records and operations that were not done are removed.
 The business key's unique row stays, so starting the same work again finds the run, not a
 new one: the effect is never made twice, and another input for it is still refused.
+
+A tombstone is kept forever, unless the workflow's ``retention.operation_ids`` says otherwise:
+past it, :func:`forget` removes the run whole (its row, its operations, its evidence keys and
+its ``pruned`` event), and the same business key started again is a new run.
 """
 
 from __future__ import annotations
@@ -20,7 +24,16 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 from ..words import ENDED, EventKind, OperationStatus
 from .context import RunContext
 from .records import RunRecord
-from .tables import approvals, duplicates, events, operations, runs, signals, timers
+from .tables import (
+    approvals,
+    duplicates,
+    events,
+    evidence_keys,
+    operations,
+    runs,
+    signals,
+    timers,
+)
 
 #: The tables of a run's rows removed whole by a prune.
 REMOVED = (approvals, timers, signals, duplicates)
@@ -70,3 +83,28 @@ def prune(
     )
     conn.execute(update(operations).where(operations.c.run_id.in_(pruned)).values(args={}))
     return pruned
+
+
+def forget(conn: Connection, tombstones: Sequence[RunRecord]) -> list[str]:
+    """Remove each pruned run whole within ``conn``'s transaction (its tombstone past its
+    workflow's ``retention.operation_ids``); one that changed since it was read is left.
+    Returns the IDs forgotten."""
+    ids = [run.id for run in tombstones]
+    if not ids:
+        return []
+    still = {
+        str(row[0])
+        for row in conn.execute(
+            select(runs.c.id).where(
+                runs.c.id.in_(ids),
+                runs.c.pruned_at.is_not(None),
+                runs.c.version.in_({run.version for run in tombstones}),
+            )
+        )
+    }
+    gone = [run.id for run in tombstones if run.id in still]
+    if gone:
+        for table in (events, operations, evidence_keys):
+            conn.execute(delete(table).where(table.c.run_id.in_(gone)))
+        conn.execute(delete(runs).where(runs.c.id.in_(gone)))
+    return gone

@@ -5,8 +5,12 @@ a run it holds at a state before an effect would make that effect again, and a w
 keeps no key register would make a second label. So putting a copy back makes the store a new
 **incarnation**, recorded in ``restores`` (``ratchet restore``, ``ratchet restore --mark``,
 ``ratchet db mark-restored``), with a **restore window**: until it closes, the runner looks every
-operation up before its first call (:meth:`~ratchet_runner.engine.protocol.EffectStep`), and an
-effect made after the backup is found, not made again.
+operation up before its first call (:class:`~ratchet_runner.engine.protocol.EffectStep`), and an
+effect made after the backup is found, not made again. A store reads its incarnation as it
+opens; the commit of every attempt checks, in its transaction (or its one statement on
+PostgreSQL), that the store is still that incarnation (:func:`check_incarnation`), so a worker
+that sat idle while a copy was put back under it commits no attempt before it reads the store
+again.
 
 A copy put back by hand (``cp``), with nothing recorded, is what this module also catches where
 it can: on SQLite, every commit of an attempt adds one to the store's ``sequence`` (in ``meta``,
@@ -113,18 +117,29 @@ def standing(conn: Connection) -> Standing:
 PUT_BACK_MEANWHILE = "the store was put back from a copy after this process opened it"
 
 
-def count_attempt(conn: Connection, incarnation: int | None) -> int:
+def attempt_in(change_events: Any) -> bool:
+    """Whether a change commits an attempt (a ``call`` event: a call may follow its commit)."""
+    return any(kind == "call" for kind, _ in change_events)
+
+
+def check_incarnation(conn: Connection, incarnation: int | None) -> None:
     """In the transaction of an attempt's commit: refuse it (a
     :class:`~ratchet_runner.errors.VersionConflict` saying :data:`PUT_BACK_MEANWHILE`, the
-    transaction rolled back) when the store is no longer ``incarnation`` (the one this process
-    read; None: not checked), else add one to the store's sequence; the new value."""
-    if incarnation is not None:
-        now = conn.execute(select(func.max(restores.c.incarnation))).scalar()
-        if int(now or 1) != incarnation:
-            raise VersionConflict(
-                f"{PUT_BACK_MEANWHILE}: nothing was committed, and the step is taken up again "
-                "with the restore's lookups"
-            )
+    transaction rolled back) when the store is no longer ``incarnation``, the one this process
+    read (None: not checked)."""
+    if incarnation is None:
+        return
+    now = conn.execute(select(func.max(restores.c.incarnation))).scalar()
+    if int(now or 1) != incarnation:
+        raise VersionConflict(
+            f"{PUT_BACK_MEANWHILE}: nothing was committed, and the step is taken up again "
+            "with the restore's lookups"
+        )
+
+
+def count_attempt(conn: Connection) -> int:
+    """Add one to the store's sequence, in the transaction of an attempt's commit (SQLite's
+    high-water mark); the new value."""
     conn.execute(
         update(meta)
         .where(meta.c.key == SEQUENCE)
@@ -222,10 +237,14 @@ class Mark:
         except OSError:
             return
 
-    def check(self, found: Standing) -> None:
-        """Refuse the store (:class:`StoreCopiedBack`) when it is behind its mark: a copy put
-        back behind Ratchet's back. Otherwise raise the mark to it."""
-        mark = read_mark(self.path)
+    def read(self) -> Standing | None:
+        """The mark as it stands now (None: none, or unreadable)."""
+        return read_mark(self.path)
+
+    def check(self, found: Standing, mark: Standing | None) -> None:
+        """Refuse the store (:class:`StoreCopiedBack`) when ``found`` (the store, read after
+        ``mark`` was read: see :meth:`read`) is behind the mark: a copy put back behind
+        Ratchet's back. Otherwise raise the mark to it."""
         behind = mark is not None and mark.store_id == found.store_id and _ahead(mark, found)
         if mark is not None and behind:
             raise StoreCopiedBack(

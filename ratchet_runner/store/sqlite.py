@@ -15,10 +15,9 @@ from __future__ import annotations
 from sqlalchemy import Connection, Engine, event
 
 from ..clock import Clock
-from ..words import EventKind
 from .dialects import Dialect
 from .records import Change
-from .restores import count_attempt
+from .restores import attempt_in, count_attempt
 from .writer import Writer
 
 
@@ -32,12 +31,10 @@ class SQLiteWriter(Writer):
     def _apply(self, conn: Connection, change: Change, version: int) -> None:
         """The change's writes; and, when it commits an attempt (a call may follow), one more
         on the store's sequence, whose new value the store then writes to the high-water mark
-        beside its file, after checking that the store is still the incarnation the store read
-        (:mod:`~ratchet_runner.store.restores`): a worker that was idle while a backup was put
-        back never calls without the restore's lookup."""
+        beside its file (:mod:`~ratchet_runner.store.restores`)."""
         super()._apply(conn, change, version)
-        if any(kind == EventKind.CALL for kind, _ in change.events):
-            self.sequence = count_attempt(conn, self.incarnation)
+        if attempt_in(change.events):
+            self.sequence = count_attempt(conn)
 
 
 def _begin_immediately_when_writing(connection: Connection) -> None:

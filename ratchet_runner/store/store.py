@@ -72,6 +72,7 @@ from .tables import (
     approvals,
     duplicates,
     events,
+    forgettable_runs,
     lease_expired,
     meta,
     operations,
@@ -174,17 +175,21 @@ class Store:
         """Read the store's latest restore and its standing; for an SQLite file opened for
         writing, check it against the high-water mark beside it (refused when it was put back
         by a plain copy: :class:`~ratchet_runner.errors.StoreCopiedBack`) and keep the mark."""
-        with self._read() as conn:
-            self.restored = incarnations.latest(conn)
-            self._standing = incarnations.standing(conn)
-        self._writer.incarnation = self._standing.incarnation
         database = self.database_file() if writable else None
         if self._mark is not None:
             self._mark.close()
             self._mark = None
-        if database is not None:
-            self._mark = Mark(database)
-            self._mark.check(self._standing)
+        mark = Mark(database) if database is not None else None
+        # The mark first, then the store: a mark is raised only after its commit, so a store
+        # read after its mark holds at least what the mark says, however many workers commit.
+        seen = mark.read() if mark is not None else None
+        with self._read() as conn:
+            self.restored = incarnations.latest(conn)
+            self._standing = incarnations.standing(conn)
+        self._writer.incarnation = self._standing.incarnation
+        if mark is not None:
+            self._mark = mark
+            mark.check(self._standing, seen)
 
     def database_file(self) -> Path | None:
         """The file of an SQLite store (None for another database, or one in memory)."""
@@ -749,6 +754,27 @@ class Store:
         if not tombstones:
             return []
         return self._writer.prune(tombstones, now)
+
+    def stored_specs(self) -> list[tuple[str, str]]:
+        """Every stored spec version: its digest and exact text."""
+        with self._read() as conn:
+            query = select(spec_versions.c.digest, spec_versions.c.text)
+            return [(str(row[0]), str(row[1])) for row in conn.execute(query)]
+
+    def forgettable(
+        self, digest: str, before: float, limit: int, after: tuple[float, str] | None = None
+    ) -> list[RunRecord]:
+        """Runs of spec version ``digest`` pruned to their tombstones that finished before
+        ``before``, oldest first (``after``: past that one), at most ``limit``."""
+        with self._read() as conn:
+            query = forgettable_runs(digest, before, limit, after)
+            return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
+    def forget(self, tombstones: Sequence[RunRecord]) -> list[str]:
+        """Remove pruned runs whole (their tombstones past ``retention.operation_ids``), in one
+        transaction: their row, operations, evidence keys and ``pruned`` event. A run that
+        changed since it was read is left. Returns the IDs removed."""
+        return self._writer.forget(tombstones)
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -442,6 +442,26 @@ def prunable_runs(before: float, limit: int, after: tuple[float, str] | None) ->
     return query.order_by(runs.c.updated_at, runs.c.id).limit(limit)
 
 
+def forgettable_runs(
+    digest: str, before: float, limit: int, after: tuple[float, str] | None
+) -> Select[Any]:
+    """Pruned runs of spec version ``digest`` that finished before ``before``, oldest first
+    (``after``: past that one), at most ``limit`` (see
+    :meth:`~ratchet_runner.store.store.Store.forgettable`)."""
+    query = select(runs).where(
+        runs.c.status.in_(tuple(ENDED)),
+        runs.c.pruned_at.is_not(None),
+        runs.c.spec_digest == digest,
+        runs.c.updated_at < before,
+    )
+    if after is not None:
+        at, run_id = after
+        query = query.where(
+            or_(runs.c.updated_at > at, and_(runs.c.updated_at == at, runs.c.id > run_id))
+        )
+    return query.order_by(runs.c.updated_at, runs.c.id).limit(limit)
+
+
 def record_creation(conn: Connection, practice: bool) -> None:
     """Record in ``meta`` when the store was created, and whether as a practice store, unless
     that is recorded already."""

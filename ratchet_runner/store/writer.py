@@ -52,8 +52,9 @@ from ..errors import (
 from ..words import RunStatus
 from .context import RunContext
 from .dialects import Dialect, failures, why
-from .prune import prune
+from .prune import forget, prune
 from .records import Change, Event, NewRun, RunRecord
+from .restores import attempt_in, check_incarnation
 from .tables import (
     JSON_TYPE,
     RUN_TABLES,
@@ -200,6 +201,11 @@ class Writer:
         with self._write() as conn:
             return prune(conn, tombstones, now)
 
+    def forget(self, tombstones: Sequence[RunRecord]) -> list[str]:
+        """Remove pruned runs whole, in one transaction (see :mod:`~ratchet_runner.store.prune`)."""
+        with self._write() as conn:
+            return forget(conn, tombstones)
+
     @contextmanager
     def schema_transaction(self, dialect: Dialect) -> Iterator[Connection]:
         """A write transaction holding the schema's lock: one process at a time reads or moves
@@ -297,9 +303,11 @@ class Writer:
             if wake:
                 self._notify_in(conn)
 
-    @staticmethod
-    def _refused(conn: Connection, change: Change, fenced: bool) -> None:
-        """Raise why the compare-and-set of ``change`` matched no row."""
+    def _refused(self, conn: Connection, change: Change, fenced: bool) -> None:
+        """Raise why the compare-and-set of ``change`` matched no row (an attempt's: the store
+        may have been put back from a copy since this process read it)."""
+        if attempt_in(change.events):
+            check_incarnation(conn, self.incarnation)
         found = conn.execute(_RUN_BY_ID, {"b_id": change.run_id}).first()
         if found is None:
             raise RunNotFound(f"no run {change.run_id!r}")
@@ -315,7 +323,11 @@ class Writer:
         )
 
     def _apply(self, conn: Connection, change: Change, version: int) -> None:
-        """The writes that ride on a successful compare-and-set."""
+        """The writes that ride on a successful compare-and-set; an attempt's first checks that
+        the store is still the incarnation this process read (a worker idle while a backup was
+        put back never calls without the restore's lookup: :mod:`.restores`)."""
+        if attempt_in(change.events):
+            check_incarnation(conn, self.incarnation)
         run_id, at = change.run_id, change.at
         if change.events:
             conn.execute(

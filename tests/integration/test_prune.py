@@ -21,7 +21,8 @@ from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.deciding import decide
 from ratchet_runner.engine.pruning import prune
-from ratchet_runner.errors import InputConflict
+from ratchet_runner.errors import InputConflict, RunNotFound
+from ratchet_runner.spec.validate import load_spec_text
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.tables import approvals, events, operations, timers
 from tests.conftest import ROOT, MakeRunner, run_cli, spec_and_text
@@ -272,3 +273,45 @@ def test_a_worker_prunes_on_its_interval_and_once_with_its_pass(
     assert all(store.get_run(r).pruned_at is not None for r in more.values())
     code, _out, err = run_cli(capsys, "worker", "--once", "--prune-every", "1h", "--db", store_url)
     assert (code, "go together" in err) == (2, True)
+
+
+def test_tombstones_are_kept_forever_unless_the_spec_retains_operation_ids_for_less(
+    make_runner: MakeRunner, world: PracticeWorld, store: Store, clock: FakeClock
+) -> None:
+    """``retention.operation_ids``: past it, prune forgets a tombstone whole, and the business
+    key started again is a new run; without it (forever), the tombstone stays and answers."""
+    spec, text = spec_and_text("refund")
+    short_text = text.replace("name: refund", "name: refund_short", 1).replace(
+        "policy_version: 1\n", "policy_version: 1\nretention: {operation_ids: 30d}\n", 1
+    )
+    short = load_spec_text(short_text)
+    assert (spec.retention_ids, short.retention_ids) == (None, 30 * DAY)
+    numbers = (7201, 7202)
+    world.seed({"orders": [{"order": f"LK-{n}", "paid": 100, "currency": "CAD"} for n in numbers]})
+    runner = make_runner()
+    ended = {}
+    for chosen, chosen_text, number in ((spec, text, 7201), (short, short_text, 7202)):
+        run, _ = runner.start(chosen, chosen_text, refund_input(number))
+        runner.advance(run.id)
+        decide(runner, run.id, "approve", "agent-7", "agent")
+        assert runner.advance(run.id).status == "done"
+        ended[number] = (chosen, chosen_text, run.id)
+    clock.advance(DAY)
+    report = prune(store, clock.now() - DAY / 2, clock.now())
+    assert (report.pruned, report.forgotten) == (2, 0)  # 30 days have not passed
+    clock.advance(31 * DAY)
+    assert prune(store, clock.now(), clock.now(), dry_run=True).forgotten == 1
+    assert store.get_run(ended[7202][2]).pruned_at is not None  # a dry run forgets nothing
+    report = prune(store, clock.now(), clock.now())
+    assert (report.pruned, report.forgotten) == (0, 1)
+    assert store.get_run(ended[7201][2]).pruned_at is not None  # forever: kept
+    with pytest.raises(RunNotFound):
+        store.get_run(ended[7202][2])
+    assert rows(store, operations, ended[7202][2]) == []
+    # started again: the kept one is found done; the forgotten one is a new run
+    again, created = make_runner().start(spec, text, refund_input(7201))
+    assert (again.id, created) == (ended[7201][2], False)
+    chosen, chosen_text, old_id = ended[7202]
+    fresh, created = make_runner().start(chosen, chosen_text, refund_input(7202))
+    assert created
+    assert fresh.id != old_id

@@ -144,12 +144,12 @@ def test_a_lookup_that_fails_after_a_restore_leaves_the_outcome_unknown_with_no_
 
 
 def test_a_worker_idle_while_a_copy_was_put_back_commits_no_attempt_without_the_lookup(
-    tmp_path: Path, world: PracticeWorld, clock: FakeClock
+    tmp_path: Path, world: PracticeWorld, clock: FakeClock, store_url: str
 ) -> None:
     """A store opened before the restore (an idle worker's) still believes the old incarnation:
-    its first attempt's commit is refused in the same transaction, and the step is taken up
-    again with the restore's lookup (SQLite, where a restore can happen under it)."""
-    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    its first attempt's commit is refused (in its transaction on SQLite, in its one statement on
+    PostgreSQL), and the step is taken up again with the restore's lookup."""
+    url = store_url
     spec, text = spec_and_text("returns")
     seed(world, range(40, 41))
     idle = Store(url, clock=clock)

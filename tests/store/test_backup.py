@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
@@ -194,7 +195,7 @@ def test_a_copy_put_back_by_hand_is_refused_until_marked(tmp_path: Path, capsys:
     assert run_cli(capsys, "backup", str(tmp_path / "b.db"), "--db", url)[0] == 0
     store = Store(url)
     with store.engine.begin() as conn:  # as an attempt's commit does
-        restores.count_attempt(conn, None)
+        restores.count_attempt(conn)
         standing = restores.standing(conn)
     restores.Mark(tmp_path / "ratchet.db").raise_to(standing)
     store.close()
@@ -207,3 +208,51 @@ def test_a_copy_put_back_by_hand_is_refused_until_marked(tmp_path: Path, capsys:
     assert code == 0
     assert json.loads(out)["restore"]["incarnation"] == 2
     Store(url).close()  # accepted now
+
+
+def test_opening_a_store_while_others_commit_attempts_is_never_taken_for_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark is raised after its commit: a process that read the store before another's
+    commit and the mark after it would see the store behind its mark. The mark is read first,
+    so however the commits fall, an honest store is never refused (regression: two workers
+    starting at once, one refused with R307)."""
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    stop = threading.Event()
+    read = restores.standing
+
+    def slow(conn: Any) -> restores.Standing:  # the moment between two reads, made longer
+        found = read(conn)
+        time.sleep(0.003)
+        return found
+
+    monkeypatch.setattr(restores, "standing", slow)
+
+    def commits() -> None:  # as a worker's attempts do: the commit, then the mark raised
+        store = Store(url)
+        mark = restores.Mark(tmp_path / "ratchet.db")
+        try:
+            while not stop.is_set():
+                with store.engine.begin() as conn:
+                    restores.count_attempt(conn)
+                    standing = read(conn)
+                mark.raise_to(standing)
+                time.sleep(0.001)
+        finally:
+            mark.close()
+            store.close()
+
+    thread = threading.Thread(target=commits)
+    thread.start()
+    refused = 0
+    try:
+        for _ in range(100):
+            try:
+                Store(url).close()
+            except StoreCopiedBack:
+                refused += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert refused == 0
