@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from sqlalchemy import Connection, Integer, Text, cast, func, insert, select, update
+from sqlalchemy import Connection, Integer, Text, bindparam, cast, func, insert, select, update
 
 from ..errors import StoreCopiedBack, StoreError, VersionConflict
 from .tables import meta, restores, runs
@@ -122,30 +122,45 @@ def attempt_in(change_events: Any) -> bool:
     return any(kind == "call" for kind, _ in change_events)
 
 
+def _put_back_meanwhile() -> VersionConflict:
+    return VersionConflict(
+        f"{PUT_BACK_MEANWHILE}: nothing was committed, and the step is taken up again with the "
+        "restore's lookups"
+    )
+
+
+#: The store's incarnation now (1 + its restores), as a subquery.
+_INCARNATION = select(func.coalesce(func.max(restores.c.incarnation), 1)).scalar_subquery()
+_CHECK = select(_INCARNATION)
+_COUNT = (
+    update(meta)
+    .where(meta.c.key == SEQUENCE)
+    .values(value=cast(cast(meta.c.value, Integer) + 1, Text))
+    .returning(meta.c.value)
+)
+_COUNT_ON = _COUNT.where(bindparam("b_incarnation") == _INCARNATION)
+
+
 def check_incarnation(conn: Connection, incarnation: int | None) -> None:
     """In the transaction of an attempt's commit: refuse it (a
     :class:`~ratchet_runner.errors.VersionConflict` saying :data:`PUT_BACK_MEANWHILE`, the
     transaction rolled back) when the store is no longer ``incarnation``, the one this process
     read (None: not checked)."""
+    if incarnation is not None and conn.execute(_CHECK).scalar() != incarnation:
+        raise _put_back_meanwhile()
+
+
+def count_attempt(conn: Connection, incarnation: int | None = None) -> int:
+    """In the transaction of an attempt's commit, in one statement: refuse it as
+    :func:`check_incarnation` does (unless ``incarnation`` is None), else add one to the store's
+    sequence (SQLite's high-water mark); the new value."""
     if incarnation is None:
-        return
-    now = conn.execute(select(func.max(restores.c.incarnation))).scalar()
-    if int(now or 1) != incarnation:
-        raise VersionConflict(
-            f"{PUT_BACK_MEANWHILE}: nothing was committed, and the step is taken up again "
-            "with the restore's lookups"
-        )
-
-
-def count_attempt(conn: Connection) -> int:
-    """Add one to the store's sequence, in the transaction of an attempt's commit (SQLite's
-    high-water mark); the new value."""
-    conn.execute(
-        update(meta)
-        .where(meta.c.key == SEQUENCE)
-        .values(value=cast(cast(meta.c.value, Integer) + 1, Text))
-    )
-    return int(_meta(conn, SEQUENCE) or 0)
+        row = conn.execute(_COUNT).first()
+        return int(row[0]) if row is not None else 0
+    row = conn.execute(_COUNT_ON, {"b_incarnation": incarnation}).first()
+    if row is None:
+        raise _put_back_meanwhile()
+    return int(row[0])
 
 
 def record_restore(
@@ -186,10 +201,14 @@ def read_mark(path: Path) -> Standing | None:
     """The high-water mark at ``path``; None when there is none, or it cannot be read (a torn
     or foreign file says nothing)."""
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
+        return _parse(path.read_bytes()[:_MARK_SIZE])
     except OSError:
         return None
-    parts = text.split()
+
+
+def _parse(content: bytes) -> Standing | None:
+    """A high-water mark's line, or None for a torn or foreign one."""
+    parts = content.decode("ascii", errors="replace").split()
     if len(parts) != 5 or " ".join(parts[:2]) != _MARK_MAGIC:
         return None
     store_id, incarnation, sequence = parts[2:]
@@ -230,7 +249,7 @@ class Mark:
             fd = self._open()
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                if force or _ahead(standing, read_mark(self.path)):
+                if force or _ahead(standing, _parse(os.pread(fd, _MARK_SIZE, 0))):
                     os.pwrite(fd, _line(standing), 0)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

@@ -32,9 +32,9 @@ class SQLiteWriter(Writer):
         """The change's writes; and, when it commits an attempt (a call may follow), one more
         on the store's sequence, whose new value the store then writes to the high-water mark
         beside its file (:mod:`~ratchet_runner.store.restores`)."""
-        super()._apply(conn, change, version)
-        if attempt_in(change.events):
-            self.sequence = count_attempt(conn)
+        self._apply_change(conn, change, version)
+        if attempt_in(change.events):  # checks the incarnation in the same statement
+            self.sequence = count_attempt(conn, self.incarnation)
 
 
 def _begin_immediately_when_writing(connection: Connection) -> None:

@@ -328,6 +328,10 @@ class Writer:
         put back never calls without the restore's lookup: :mod:`.restores`)."""
         if attempt_in(change.events):
             check_incarnation(conn, self.incarnation)
+        self._apply_change(conn, change, version)
+
+    def _apply_change(self, conn: Connection, change: Change, version: int) -> None:
+        """The change's own writes."""
         run_id, at = change.run_id, change.at
         if change.events:
             conn.execute(
