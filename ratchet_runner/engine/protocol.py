@@ -31,6 +31,7 @@ from ..adapters.base import (
     Escalate,
     Found,
     LookupFailed,
+    LookupResult,
     NotFound,
     Outcome,
     Refused,
@@ -359,14 +360,9 @@ class EffectStep(Step):
             )
             evidence = {"restore": restored.to_json(), "operation_id": op.operation_id}
             return self._escalate(op, Escalate(reason, evidence, possibly_applied=True))
-        found = ask(
-            self.adapter, self.effect.reconcile, op.operation_id, self.effect.name, self.args
-        )
-        if isinstance(found, Found) and self._proves(found.receipt):
-            self.log.note(EventKind.RECONCILE_FOUND, operation_id=op.operation_id)
-            if found.others and self.role != duplicates.UNDO_EXTRA:
-                return self._found_twice(op, found)
-            return self._finish(op, found.receipt, via="reconcile")
+        found, finished = self._look_up(op)
+        if finished is not None:
+            return finished
         if isinstance(found, NotFound):
             window = self.semantics.window if self.semantics is not None else 0.0
             settled = restored.restored_at + window  # every request before it left before then
@@ -374,9 +370,7 @@ class EffectStep(Step):
                 return self._await_settle(op, settled)
             self.log.note(EventKind.RECONCILE_NOT_FOUND, operation_id=op.operation_id)
             return None
-        reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
-        self.log.note(EventKind.RECONCILE_FAILED, operation_id=op.operation_id, reason=reason)
-        return self._outcome(op, OperationStatus.UNKNOWN, reason)
+        return self._lookup_failed(op, found)
 
     def _after_unknown(self, op: OperationRecord) -> RunRecord:
         """An attempt whose outcome is unknown: reconcile (ask the provider about the operation
@@ -480,14 +474,9 @@ class EffectStep(Step):
             # `ratchet check` runs it to show the duplicate it causes.
             self.log.note(EventKind.RECONCILE_IMPOSSIBLE, operation_id=op.operation_id)
             return None
-        found = ask(
-            self.adapter, self.effect.reconcile, op.operation_id, self.effect.name, self.args
-        )
-        if isinstance(found, Found) and self._proves(found.receipt):
-            self.log.note(EventKind.RECONCILE_FOUND, operation_id=op.operation_id)
-            if found.others and self.role != duplicates.UNDO_EXTRA:
-                return self._found_twice(op, found)
-            return self._finish(op, found.receipt, via="reconcile")
+        found, finished = self._look_up(op)
+        if finished is not None:
+            return finished
         if isinstance(found, NotFound):
             until = conclusive_from(self.run, op, self.semantics, self._call_seconds, self._ended)
             if until is not None and until > self.host.now():
@@ -495,6 +484,25 @@ class EffectStep(Step):
             self._waited_out = until is not None
             self.log.note(EventKind.RECONCILE_NOT_FOUND, operation_id=op.operation_id)
             return None
+        return self._lookup_failed(op, found)
+
+    def _look_up(self, op: OperationRecord) -> tuple[LookupResult, RunRecord | None]:
+        """Ask the provider about ``op`` (the effect has a lookup): what it answered, and, when
+        it holds a record that proves the change, the step finished from it."""
+        assert self.effect.reconcile is not None
+        found = ask(
+            self.adapter, self.effect.reconcile, op.operation_id, self.effect.name, self.args
+        )
+        if not (isinstance(found, Found) and self._proves(found.receipt)):
+            return found, None
+        self.log.note(EventKind.RECONCILE_FOUND, operation_id=op.operation_id)
+        if found.others and self.role != duplicates.UNDO_EXTRA:
+            return found, self._found_twice(op, found)
+        return found, self._finish(op, found.receipt, via="reconcile")
+
+    def _lookup_failed(self, op: OperationRecord, found: LookupResult) -> RunRecord:
+        """A lookup that failed, or answered with nothing that proves the change: the outcome
+        stays unknown."""
         reason = found.reason if isinstance(found, LookupFailed) else "malformed lookup reply"
         self.log.note(EventKind.RECONCILE_FAILED, operation_id=op.operation_id, reason=reason)
         return self._outcome(op, OperationStatus.UNKNOWN, reason)

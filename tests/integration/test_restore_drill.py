@@ -33,6 +33,7 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.store.store import Store
 from tests.conftest import PG_URL, ROOT, postgres_url, ratchet_process
+from tests.integration.test_restore import label_input
 
 #: The runs the backup holds, ready for their effect; the ones started after it; one done
 #: before it.
@@ -49,13 +50,7 @@ def inputs(spec: str, number: int) -> dict[str, Any]:
             "currency": "CAD",
             "reason": "RFD-LATE",
         }
-    return {
-        "ticket": f"T-{number}",
-        "order": f"LK-{number}",
-        "sku": "LADDER-3",
-        "reason": "damaged",
-        "action": "return_label",
-    }
+    return label_input(number)
 
 
 class Drill:
