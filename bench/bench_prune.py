@@ -175,16 +175,8 @@ def measure(url: str, count: int, batch: int = 100, *, alone: bool = False) -> d
     store.close()
     load_before = os.getloadavg()[0]
     if alone:
-        child = _prune(url, now, batch)
-        return {
-            "runs": count,
-            "filled_s": round(filled, 1),
-            "pruned": child["pruned"],
-            "prune_s": child["seconds"],
-            "rate": child["pruned"] / child["seconds"] if child["seconds"] else 0.0,
-            "peak_mb": child["peak_kb"] / 1024,
-            "load": (load_before, os.getloadavg()[0]),
-        }
+        report = _prune(url, now, batch)
+        return _figures(count, filled, report) | {"load": (load_before, os.getloadavg()[0])}
     with Workers(url) as workers:
         time.sleep(0.5)  # the workers are under way before the prune starts
         report = _prune(url, now, batch)
@@ -195,13 +187,7 @@ def measure(url: str, count: int, batch: int = 100, *, alone: bool = False) -> d
         time.sleep(max(5.0, float(report["seconds"])))
         load_alone = os.getloadavg()[0]
     baseline = sorted(alone.waits)
-    return {
-        "runs": count,
-        "filled_s": round(filled, 1),
-        "pruned": report["pruned"],
-        "prune_s": report["seconds"],
-        "rate": report["pruned"] / report["seconds"] if report["seconds"] else 0.0,
-        "peak_mb": report["peak_kb"] / 1024,
+    return _figures(count, filled, report) | {
         "worker_runs": workers.runs,
         "worker_commits": len(waits),
         "worker_errors": workers.errors[:5],
@@ -212,6 +198,18 @@ def measure(url: str, count: int, batch: int = 100, *, alone: bool = False) -> d
         "baseline_longest_wait_s": baseline[-1] if baseline else 0.0,
         "baseline_p99_wait_s": baseline[int(len(baseline) * 0.99)] if baseline else 0.0,
         "baseline_load": load_alone,
+    }
+
+
+def _figures(count: int, filled: float, report: dict[str, Any]) -> dict[str, Any]:
+    """What every measurement reports: the runs, the fill's time, the pruner's own figures."""
+    return {
+        "runs": count,
+        "filled_s": round(filled, 1),
+        "pruned": report["pruned"],
+        "prune_s": report["seconds"],
+        "rate": report["pruned"] / report["seconds"] if report["seconds"] else 0.0,
+        "peak_mb": report["peak_kb"] / 1024,
     }
 
 

@@ -9,7 +9,6 @@ found, not made again (:mod:`ratchet_runner.store.restores`; docs/how-to/operate
 from __future__ import annotations
 
 import getpass
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -257,7 +256,6 @@ def restores_command(how: How) -> None:
         click.echo("never put back from a copy (incarnation 1)")
     for line in _printed(found):
         click.echo(line)
-    sys.stdout.flush()
 
 
 COMMANDS = (backup_command, restore_command)

@@ -45,9 +45,6 @@ SEQUENCE = "sequence"
 #: What a high-water mark file begins with; it is one line, padded to :data:`_MARK_SIZE`.
 _MARK_MAGIC = "ratchet-mark 1"
 _MARK_SIZE = 128
-#: The restore window when none is given: days, not minutes, since effects made after a backup
-#: stay at the provider for good, and a run may be started again days after the restore.
-DEFAULT_WINDOW_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)

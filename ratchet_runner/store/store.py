@@ -184,12 +184,18 @@ class Store:
         # read after its mark holds at least what the mark says, however many workers commit.
         seen = mark.read() if mark is not None else None
         with self._read() as conn:
-            self.restored = incarnations.latest(conn)
-            self._standing = incarnations.standing(conn)
-        self._writer.incarnation = self._standing.incarnation
+            standing = incarnations.standing(conn)
+            self._became(incarnations.latest(conn), standing)
         if mark is not None:
             self._mark = mark
-            mark.check(self._standing, seen)
+            mark.check(standing, seen)
+
+    def _became(self, restored: Restore | None, standing: incarnations.Standing) -> None:
+        """Keep what the store now is: its latest restore, its standing, and the incarnation
+        its writer checks every attempt's commit against."""
+        self.restored = restored
+        self._standing = standing
+        self._writer.incarnation = standing.incarnation
 
     def database_file(self) -> Path | None:
         """The file of an SQLite store (None for another database, or one in memory)."""
@@ -293,11 +299,10 @@ class Store:
                 backup_taken_at=backup_taken_at,
                 after=mark.incarnation if mark is not None else 1,
             )
-            self._standing = incarnations.standing(conn)
-        self.restored = made
-        self._writer.incarnation = self._standing.incarnation
+            standing = incarnations.standing(conn)
+        self._became(made, standing)
         if database is not None:
-            Mark(database).raise_to(self._standing, force=True)
+            Mark(database).raise_to(standing, force=True)
         return made
 
     def take_backup(self, target: Path, at: float) -> int:
@@ -360,10 +365,7 @@ class Store:
 
         ready = checkpoint or backup.no_checkpoint
         made = backup.put_back(database, prepare, refuse_workers, ready)
-        with self._read() as conn:
-            self._standing = incarnations.standing(conn)
-        self.restored = made
-        self._writer.incarnation = self._standing.incarnation
+        self._became(made, self._live_standing())
         return made
 
     def _live_standing(self) -> incarnations.Standing:

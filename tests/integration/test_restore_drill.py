@@ -33,6 +33,7 @@ import pytest
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.store.store import Store
 from tests.conftest import PG_URL, ROOT, postgres_url, ratchet_process
+from tests.integration.test_evolve_live import refund_input
 from tests.integration.test_restore import label_input
 
 #: The runs the backup holds, ready for their effect; the ones started after it; one done
@@ -42,15 +43,7 @@ SEED = 20261206
 
 
 def inputs(spec: str, number: int) -> dict[str, Any]:
-    if spec == "refund":
-        return {
-            "ticket": f"T-{number}",
-            "order": f"LK-{number}",
-            "amount": 9.95,
-            "currency": "CAD",
-            "reason": "RFD-LATE",
-        }
-    return label_input(number)
+    return refund_input(number) if spec == "refund" else label_input(number)
 
 
 class Drill:

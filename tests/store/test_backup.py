@@ -21,7 +21,7 @@ from ratchet_runner.store.records import NewRun
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.tables import events, runs
 from ratchet_runner.words import RunStatus
-from tests.conftest import run_cli
+from tests.conftest import postgres_url, run_cli
 from tests.store.test_schema import load_fixture
 
 CAPTURE = pytest.CaptureFixture[str]
@@ -82,9 +82,7 @@ def test_a_backup_taken_while_a_writer_commits_is_whole_as_of_one_commit(
     assert not (tmp_path / "b.db.partial").exists()
 
 
-def test_a_backup_never_overwrites_and_postgresql_is_sent_to_pg_dump(
-    tmp_path: Path, capsys: CAPTURE
-) -> None:
+def test_a_backup_never_overwrites_a_file(tmp_path: Path, capsys: CAPTURE) -> None:
     url = f"sqlite:///{tmp_path / 'ratchet.db'}"
     Store(url).close()
     (tmp_path / "b.db").write_text("precious", encoding="utf-8")
@@ -92,6 +90,20 @@ def test_a_backup_never_overwrites_and_postgresql_is_sent_to_pg_dump(
     assert code == 1
     assert "never overwrites" in err
     assert (tmp_path / "b.db").read_text(encoding="utf-8") == "precious"
+
+
+@pytest.mark.postgres
+def test_postgresql_is_sent_to_pg_dump_and_pg_restore(tmp_path: Path, capsys: CAPTURE) -> None:
+    url = postgres_url()
+    Store(url).close()
+    code, _out, err = run_cli(capsys, "backup", str(tmp_path / "b.db"), "--db", url)
+    assert (code, "pg_dump" in err, (tmp_path / "b.db").exists()) == (1, True, False)
+    (tmp_path / "b.db").write_bytes(b"")
+    code, _out, err = run_cli(capsys, "restore", str(tmp_path / "b.db"), "--yes", "--db", url)
+    assert (code, "pg_restore" in err) == (1, True)
+    code, out, err = run_cli(capsys, "db", "mark-restored", "--db", url, "--json")
+    assert code == 0, err
+    assert json.loads(out)["restore"]["incarnation"] == 2
 
 
 @pytest.mark.parametrize(
@@ -256,3 +268,15 @@ def test_opening_a_store_while_others_commit_attempts_is_never_taken_for_a_copy(
         stop.set()
         thread.join()
     assert refused == 0
+
+
+def test_restores_outlive_a_reset_of_every_run(tmp_path: Path) -> None:
+    """``ratchet reset --all`` empties the runs, never the record of the store's incarnations
+    (docs/reference/store.md): a store put back stays one, with its window."""
+    store = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
+    try:
+        made = store.mark_restored(at=time.time(), window=3600.0, source="test", by="drill")
+        store.reset()
+        assert store.restores() == [made]
+    finally:
+        store.close()
