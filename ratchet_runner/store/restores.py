@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ class Standing:
     store_id: str
     incarnation: int
     sequence: int
+
+
+def record_identity(conn: Connection) -> None:
+    """Give a store made new its ID and its sequence in ``meta`` (revision 0003 gives them to an
+    older store as it upgrades)."""
+    conn.execute(
+        insert(meta),
+        [{"key": STORE_ID, "value": uuid.uuid4().hex}, {"key": SEQUENCE, "value": "0"}],
+    )
 
 
 def latest(conn: Connection) -> Restore | None:

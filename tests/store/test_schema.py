@@ -43,18 +43,79 @@ def test_the_revisions_are_the_migrations_folders() -> None:
     assert scripts.get_heads() == [schema.HEAD]
 
 
-def test_the_migrations_make_exactly_the_tables_the_code_declares(store_url: str) -> None:
-    """CI fails here when a table, column or index changes without a revision."""
-    store = Store(store_url)
-    try:
-        with store.engine.connect() as conn:
-            context = MigrationContext.configure(
-                conn, opts={"compare_type": True, "version_table": schema.REVISION_TABLE}
+def _differences(store: Store) -> list[Any]:
+    """What differs between ``store``'s tables and the ones the code declares."""
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "version_table": schema.REVISION_TABLE}
+        )
+        return list(compare_metadata(context, metadata))
+
+
+def _shape(store: Store) -> dict[str, Any]:
+    """Every table of ``store`` (the revision table included) with its columns, primary key,
+    indexes and foreign keys, as the database describes them."""
+    with store.engine.connect() as conn:
+        found = inspect(conn)
+        return {
+            name: (
+                sorted((c["name"], str(c["type"]), c["nullable"]) for c in found.get_columns(name)),
+                found.get_pk_constraint(name),
+                sorted(
+                    (i["name"], tuple(i["column_names"]), i["unique"])
+                    for i in found.get_indexes(name)
+                ),
+                sorted(str(f) for f in found.get_foreign_keys(name)),
             )
-            assert compare_metadata(context, metadata) == []
-            assert schema.standing(conn).status == schema.CURRENT
+            for name in sorted(found.get_table_names())
+        }
+
+
+def test_the_migrations_make_exactly_the_tables_the_code_declares(store_url: str) -> None:
+    """CI fails here when a table, column or index changes without a revision: a store built
+    by the revisions, one at a time from nothing, has exactly the tables the code declares."""
+    store = Store(store_url, checked=False)
+    try:
+        assert schema.read(store).status == schema.NEW
+        taken = schema.migrate_to(store, "head")
+        steps = schema.steps_between(None, schema.HEAD)
+        assert taken == [f"{a or 'none'}→{b}" for a, b, _ in steps]
+        assert _differences(store) == []
+        assert schema.read(store).status == schema.CURRENT
     finally:
         store.close()
+
+
+def test_a_new_store_is_made_at_head_as_the_revisions_would_make_it(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A store made new (in one transaction, without Alembic) has the same tables, columns,
+    keys and indexes as one the revisions built, its revision recorded as Alembic records it
+    (so that ``ratchet db`` moves it), and its identity; ``ratchet db downgrade`` takes it back."""
+    made = Store(store_url)
+    try:
+        assert schema.read(made).status == schema.CURRENT
+        assert _differences(made) == []
+        ours = _shape(made)
+        with made.engine.connect() as conn:
+            keys = dict(conn.execute(text("SELECT key, value FROM meta")).all())
+        assert set(keys) >= {"created_at", "store_id", "sequence"}
+        assert keys["sequence"] == "0"
+        assert len(keys["store_id"]) == 32
+        assert schema.migrate_to(made, "0002") == ["0003→0002"]  # Alembic reads its revision
+        assert schema.migrate_to(made, "head") == ["0002→0003"]
+    finally:
+        made.close()
+    if store_url.startswith("sqlite"):
+        other_url = f"sqlite:///{tmp_path / 'by-revisions.db'}"
+    else:
+        other_url = postgres_url()
+    built = Store(other_url, checked=False)
+    try:
+        schema.migrate_to(built, "head")
+        assert _shape(built) == ours
+    finally:
+        built.close()
 
 
 # -- a store made before revisions ------------------------------------------------------------
@@ -244,13 +305,45 @@ def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(
 
     monkeypatch.setattr(command, "upgrade", half)
     url = f"sqlite:///{tmp_path / 'ratchet.db'}"
-    with pytest.raises(StoreError, match="none → 0001 failed and was rolled back"):
-        Store(url)
+    store = Store(url, checked=False)  # as `ratchet db upgrade` opens it
+    try:
+        with pytest.raises(StoreError, match="none → 0001 failed and was rolled back"):
+            schema.migrate_to(store, "head")
+    finally:
+        store.close()
     names = inspect(create_engine(url)).get_table_names()
     assert "made_halfway" not in names
     assert schema.REVISION_TABLE not in names
     with pytest.raises(sqlite3.OperationalError):
         sqlite3.connect(tmp_path / "ratchet.db").execute("SELECT * FROM made_halfway")
+
+
+def test_a_new_store_that_fails_as_it_is_made_leaves_nothing_of_itself(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new store is made in one transaction: failing at its last write, it leaves no table,
+    and opening it again makes it whole."""
+
+    def fails(_conn: Any) -> None:
+        raise StoreError("the disk is full")
+
+    monkeypatch.setattr(schema, "record_identity", fails)
+    with pytest.raises(StoreError, match="the disk is full"):
+        Store(store_url)
+    check = Store(store_url, checked=False)
+    try:
+        assert schema.read(check).status == schema.NEW
+        with check.engine.connect() as conn:
+            assert inspect(conn).get_table_names() == []
+    finally:
+        check.close()
+    monkeypatch.undo()
+    Store(store_url).close()
+    check = Store(store_url, checked=False)
+    try:
+        assert schema.read(check).status == schema.CURRENT
+    finally:
+        check.close()
 
 
 @pytest.mark.postgres
