@@ -16,6 +16,7 @@ from .options import EXIT_INVALID, EXIT_OK, JSON_OPTION, How, emit_json, say, sh
 
 if TYPE_CHECKING:
     from ..store.records import RunRecord
+    from ..store.schema import Outside, Standing
     from ..store.store import Store
 
 
@@ -53,6 +54,23 @@ def _said(standing_json: dict[str, object]) -> str:
     return f"revision {revision}: {words[str(status)]}"
 
 
+def _where(store: Store) -> tuple[Standing, list[Outside], str]:
+    """Where the store's schema stands, the indexes its revision left unbuilt (PostgreSQL: a
+    concurrent build stopped midway), and both in words."""
+    from ..store.schema import CURRENT, read, unbuilt
+
+    found = read(store)
+    missing = unbuilt(store) if found.status == CURRENT else []
+    said = _said(found.to_json())
+    if missing:
+        names = ", ".join(f"{index.name} (revision {index.revision})" for index in missing)
+        said += (
+            f"; but index {names} is not built (its build outside a transaction stopped "
+            "midway; the store works without it, slower): run `ratchet db upgrade`"
+        )
+    return found, missing, said
+
+
 @click.group()
 def db() -> None:
     """The store's schema revision: read it, check it, move it.
@@ -74,14 +92,12 @@ def db() -> None:
 @with_options("db", "json")
 def current(how: How) -> None:
     """Say the store's schema revision and how it stands to this Ratchet's."""
-    from ..store.schema import read
-
     with _opened(how) as (store, _practice):
-        found = read(store).to_json()
+        found, missing, said = _where(store)
     if how.as_json:
-        emit_json(found)
+        emit_json(found.to_json() | {"unbuilt": [index.name for index in missing]})
     else:
-        click.echo(_said(found))
+        click.echo(said)
 
 
 @db.command()
@@ -90,19 +106,20 @@ def check(how: How) -> None:
     """Exit 0 when the store is at this Ratchet's revision, 1 otherwise (for deploy scripts).
 
     A new, empty store counts as ready (the first command makes it); an older, unversioned or
-    newer one does not, and the reason is printed on stderr.
+    newer one does not, nor (on PostgreSQL) one whose index a revision builds concurrently
+    was left unbuilt by a build stopped midway; the reason is printed on stderr.
     """
-    from ..store.schema import CURRENT, NEW, read
+    from ..store.schema import CURRENT, NEW
 
     with _opened(how) as (store, _practice):
-        found = read(store)
-    ready = found.status in (CURRENT, NEW)
+        found, missing, said = _where(store)
+    ready = found.status in (CURRENT, NEW) and not missing
     if how.as_json:
-        emit_json(found.to_json() | {"ready": ready})
+        emit_json(found.to_json() | {"ready": ready, "unbuilt": [index.name for index in missing]})
     elif ready:
-        click.echo(_said(found.to_json()))
+        click.echo(said)
     else:
-        say(f"ratchet: {_said(found.to_json())}")
+        say(f"ratchet: {said}")
     sys.exit(EXIT_OK if ready else EXIT_INVALID)
 
 
@@ -113,9 +130,12 @@ def upgrade(revision: str, how: How) -> None:
     """Move the store's schema up to REVISION (default: head, this Ratchet's).
 
     Each revision runs in one transaction (on PostgreSQL with a lock timeout of a few seconds:
-    a revision that cannot take its locks gives up and changes nothing; run it again). An SQLite
-    store is copied beside itself first (FILE.rREVISION.bak). A store made before revisions were
-    kept is recorded at the first revision first.
+    a revision that cannot take its locks gives up and changes nothing; run it again). On
+    PostgreSQL an index on a table workers write is built after its revision's transaction, with
+    CREATE INDEX CONCURRENTLY (writes go on meanwhile); a build stopped midway is built again by
+    the next upgrade, even at head. An SQLite store is copied beside itself first
+    (FILE.rREVISION.bak). A store made before revisions were kept is recorded at the first
+    revision first.
     """
     from ..store.schema import HEAD, OLDER, UNVERSIONED, backup, migrate_to, read
 
@@ -132,7 +152,8 @@ def upgrade(revision: str, how: How) -> None:
     if copy is not None:
         click.echo(f"backup: {copy}")
     for step in steps:
-        click.echo(f"upgraded: {step}")
+        built = step.removeprefix("built ")
+        click.echo(f"upgraded: {step}" if built == step else f"built: {built} (concurrently)")
     target = HEAD if revision == "head" else revision
     if not steps:
         click.echo(f"already at revision {after.revision} (asked: {target})")

@@ -20,10 +20,19 @@ first, without importing Alembic when the store is at :data:`HEAD`:
 Each revision runs in one transaction opened here (SQLite's ``BEGIN IMMEDIATE``; on PostgreSQL
 with the schema's advisory lock and a ``lock_timeout``), which reads the revision again first: a
 process that finds another has moved it on does nothing.
+
+What cannot run in a transaction runs after it, as a step of its own: on PostgreSQL, a revision's
+indexes on tables workers write (its ``CONCURRENTLY``) are built with ``CREATE INDEX
+CONCURRENTLY`` once its transaction has committed (:func:`build_outside`), so that writes go on
+while they build. Such a build stopped midway (the process killed, its lock not granted in time)
+leaves the index missing or invalid, which the store works without (it is slower where the index
+would serve); ``ratchet db check`` reports it (:func:`unbuilt`) and ``ratchet db upgrade`` builds
+it again, dropping an invalid one first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -74,6 +83,9 @@ REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
 HEAD = REVISIONS[-1]
 #: How long a revision waits for a lock on PostgreSQL before it gives up (and changes nothing).
 LOCK_TIMEOUT_SECONDS = 5
+#: The advisory lock builds outside a transaction take turns under (not the schema's: a build
+#: waits for older transactions to end, and one of them may be waiting for the schema's lock).
+_OUTSIDE_LOCK = "1751607123, hashtext(coalesce(current_schema(), ''))"
 
 NEW, UNVERSIONED, OLDER, CURRENT, NEWER = "new", "unversioned", "older", "current", "newer"
 
@@ -273,7 +285,106 @@ def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str
             if before is None and up:
                 record_creation(conn, practice)
         taken.append(f"{before or 'none'}→{after}")
+    if all(up for _before, _after, up in steps_between(start.revision, target)):
+        taken += [f"built {name}" for name in build_outside(store)]  # what a step left unbuilt
     return taken
+
+
+@dataclass(frozen=True)
+class Outside:
+    """An index a revision builds on PostgreSQL after its transaction (``CREATE INDEX
+    CONCURRENTLY``): its name, its table and its columns, as the revision declares them."""
+
+    revision: str
+    name: str
+    table: str
+    columns: tuple[str, ...]
+
+
+def outside(upto: str | None) -> list[Outside]:
+    """The indexes built outside a transaction by the revisions up to ``upto``, in order."""
+    if upto is None or upto not in REVISIONS:
+        return []
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(config())
+    found: list[Outside] = []
+    for revision in REVISIONS[: REVISIONS.index(upto) + 1]:
+        module = scripts.get_revision(revision).module
+        for name, table, columns in getattr(module, "CONCURRENTLY", ()):
+            found.append(Outside(revision, name, table, tuple(columns)))
+    return found
+
+
+_INDEX_STATE = text(
+    "SELECT c.relname, i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.relname = :name"
+)
+
+
+def _state(conn: Connection, name: str) -> bool | None:
+    """Whether index ``name`` is built and valid (None: there is none)."""
+    row = conn.execute(_INDEX_STATE, {"name": name}).first()
+    return None if row is None else bool(row[1])
+
+
+def unbuilt(store: Store) -> list[Outside]:
+    """The indexes the store's revision should have built outside a transaction and has not
+    (missing, or left invalid by a build stopped midway); none but on PostgreSQL."""
+    if store.dialect.name != "postgresql":
+        return []
+    with store.schema_read() as conn:
+        found = standing(conn)
+        if found.status != CURRENT and found.status != OLDER:
+            return []
+        return [index for index in outside(found.revision) if not _state(conn, index.name)]
+
+
+def build_outside(store: Store) -> list[str]:
+    """Build what :func:`unbuilt` finds, each with ``CREATE INDEX CONCURRENTLY`` in autocommit
+    (an invalid one dropped first), one process at a time, each lock waited for at most
+    :data:`LOCK_TIMEOUT_SECONDS`; returns the names built. A build that fails is dropped again
+    where it can be, and is said to be run again."""
+    pending = unbuilt(store)
+    if not pending:
+        return []
+    built: list[str] = []
+    with store.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql(f"SET lock_timeout = '{LOCK_TIMEOUT_SECONDS * 1000}ms'")
+        conn.exec_driver_sql(f"SELECT pg_advisory_lock({_OUTSIDE_LOCK})")
+        try:
+            for index in pending:
+                _build(conn, index)
+                built.append(index.name)
+        finally:
+            conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_OUTSIDE_LOCK})")
+    return built
+
+
+def _build(conn: Connection, index: Outside) -> None:
+    """Build ``index`` concurrently, unless another process built it meanwhile."""
+    state = _state(conn, index.name)
+    if state:
+        return
+    quoted = conn.dialect.identifier_preparer.quote
+    name = quoted(index.name)
+    try:
+        if state is False:  # left invalid by a build stopped midway
+            conn.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        columns = ", ".join(quoted(c) for c in index.columns)
+        conn.exec_driver_sql(
+            f"CREATE INDEX CONCURRENTLY {name} ON {quoted(index.table)} ({columns})"
+        )
+    except SQLAlchemyError as exc:
+        with contextlib.suppress(SQLAlchemyError):
+            conn.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        raise StoreError(
+            f"building index {index.name} (revision {index.revision}) without holding writes "
+            f"failed: {failure(exc)}; the store works without it, slower; run `ratchet db "
+            "upgrade` again"
+        ) from None
 
 
 def stamp_unversioned(store: Store) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sqlite3
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,7 +33,14 @@ from ratchet_runner.session import Session
 from ratchet_runner.store import schema
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.tables import metadata
-from tests.conftest import PG_URL, PRACTICE_BINDING, ROOT, postgres_url, run_cli
+from tests.conftest import (
+    PG_URL,
+    PRACTICE_BINDING,
+    ROOT,
+    postgres_url,
+    ratchet_process,
+    run_cli,
+)
 
 FIXTURES = ROOT / "tests" / "fixtures" / "stores"
 T0 = 1_800_000_000.0  # the fixtures' clock (tests/fixtures/stores/make.py)
@@ -79,7 +88,8 @@ def test_the_migrations_make_exactly_the_tables_the_code_declares(store_url: str
         assert schema.read(store).status == schema.NEW
         taken = schema.migrate_to(store, "head")
         steps = schema.steps_between(None, schema.HEAD)
-        assert taken == [f"{a or 'none'}→{b}" for a, b, _ in steps]
+        built = ["built ix_runs_prune"] if store_url.startswith("postgresql") else []
+        assert taken == [f"{a or 'none'}→{b}" for a, b, _ in steps] + built
         assert _differences(store) == []
         assert schema.read(store).status == schema.CURRENT
     finally:
@@ -253,7 +263,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert (code, json.loads(out)["status"]) == (0, "new")
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0  # the first command makes it
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
-    assert json.loads(out)["steps"] == ["none→0001", "0001→0002", "0002→0003"]
+    built = ["built ix_runs_prune"] if store_url.startswith("postgresql") else []
+    assert json.loads(out)["steps"] == ["none→0001", "0001→0002", "0002→0003", *built]
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
     assert f"already at revision {schema.HEAD}" in out
     # one revision back, and what every command then does with the store
@@ -371,3 +382,133 @@ def test_a_revision_that_cannot_take_its_locks_gives_up_in_seconds_and_changes_n
         assert run_cli(capsys, "db", "upgrade", "--db", url)[0] == 0  # the lock gone, it runs
     finally:
         holder.dispose()
+
+
+# -- an index built outside a transaction (PostgreSQL) ----------------------------------------
+
+
+def _index_valid(url: str) -> bool | None:
+    """Whether ix_runs_prune is built and valid in the store at ``url`` (None: absent)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE c.relname = 'ix_runs_prune' AND n.nspname = current_schema()"
+                )
+            ).first()
+        return None if row is None else bool(row[0])
+    finally:
+        engine.dispose()
+
+
+def _building(url: str, deadline: float = 30.0) -> int:
+    """Wait until the store's ``CREATE INDEX CONCURRENTLY`` is under way; its backend's PID."""
+    engine = create_engine(url)
+    try:
+        ends = time.monotonic() + deadline
+        while time.monotonic() < ends:
+            with engine.connect() as conn:
+                pid = conn.execute(
+                    text(
+                        "SELECT pid FROM pg_stat_activity WHERE query LIKE "
+                        "'CREATE INDEX CONCURRENTLY ix_runs_prune%' AND pid <> pg_backend_pid()"
+                    )
+                ).scalar()
+            if pid is not None:
+                return int(pid)
+            time.sleep(0.05)
+        raise AssertionError("the index build never started")
+    finally:
+        engine.dispose()
+
+
+def _sql(url: str, statement: str, **params: Any) -> None:
+    """Run one statement on the store at ``url``, in a connection of its own."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(statement), params)
+    finally:
+        engine.dispose()
+
+
+def _upgrade(url: str, tmp_path: Path) -> subprocess.Popen[str]:
+    return ratchet_process(tmp_path, url, "db", "upgrade", "--db", url, capture=True)
+
+
+@pytest.mark.postgres
+def test_an_index_a_revision_adds_is_built_while_workers_go_on_writing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """ix_runs_prune (revision 0002) is built with CREATE INDEX CONCURRENTLY after the
+    revision's transaction: while it waits for a worker's open transaction, another worker's
+    write to runs goes through at once (an index built inside the transaction queues a SHARE
+    lock, behind which every new write waits)."""
+    url = postgres_url()
+    Store(url).close()
+    assert run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", url)[0] == 0
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", url)
+    assert code == 0
+    assert "built: ix_runs_prune (concurrently)" in out
+    assert _index_valid(url) is True
+    _sql(url, "DROP INDEX ix_runs_prune")  # as if the build had never run
+    holder, writer = create_engine(url), create_engine(url)
+    try:
+        with holder.connect() as held:
+            held.begin()
+            held.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")  # a worker's write
+            process = _upgrade(url, tmp_path)
+            _building(url)
+            with writer.connect() as conn, conn.begin():
+                conn.exec_driver_sql("SET LOCAL lock_timeout = '2s'")
+                conn.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")  # not held up
+            held.commit()
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        assert "built: ix_runs_prune (concurrently)" in out
+    finally:
+        holder.dispose()
+        writer.dispose()
+    assert _index_valid(url) is True
+    assert run_cli(capsys, "db", "check", "--db", url)[0] == 0
+
+
+@pytest.mark.postgres
+def test_an_index_build_killed_midway_is_reported_and_built_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``ratchet db upgrade`` killed by SIGKILL while it builds the index, its session ended:
+    the index is left invalid; the store still opens; ``db check`` says so (exit 1) and ``db
+    upgrade`` drops it and builds it again."""
+    url = postgres_url()
+    Store(url).close()
+    _sql(url, "DROP INDEX ix_runs_prune")
+    holder = create_engine(url)
+    try:
+        with holder.connect() as held:
+            held.begin()
+            held.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")
+            process = _upgrade(url, tmp_path)
+            backend = _building(url)
+            process.send_signal(signal.SIGKILL)
+            process.communicate(timeout=30)
+            _sql(url, "SELECT pg_terminate_backend(:pid)", pid=backend)  # its session ends too
+            held.commit()
+    finally:
+        holder.dispose()
+    assert _index_valid(url) is False
+    Store(url).close()  # the store works without it
+    code, out, _ = run_cli(capsys, "db", "check", "--db", url, "--json")
+    assert (code, json.loads(out)["unbuilt"]) == (1, ["ix_runs_prune"])
+    code, _out, err = run_cli(capsys, "db", "check", "--db", url)
+    assert code == 1
+    assert "index ix_runs_prune (revision 0002) is not built" in err
+    assert "run `ratchet db upgrade`" in err
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", url)
+    assert code == 0
+    assert "built: ix_runs_prune (concurrently)" in out
+    assert _index_valid(url) is True
+    assert run_cli(capsys, "db", "check", "--db", url)[0] == 0
