@@ -1,7 +1,10 @@
 """The store's upkeep: ``ratchet db``, its schema revision read and moved (``current``,
 ``check``, ``upgrade``, ``downgrade``, ``history``; not ``ratchet migrate``, which moves runs
 between spec versions), and ``ratchet prune``, finished runs compacted to their tombstones
-(docs/how-to/operate-a-store.md)."""
+(docs/how-to/operate-a-store.md).
+
+Over 400 lines: one concern, the store's upkeep as an operator runs it, each command a thin
+layer over the store's own functions, with the words and exit statuses they share."""
 
 from __future__ import annotations
 

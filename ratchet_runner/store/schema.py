@@ -28,6 +28,10 @@ while they build. Such a build stopped midway (the process killed, its lock not 
 leaves the index missing or invalid, which the store works without (it is slower where the index
 would serve); ``ratchet db check`` reports it (:func:`unbuilt`) and ``ratchet db upgrade`` builds
 it again, dropping an invalid one first.
+
+Over 400 lines: one concern, the schema's revision and every way of moving it (made new,
+recorded, upgraded, downgraded, its indexes built outside a transaction), which share the
+standing they read and the lock they take.
 """
 
 from __future__ import annotations
