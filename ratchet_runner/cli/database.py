@@ -332,22 +332,43 @@ def archive() -> None:
 
 @archive.command("verify")
 @click.argument("file", metavar="FILE")
+@click.option(
+    "--db",
+    envvar="RATCHET_DB",
+    metavar="URL",
+    help="Also check FILE against this store (env RATCHET_DB): every run whose tombstone names "
+    "an archive of FILE's name must be in it, which finds whole prunes cut from its end.",
+)
 @JSON_OPTION
-def verify_command(file: str, as_json: bool) -> None:
+def verify_command(file: str, db: str | None, as_json: bool) -> None:
     """Check FILE's chain and counts: a line changed, removed, inserted or moved is named.
 
+    The chain alone cannot show prunes cut whole from the end of the file; with --db (or
+    RATCHET_DB) the store's tombstones, which name the archive each pruned run went to, can.
+
     Exit status: 0 the archive is whole (a write cut off by a crash at its end is said, not a
-    fault: its runs were not pruned) · 1 a line is named.
+    fault: its runs were not pruned) · 1 a line is named, or runs the store says it holds are
+    missing.
     """
-    from ..evolve.archive import verify
+    from ..evolve.archive import against, verify
 
     found = verify(file)
+    if db:
+        from ..session import Session
+
+        with Session(db) as session:
+            against(found, file, session.store.tombstones())
     if as_json:
         emit_json(found.to_json())
     else:
         click.echo(
             f"{file}: {found.histories:,} run history(ies), {found.closed} prune(s) closed"
             + ("; its end was cut off by a crash (those runs were not pruned)" if found.cut else "")
+            + (
+                ""
+                if found.named is None
+                else f"; {found.named:,} tombstone(s) in the store name it"
+            )
         )
         for problem in found.problems:
             say(f"ratchet: {problem}")

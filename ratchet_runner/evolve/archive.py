@@ -23,12 +23,13 @@ import json
 import os
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..store.records import RunRecord
 from .history import History, LineProblem, dump_line, history_from_json, parse_line
 
 ZERO = "0" * 64
@@ -138,6 +139,10 @@ class Verified:
     closed: int = 0
     problems: list[str] = field(default_factory=list)
     cut: bool = False
+    #: The IDs of the runs whose histories it holds.
+    runs: set[str] = field(default_factory=set)
+    #: With a store (:func:`against`): the pruned runs whose tombstones name this archive.
+    named: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -150,7 +155,7 @@ class Verified:
             "closed": self.closed,
             "cut_off": self.cut,
             "problems": self.problems,
-        }
+        } | ({} if self.named is None else {"tombstones_naming_it": self.named})
 
 
 def _open_prune(lines: Sequence[bytes]) -> int | None:
@@ -210,6 +215,8 @@ def verify(path: str | Path) -> Verified:
             checked = parse_line(json.dumps(record["history"]).encode("utf-8"), str(path), number)
             if isinstance(checked, LineProblem):
                 found.problems.append(f"{path}:{number}: {checked.code} {checked.message}")
+            else:
+                found.runs.add(str((record["history"].get("run") or {}).get("id")))
             if not opened_at:
                 found.problems.append(f"{path}:{number}: a history outside any prune")
             found.histories += 1
@@ -233,6 +240,30 @@ def verify(path: str | Path) -> Verified:
             f"{path}:{len(lines) + 1}: the archive ends inside the prune opened at line "
             f"{opened_at}: its closing line was removed, or that prune is still running (the next "
             "prune closes a stopped one)"
+        )
+    return found
+
+
+def against(found: Verified, path: str | Path, tombstones: Iterable[RunRecord]) -> Verified:
+    """Check ``found`` (the archive at ``path``, verified) against a store's ``tombstones``
+    (its pruned runs): each whose tombstone names an archive of this file's name must have its
+    history in it. Prunes cut from the file's end leave its chain whole; this finds them."""
+    name = Path(path).name
+    named, missing = 0, []
+    for run in tombstones:
+        context: dict[str, Any] = dict(run.context)
+        kept = (context.get("pruned") or {}).get("archive")
+        if not kept or Path(str(kept)).name != name:
+            continue
+        named += 1
+        if run.id not in found.runs:
+            missing.append(run.id)
+    found.named = named
+    if missing:
+        found.problems.append(
+            f"{path}: {len(missing):,} pruned run(s) whose tombstones name this archive are not "
+            f"in it (the first: {missing[0]}): their histories were removed, or the prunes that "
+            "wrote them were cut from its end (the chain alone cannot show that)"
         )
     return found
 

@@ -77,6 +77,7 @@ from .tables import (
     meta,
     operations,
     prunable_runs,
+    pruned_runs,
     published,
     refuse_unfit,
     related_runs,
@@ -771,6 +772,18 @@ class Store:
         with self._read() as conn:
             query = forgettable_runs(digest, before, limit, after)
             return [RunRecord(**row._mapping) for row in conn.execute(query)]
+
+    def tombstones(self, batch: int = 500) -> Iterator[RunRecord]:
+        """Every run pruned to its tombstone, in ID order, read a batch at a time."""
+        after: str | None = None
+        while True:
+            with self._read() as conn:
+                rows = conn.execute(pruned_runs(batch, after))
+                found = [RunRecord(**row._mapping) for row in rows]
+            yield from found
+            if len(found) < batch:
+                return
+            after = found[-1].id
 
     def forget(self, tombstones: Sequence[RunRecord]) -> list[str]:
         """Remove pruned runs whole (their tombstones past ``retention.operation_ids``), in one

@@ -462,6 +462,15 @@ def forgettable_runs(
     return query.order_by(runs.c.updated_at, runs.c.id).limit(limit)
 
 
+def pruned_runs(limit: int, after: str | None) -> Select[Any]:
+    """Runs pruned to their tombstones, in ID order (``after``: past that ID), at most
+    ``limit`` (see :meth:`~ratchet_runner.store.store.Store.tombstones`)."""
+    query = select(runs).where(runs.c.pruned_at.is_not(None))
+    if after is not None:
+        query = query.where(runs.c.id > after)
+    return query.order_by(runs.c.id).limit(limit)
+
+
 def record_creation(conn: Connection, practice: bool) -> None:
     """Record in ``meta`` when the store was created, and whether as a practice store, unless
     that is recorded already."""

@@ -140,3 +140,40 @@ def test_a_write_cut_off_by_a_crash_is_cut_away_and_the_next_prune_goes_on(
     assert (found.ok, found.cut, found.histories, found.closed) == (True, False, 4, 3)
     lines = [json.loads(line) for line in lines_of(archive)]
     assert "closed" in lines[-1]
+
+
+def test_a_prune_cut_whole_from_the_end_is_found_against_the_store(
+    archived: tuple[Path, dict[str, list[str]], Store],
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store_url: str,
+    capsys: Any,
+) -> None:
+    """A second prune goes on the same archive; cutting it whole from the file's end leaves a
+    whole chain (the archive alone cannot tell), but the store's tombstones name the archive
+    their runs went to, and ``verify --db`` finds the runs missing."""
+    archive, _before, _store = archived
+    first = lines_of(archive)
+    refunds(make_runner, world, range(7404, 7406))
+    assert (
+        run_cli(
+            capsys, "prune", "--finished-before", "0s", "--archive", str(archive), "--db", store_url
+        )[0]
+        == 0
+    )
+    code, out, _ = run_cli(capsys, "archive", "verify", str(archive), "--db", store_url)
+    assert (code, out.strip()) == (
+        0,
+        f"{archive}: 5 run history(ies), 2 prune(s) closed; 5 tombstone(s) in the store name it",
+    )
+    rewrite(archive, first)  # the second prune cut from the end: the chain is still whole
+    assert verify(archive).ok
+    code, out, err = run_cli(capsys, "archive", "verify", str(archive), "--db", store_url, "--json")
+    assert code == 1
+    found = json.loads(out)
+    assert found["tombstones_naming_it"] == 5
+    said = "2 pruned run(s) whose tombstones name this archive are not in it"
+    assert said in found["problems"][0]
+    code, _out, err = run_cli(capsys, "archive", "verify", str(archive), "--db", store_url)
+    assert code == 1
+    assert "the prunes that wrote them were cut from its end" in err
