@@ -83,7 +83,7 @@ class Store(Protocol):
 #: The table a store's revision is kept in.
 REVISION_TABLE = "ratchet_schema_version"
 #: This code's revisions, oldest first (a test keeps them the migrations folder's).
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004")
 HEAD = REVISIONS[-1]
 #: How long a revision waits for a lock on PostgreSQL before it gives up (and changes nothing).
 LOCK_TIMEOUT_SECONDS = 5
@@ -297,12 +297,14 @@ def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str
 @dataclass(frozen=True)
 class Outside:
     """An index a revision builds on PostgreSQL after its transaction (``CREATE INDEX
-    CONCURRENTLY``): its name, its table and its columns, as the revision declares them."""
+    CONCURRENTLY``): its name, its table, its columns and the rows it holds (``where``: all
+    of them when empty), as the revision declares them."""
 
     revision: str
     name: str
     table: str
     columns: tuple[str, ...]
+    where: str = ""
 
 
 def outside(upto: str | None) -> list[Outside]:
@@ -315,8 +317,8 @@ def outside(upto: str | None) -> list[Outside]:
     found: list[Outside] = []
     for revision in REVISIONS[: REVISIONS.index(upto) + 1]:
         module = scripts.get_revision(revision).module
-        for name, table, columns in getattr(module, "CONCURRENTLY", ()):
-            found.append(Outside(revision, name, table, tuple(columns)))
+        for name, table, columns, *where in getattr(module, "CONCURRENTLY", ()):
+            found.append(Outside(revision, name, table, tuple(columns), *where))
     return found
 
 
@@ -378,8 +380,9 @@ def _build(conn: Connection, index: Outside) -> None:
         if state is False:  # left invalid by a build stopped midway
             conn.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         columns = ", ".join(quoted(c) for c in index.columns)
+        where = f" WHERE {index.where}" if index.where else ""
         conn.exec_driver_sql(
-            f"CREATE INDEX CONCURRENTLY {name} ON {quoted(index.table)} ({columns})"
+            f"CREATE INDEX CONCURRENTLY {name} ON {quoted(index.table)} ({columns}){where}"
         )
     except SQLAlchemyError as exc:
         with contextlib.suppress(SQLAlchemyError):

@@ -104,6 +104,14 @@ Index("ix_runs_claim", runs.c.status, runs.c.updated_at, runs.c.id)
 # Prune takes the finished runs not yet pruned that finished longest ago, in index order: the
 # runs pruned before it (however many) are not walked.
 Index("ix_runs_prune", runs.c.status, runs.c.pruned_at, runs.c.updated_at, runs.c.id)
+# The runs a lease holds (a handful, whatever the history), by when it expires: expired leases
+# and stuck runs are found without reading every run.
+Index(
+    "ix_runs_lease",
+    runs.c.lease_expires_at,
+    sqlite_where=runs.c.lease_token.is_not(None),
+    postgresql_where=runs.c.lease_token.is_not(None),
+)
 
 events = _run_rows(
     "events",

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ from tests.conftest import (
 )
 
 FIXTURES = ROOT / "tests" / "fixtures" / "stores"
+#: What the revisions build on PostgreSQL after their transactions, in order.
+BUILT_ON_POSTGRESQL = ["built ix_runs_prune", "built ix_runs_lease"]
 T0 = 1_800_000_000.0  # the fixtures' clock (tests/fixtures/stores/make.py)
 
 
@@ -88,7 +91,7 @@ def test_the_migrations_make_exactly_the_tables_the_code_declares(store_url: str
         assert schema.read(store).status == schema.NEW
         taken = schema.migrate_to(store, "head")
         steps = schema.steps_between(None, schema.HEAD)
-        built = ["built ix_runs_prune"] if store_url.startswith("postgresql") else []
+        built = BUILT_ON_POSTGRESQL if store_url.startswith("postgresql") else []
         assert taken == [f"{a or 'none'}→{b}" for a, b, _ in steps] + built
         assert _differences(store) == []
         assert schema.read(store).status == schema.CURRENT
@@ -112,8 +115,9 @@ def test_a_new_store_is_made_at_head_as_the_revisions_would_make_it(
         assert set(keys) >= {"created_at", "store_id", "sequence"}
         assert keys["sequence"] == "0"
         assert len(keys["store_id"]) == 32
-        assert schema.migrate_to(made, "0002") == ["0003→0002"]  # Alembic reads its revision
-        assert schema.migrate_to(made, "head") == ["0002→0003"]
+        assert schema.migrate_to(made, "0003") == ["0004→0003"]  # Alembic reads its revision
+        again = ["built ix_runs_lease"] if store_url.startswith("postgresql") else []
+        assert schema.migrate_to(made, "head") == ["0003→0004", *again]
     finally:
         made.close()
     if store_url.startswith("sqlite"):
@@ -263,19 +267,23 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert (code, json.loads(out)["status"]) == (0, "new")
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0  # the first command makes it
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
-    built = ["built ix_runs_prune"] if store_url.startswith("postgresql") else []
-    assert json.loads(out)["steps"] == ["none→0001", "0001→0002", "0002→0003", *built]
+    built = BUILT_ON_POSTGRESQL if store_url.startswith("postgresql") else []
+    steps = ["none→0001", "0001→0002", "0002→0003", "0003→0004", *built]
+    assert json.loads(out)["steps"] == steps
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
     assert f"already at revision {schema.HEAD}" in out
     # one revision back, and what every command then does with the store
     code, out, _ = run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", store_url)
-    assert (code, out.strip()) == (0, "downgraded: 0003→0002\ndowngraded: 0002→0001")
+    assert (code, out.strip()) == (
+        0,
+        "downgraded: 0004→0003\ndowngraded: 0003→0002\ndowngraded: 0002→0001",
+    )
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 1
     if store_url.startswith("sqlite"):  # upgraded as it opens, a copy of the file kept first
         Store(store_url).close()
         assert Path(store_url.removeprefix("sqlite:///") + ".r0001.bak").exists()
     else:  # refused until an operator upgrades it
-        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0003"):
+        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0004"):
             Store(store_url)
         code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
         assert out.splitlines()[0] == "upgraded: 0001→0002"
@@ -286,7 +294,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     code, out, _ = run_cli(capsys, "db", "downgrade", "base", "--yes", "--db", store_url)
     assert (code, out.strip()) == (
         0,
-        "downgraded: 0003→0002\ndowngraded: 0002→0001\ndowngraded: 0001→base",
+        "downgraded: 0004→0003\ndowngraded: 0003→0002\ndowngraded: 0002→0001\n"
+        "downgraded: 0001→base",
     )
     check = Store(store_url, checked=False)
     try:
@@ -299,7 +308,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert code == 1
     assert f"newer than this Ratchet's {schema.HEAD}" in err
     code, out, _ = run_cli(capsys, "db", "history", "--json")
-    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001", "0002", "0003"]
+    assert [r["revision"] for r in json.loads(out)["revisions"]] == ["0001", "0002", "0003", "0004"]
 
 
 def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(
@@ -404,8 +413,16 @@ def _index_valid(url: str) -> bool | None:
         engine.dispose()
 
 
-def _building(url: str, deadline: float = 30.0) -> int:
-    """Wait until the store's ``CREATE INDEX CONCURRENTLY`` is under way; its backend's PID."""
+def _named(url: str) -> tuple[str, str]:
+    """``url`` with an application name of its own, and that name: the sessions of this test's
+    processes, told from those of tests running beside it on the same server."""
+    name = f"ratchet_test_{uuid.uuid4().hex[:12]}"
+    return f"{url}&application_name={name}", name
+
+
+def _building(url: str, name: str, deadline: float = 30.0) -> int:
+    """Wait until the ``CREATE INDEX CONCURRENTLY`` of the sessions named ``name`` is under
+    way; its backend's PID."""
     engine = create_engine(url)
     try:
         ends = time.monotonic() + deadline
@@ -413,9 +430,10 @@ def _building(url: str, deadline: float = 30.0) -> int:
             with engine.connect() as conn:
                 pid = conn.execute(
                     text(
-                        "SELECT pid FROM pg_stat_activity WHERE query LIKE "
-                        "'CREATE INDEX CONCURRENTLY ix_runs_prune%' AND pid <> pg_backend_pid()"
-                    )
+                        "SELECT pid FROM pg_stat_activity WHERE application_name = :name "
+                        "AND query LIKE 'CREATE INDEX CONCURRENTLY %'"
+                    ),
+                    {"name": name},
                 ).scalar()
             if pid is not None:
                 return int(pid)
@@ -460,8 +478,9 @@ def test_an_index_a_revision_adds_is_built_while_workers_go_on_writing(
         with holder.connect() as held:
             held.begin()
             held.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")  # a worker's write
-            process = _upgrade(url, tmp_path)
-            _building(url)
+            named, name = _named(url)
+            process = _upgrade(named, tmp_path)
+            _building(url, name)
             with writer.connect() as conn, conn.begin():
                 conn.exec_driver_sql("SET LOCAL lock_timeout = '2s'")
                 conn.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")  # not held up
@@ -491,8 +510,9 @@ def test_an_index_build_killed_midway_is_reported_and_built_again(
         with holder.connect() as held:
             held.begin()
             held.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")
-            process = _upgrade(url, tmp_path)
-            backend = _building(url)
+            named, name = _named(url)
+            process = _upgrade(named, tmp_path)
+            backend = _building(url, name)
             process.send_signal(signal.SIGKILL)
             process.communicate(timeout=30)
             _sql(url, "SELECT pg_terminate_backend(:pid)", pid=backend)  # its session ends too

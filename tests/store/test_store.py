@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from ratchet_runner.errors import (
@@ -32,6 +32,7 @@ from ratchet_runner.store import dialects, schema
 from ratchet_runner.store.postgres import PostgresWriter
 from ratchet_runner.store.records import Change, NewRun, RunRecord
 from ratchet_runner.store.store import Store
+from ratchet_runner.store.tables import runs
 from tests.conftest import PG_URL, ROOT, MakeRunner, connection_closed, postgres_url
 
 DIGEST = "d" * 64
@@ -653,6 +654,43 @@ def test_finding_the_related_runs_is_an_index_lookup(store: Store) -> None:
     assert "ix_evidence_keys_lookup" in plan, plan
 
 
+def test_expired_leases_and_stuck_runs_are_found_without_reading_every_run(store: Store) -> None:
+    """With 3,000 finished runs and a few live ones, the queries ``runs --stuck``, ``leases``
+    and the metrics ask (a lease expired; a runnable run nobody moved) walk an index of the
+    live runs (``ix_runs_lease``; an index led by the status for the other): no full scan of
+    ``runs``."""
+    from ratchet_runner.store.tables import lease_expired, unmoved
+
+    store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 3000) "
+            "INSERT INTO runs (id, workflow, spec_digest, business_key, state, status, version, "
+            "input, context, created_at, updated_at, lease_owner, lease_token, lease_expires_at) "
+            f"SELECT 'run_' || n, 'refund', '{DIGEST}', 'T-' || n, 'refunded', "
+            "CASE WHEN n / 1000 * 1000 = n THEN 'running' ELSE 'done' END, 1, '{}', '{}', n, n, "
+            "CASE WHEN n / 1000 * 1000 = n THEN 'w' END, "
+            "CASE WHEN n / 1000 * 1000 = n THEN 't' || n END, "
+            "CASE WHEN n / 1000 * 1000 = n THEN n END FROM g"
+        )
+        conn.exec_driver_sql("ANALYZE" if store.dialect.name == "sqlite" else "ANALYZE runs")
+    expired = select(runs.c.id).where(lease_expired(literal(1e12)))
+    idle = select(runs.c.id).where(unmoved(1e12, 300.0))
+    for query, index in ((expired, "ix_runs_lease"), (idle, "ix_runs_")):  # claim's, or prune's
+        sql = str(query.compile(store.engine, compile_kwargs={"literal_binds": True}))
+        explain = "EXPLAIN QUERY PLAN " if store.dialect.name == "sqlite" else "EXPLAIN "
+        with store.engine.begin() as conn:
+            plan = "\n".join(str(row[-1]) for row in conn.exec_driver_sql(explain + sql))
+        assert index in plan, plan
+        assert "SCAN runs\n" not in plan + "\n"
+        assert "Seq Scan on runs" not in plan, plan
+    assert sorted(r.id for r, why in store.stuck(1e12, 300.0) if why == "lease expired") == [
+        "run_1000",
+        "run_2000",
+        "run_3000",
+    ]
+
+
 def as_made_by_0_1(store_url: str) -> Store:
     """A store as Ratchet 0.1 made it: the first revision's schema, and no revision table
     (opened whatever its revision, for the caller to take more away)."""
@@ -678,7 +716,13 @@ def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: 
             steps = schema.migrate_to(upgrading, "head")
         finally:
             upgrading.close()
-        assert steps == ["0001→0002", "0002→0003", "built ix_runs_prune"]
+        assert steps == [
+            "0001→0002",
+            "0002→0003",
+            "0003→0004",
+            "built ix_runs_prune",
+            "built ix_runs_lease",
+        ]
 
     reopened = Store(store_url)
     try:
