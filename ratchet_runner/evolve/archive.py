@@ -63,6 +63,37 @@ def members(raw: bytes) -> Iterator[Member]:
         at = end
 
 
+#: How every gzip member begins.
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def not_an_archive(path: Path, *, opening: bool = True) -> str | None:
+    """Why the file at ``path`` is not an archive ``ratchet prune`` wrote (None: it is one, or
+    it is empty or missing, which a prune may start): it does not begin as gzip does, or (with
+    ``opening``) its first line does not open a chain."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(2)
+    except FileNotFoundError:
+        return None
+    if not head:
+        return None
+    if head != _GZIP_MAGIC:
+        return "it is not gzip"
+    if not opening:
+        return None
+    lines, _good, _cut = _lines(path)
+    if not lines:
+        return None  # its first write cut off by a crash: a prune's own, cut away
+    try:
+        first = json.loads(lines[0])
+    except ValueError:
+        first = None
+    if not isinstance(first, dict) or first.get("sha256_previous") != ZERO:
+        return "its first line does not open a chain"
+    return None
+
+
 def _lines(path: Path) -> tuple[list[bytes], int, bool]:
     """The archive's lines, where its whole members end, and whether it ends cut off."""
     raw = path.read_bytes() if path.exists() else b""
@@ -91,6 +122,12 @@ class Writer:
         on from its last line (a member cut off at its end by a crash is cut away first, and a
         prune that was stopped before it closed is closed as stopped)."""
         where = Path(path)
+        why = not_an_archive(where) if not where.is_dir() else "it is a folder"
+        if why is not None:
+            raise UsageError(
+                f"{path} is not an archive of ratchet prune ({why}): nothing was pruned and the "
+                "file is as it was; give a new file, or an archive to append to"
+            )
         lines, good, cut = _lines(where)
         if cut:
             with where.open("r+b") as file:
@@ -114,10 +151,16 @@ class Writer:
             text.append(line)
             self.tip = hashlib.sha256(line.encode("utf-8")).hexdigest()
         blob = gzip.compress(("\n".join(text) + "\n").encode("utf-8"))
-        with self.path.open("ab") as file:
-            file.write(blob)
-            file.flush()
-            os.fsync(file.fileno())
+        try:
+            with self.path.open("ab") as file:
+                file.write(blob)
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write the archive {str(self.path)!r}: {exc.strerror or exc}; the runs "
+                "it does not hold were not pruned"
+            ) from None
 
     def write(self, histories: Sequence[History]) -> None:
         """Append ``histories`` as one member, on disk when this returns."""
@@ -182,6 +225,9 @@ def verify(path: str | Path) -> Verified:
     where = Path(path)
     if not where.is_file():
         raise UsageError(f"no archive {str(path)!r}")
+    why = not_an_archive(where, opening=False)  # a first line changed is named as any other
+    if why is not None:
+        return Verified(problems=[f"{path}: not an archive of ratchet prune ({why})"])
     lines, _good, cut = _lines(where)
     found = Verified(cut=cut)
     if not lines and where.stat().st_size and not cut:

@@ -177,3 +177,63 @@ def test_a_prune_cut_whole_from_the_end_is_found_against_the_store(
     code, _out, err = run_cli(capsys, "archive", "verify", str(archive), "--db", store_url)
     assert code == 1
     assert "the prunes that wrote them were cut from its end" in err
+
+
+@pytest.mark.parametrize("what", ["a store", "text", "a gzip of something else"])
+def test_prune_refuses_an_archive_file_that_is_not_one_and_leaves_it_whole(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    store_url: str,
+    clock: FakeClock,
+    tmp_path: Path,
+    capsys: Any,
+    what: str,
+) -> None:
+    """Pruning with ``--archive`` naming a file that is not an archive (a backup of the store,
+    a text file, another gzip) is refused before anything is pruned, and the file is left as it
+    was; ``archive verify`` says it is not an archive (it said "ok" before)."""
+    clock.advance(time.time() - DAY - clock.now())
+    done = refunds(make_runner, world, range(7501, 7503))
+    target = tmp_path / "not-an-archive"
+    if what == "a store":
+        target.write_bytes(b"SQLite format 3\x00" + bytes(4096))
+    elif what == "text":
+        target.write_text("my notes\n", encoding="utf-8")
+    else:
+        target.write_bytes(gzip.compress(b'{"hello": "world"}\n'))
+    before = target.read_bytes()
+    code, _out, err = run_cli(
+        capsys, "prune", "--finished-before", "0s", "--archive", str(target), "--db", store_url
+    )
+    assert code == 1
+    assert "R200" in err
+    assert "is not an archive of ratchet prune" in err
+    assert "nothing was pruned" in err
+    assert target.read_bytes() == before
+    assert all(store.get_run(rid).context.get("pruned") is None for rid in done.values())
+    code, _out, err = run_cli(capsys, "archive", "verify", str(target))
+    assert code == 1
+    said = "the first line does not start the chain" if what.startswith("a gzip") else "not gzip"
+    assert said in err
+
+
+def test_prune_into_a_folder_that_does_not_exist_says_so_and_prunes_nothing(
+    make_runner: MakeRunner,
+    world: PracticeWorld,
+    store: Store,
+    store_url: str,
+    clock: FakeClock,
+    tmp_path: Path,
+    capsys: Any,
+) -> None:
+    clock.advance(time.time() - DAY - clock.now())
+    done = refunds(make_runner, world, range(7601, 7602))
+    for target in (tmp_path / "no-such-folder" / "x.jsonl.gz", tmp_path):
+        code, _out, err = run_cli(
+            capsys, "prune", "--finished-before", "0s", "--archive", str(target), "--db", store_url
+        )
+        assert code == 1, err
+        assert "internal error" not in err
+        assert "ratchet:" in err
+    assert all(store.get_run(rid).context.get("pruned") is None for rid in done.values())
