@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib import resources
@@ -274,23 +275,30 @@ def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str
         stamp_unversioned(store)
         start = Standing(REVISIONS[0], True)
     taken: list[str] = []
-    for before, after, up in steps_between(start.revision, target):
-        with store.schema_transaction() as conn:
-            if standing(conn).revision != before:
-                continue  # another process took this step
-            store.dialect.limit_locks(conn, LOCK_TIMEOUT_SECONDS)
-            try:
-                (command.upgrade if up else command.downgrade)(config(conn), after)
-            except SQLAlchemyError as exc:
-                raise StoreError(
-                    f"schema revision {before or 'none'} → {after} failed and was rolled back: "
-                    f"{failure(exc)}"
-                ) from None
-            if before is None and up:
-                record_creation(conn, practice)
-        taken.append(f"{before or 'none'}→{after}")
-    if all(up for _before, _after, up in steps_between(start.revision, target)):
-        taken += [f"built {name}" for name in build_outside(store)]  # what a step left unbuilt
+    try:
+        for before, after, up in steps_between(start.revision, target):
+            with store.schema_transaction() as conn:
+                if standing(conn).revision != before:
+                    continue  # another process took this step
+                store.dialect.limit_locks(conn, LOCK_TIMEOUT_SECONDS)
+                try:
+                    (command.upgrade if up else command.downgrade)(config(conn), after)
+                except SQLAlchemyError as exc:
+                    raise StoreError(
+                        f"schema revision {before or 'none'} → {after} failed and was rolled "
+                        f"back: {failure(exc)}"
+                    ) from None
+                if before is None and up:
+                    record_creation(conn, practice)
+            taken.append(f"{before or 'none'}→{after}")
+        if all(up for _before, _after, up in steps_between(start.revision, target)):
+            taken += [f"built {name}" for name in build_outside(store)]  # a step left unbuilt
+    except StoreError as exc:
+        if not taken:
+            raise
+        raise StoreError(
+            f"{exc} (committed before it, and kept: {', '.join(taken)})"
+        ) from None
     return taken
 
 
@@ -359,21 +367,23 @@ def build_outside(store: Store) -> list[str]:
     with store.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         conn.exec_driver_sql(f"SET lock_timeout = '{LOCK_TIMEOUT_SECONDS * 1000}ms'")
-        conn.exec_driver_sql(f"SELECT pg_advisory_lock({_OUTSIDE_LOCK})")
+        # Another process building: wait for it in short tries, never in one long wait (a
+        # build waits for every transaction older than it, a blocked lock request included,
+        # and PostgreSQL would end one of the two as a deadlock).
+        while not conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({_OUTSIDE_LOCK})").scalar():
+            time.sleep(0.1)
         try:
-            for index in pending:
-                _build(conn, index)
-                built.append(index.name)
+            built = [index.name for index in pending if _build(conn, index)]
         finally:
             conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_OUTSIDE_LOCK})")
     return built
 
 
-def _build(conn: Connection, index: Outside) -> None:
-    """Build ``index`` concurrently, unless another process built it meanwhile."""
+def _build(conn: Connection, index: Outside) -> bool:
+    """Build ``index`` concurrently, unless another process built it meanwhile (False)."""
     state = _state(conn, index.name)
     if state:
-        return
+        return False
     quoted = conn.dialect.identifier_preparer.quote
     name = quoted(index.name)
     try:
@@ -392,6 +402,7 @@ def _build(conn: Connection, index: Outside) -> None:
             f"failed: {failure(exc)}; the store works without it, slower; run `ratchet db "
             "upgrade` again"
         ) from None
+    return True
 
 
 def stamp_unversioned(store: Store) -> None:

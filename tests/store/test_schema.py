@@ -532,3 +532,36 @@ def test_an_index_build_killed_midway_is_reported_and_built_again(
     assert "built: ix_runs_prune (concurrently)" in out
     assert _index_valid(url) is True
     assert run_cli(capsys, "db", "check", "--db", url)[0] == 0
+
+
+@pytest.mark.postgres
+def test_a_second_upgrade_during_a_build_waits_for_it_and_builds_nothing_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One ``ratchet db upgrade`` builds the index (held up by a worker's open transaction);
+    a second one starts meanwhile. Both exit 0 and the index is built once. Before, the second
+    waited on a lock in one long request, which the build waits for in turn: PostgreSQL ended
+    one of the two as a deadlock (``internal error``, exit 3), and the other said it had built
+    an index it had not."""
+    url = postgres_url()
+    Store(url).close()
+    _sql(url, "DROP INDEX ix_runs_prune")
+    holder = create_engine(url)
+    try:
+        with holder.connect() as held:
+            held.begin()
+            held.exec_driver_sql("LOCK TABLE runs IN ROW EXCLUSIVE MODE")
+            first_url, first_name = _named(url)
+            first = _upgrade(first_url, tmp_path)
+            _building(url, first_name)
+            second = _upgrade(url, tmp_path)
+            time.sleep(2)  # the second is under way, waiting for the first
+            held.commit()
+        outs = [process.communicate(timeout=120) for process in (first, second)]
+    finally:
+        holder.dispose()
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    built = [line for out, _err in outs for line in out.splitlines() if line.startswith("built:")]
+    assert built == ["built: ix_runs_prune (concurrently)"]
+    assert _index_valid(url) is True
+    assert run_cli(capsys, "db", "check", "--db", url)[0] == 0
