@@ -296,9 +296,7 @@ def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str
     except StoreError as exc:
         if not taken:
             raise
-        raise StoreError(
-            f"{exc} (committed before it, and kept: {', '.join(taken)})"
-        ) from None
+        raise StoreError(f"{exc} (committed before it, and kept: {', '.join(taken)})") from None
     return taken
 
 

@@ -52,7 +52,9 @@ from ..errors import (
     BindingMismatch,
     LeaseTooShort,
     RatchetError,
+    StoreCopiedBack,
     StoreError,
+    StoreRevision,
     UsageError,
     VersionConflict,
 )
@@ -156,8 +158,9 @@ class Pool:
         self._short: set[str] = set()  # spec versions it warned its lease is too short for
         self.refuse_short_lease = refuse_short_lease
         #: Why the pool stopped before claiming anything: its lease is too short for the spec of
-        #: a live run (with ``refuse_short_lease``); :meth:`run` raises it.
-        self.refused: UsageError | None = None
+        #: a live run (with ``refuse_short_lease``), or the store is one this Ratchet must not
+        #: write (at another schema revision, or put back by a plain copy); :meth:`run` raises it.
+        self.refused: UsageError | StoreRevision | StoreCopiedBack | None = None
         self._checked = False  # whether the lease was checked against the live runs' specs
         self._checking = threading.Lock()
         self.listen_url = listen_url
@@ -429,6 +432,12 @@ class Pool:
         to meet it logs it, once; a thread whose connections may have died in an outage that
         began since it last looked tries again soon with new ones. Anything else is unexpected:
         reported once (in the log and in ``failed``) until the thread gets on again."""
+        if isinstance(exc, (StoreRevision, StoreCopiedBack)):  # no retry will change it
+            with self._lock:
+                if self.refused is None:
+                    self.refused = exc
+            self.stop.set()
+            return 0.0
         link.failures += 1
         outage = connection_lost(exc) or (
             store_level and isinstance(exc, StoreError) and not isinstance(exc, VersionConflict)

@@ -565,3 +565,24 @@ def test_a_second_upgrade_during_a_build_waits_for_it_and_builds_nothing_again(
     assert built == ["built: ix_runs_prune (concurrently)"]
     assert _index_valid(url) is True
     assert run_cli(capsys, "db", "check", "--db", url)[0] == 0
+
+
+def test_a_long_running_worker_refuses_a_store_at_a_revision_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    """``ratchet worker`` (not only ``--once``) exits 1 with R306 on a store newer than it,
+    instead of taking it for a store that does not answer and retrying for ever."""
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    set_revision(url, "9999")
+    worker = ratchet_process(tmp_path, url, "worker", "--db", url, capture=True)
+    try:
+        _out, err = worker.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.communicate()
+        raise AssertionError("the worker kept retrying a store it must refuse") from None
+    assert worker.returncode == 1, err
+    assert "R306" in err
+    assert "a newer Ratchet upgraded it" in err
+    assert "retrying" not in err
