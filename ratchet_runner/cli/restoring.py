@@ -187,6 +187,9 @@ def restore_command(
             )
             _told(made, how)
             return
+        from ..store.backup import check_backup
+
+        check_backup(Path(str(file)))  # a file that is no backup: refused before any copy
         kept = _keep_current(store, now)
         made = store.restore_from(Path(str(file)), at=now, window=seconds, by=_actor(actor))
     _told(made, how, kept_the_store_it_replaced_as=kept)

@@ -126,6 +126,7 @@ def test_a_file_that_is_no_backup_is_refused_and_nothing_changes(
     code, _out, err = run_cli(capsys, "restore", str(bogus), "--yes", "--db", url)
     assert code == 1
     assert said in err
+    assert sorted(p.name for p in tmp_path.glob("*before-restore*")) == []  # no copy left behind
     reopened = Store(url)
     try:
         assert [r.business_key for r in reopened.list_runs()] == ["K-1"]
