@@ -32,6 +32,7 @@ from ratchet_runner.errors import StoreError, StoreRevision
 from ratchet_runner.review.naive import step_for
 from ratchet_runner.session import Session
 from ratchet_runner.store import schema
+from ratchet_runner.store.records import NewRun, RunStatus
 from ratchet_runner.store.store import Store
 from ratchet_runner.store.tables import metadata
 from tests.conftest import (
@@ -586,3 +587,37 @@ def test_a_long_running_worker_refuses_a_store_at_a_revision_it_does_not_know(
     assert "R306" in err
     assert "a newer Ratchet upgraded it" in err
     assert "retrying" not in err
+
+
+def test_an_sqlite_store_with_runs_goes_down_to_the_first_revision_and_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ratchet db downgrade 0001 --yes`` on an SQLite store that holds runs (it failed on
+    the foreign keys of the runs' events: batch mode copied ``runs`` and dropped the original),
+    and the store upgrades again as it opens, its runs kept."""
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    store = Store(url)
+    store.save_spec("d" * 64, "w", 1, "1", "name: w", time.time())
+    store.create_run(  # with its created event
+        NewRun(
+            id="run_0000000000000001",
+            workflow="w",
+            spec_digest="d" * 64,
+            business_key="K-1",
+            state="start",
+            status=RunStatus.RUNNING,
+            input={"n": 1},
+            at=time.time(),
+        )
+    )
+    store.close()
+    code, out, err = run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", url)
+    assert code == 0, err
+    assert out.strip().splitlines()[-1] == "downgraded: 0002→0001"
+    reopened = Store(url)  # upgraded as it opens
+    try:
+        assert [r.business_key for r in reopened.list_runs()] == ["K-1"]
+        assert [e.kind for e in reopened.history("run_0000000000000001")] == ["created"]
+        assert schema.read(reopened).status == schema.CURRENT
+    finally:
+        reopened.close()

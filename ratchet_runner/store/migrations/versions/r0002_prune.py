@@ -16,6 +16,8 @@ Create Date: 2026-12-06
 
 from __future__ import annotations
 
+import sqlite3
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -42,6 +44,12 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":  # built, half built, or never built
         op.execute("DROP INDEX IF EXISTS ix_runs_prune")
         op.drop_column("runs", "pruned_at")
+        return
+    if sqlite3.sqlite_version_info >= (3, 35):
+        # SQLite drops a column in place: batch mode would copy runs and drop the original,
+        # which the foreign keys of every run's events and operations refuse once it has runs.
+        op.drop_index("ix_runs_prune", table_name="runs")
+        op.execute("ALTER TABLE runs DROP COLUMN pruned_at")
         return
     with op.batch_alter_table("runs") as batch:
         batch.drop_index("ix_runs_prune")
