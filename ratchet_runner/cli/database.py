@@ -426,8 +426,13 @@ def retention(every: str | None, age: str | None) -> tuple[float, float] | None:
             seconds = parse_duration(text)
         except ValueError:
             seconds = None
-        if seconds is None or seconds <= 0:
+        if seconds is None or seconds < 0:
             raise click.BadParameter(f"{text!r} is not a duration (1h, 90d)", param_hint=hint)
+        if seconds == 0 and hint == "--prune-every":  # an age of 0s is one, as for prune
+            raise click.BadParameter(
+                f"{text!r}: the time between two prunes must be more than 0s (1h, 1d)",
+                param_hint=hint,
+            )
         found.append(seconds)
     return found[0], found[1]
 

@@ -66,6 +66,8 @@ def take(database: Path, target: Path, at: float) -> int:
     commit while workers write; record ``at`` as when it was taken. Returns its size in bytes."""
     if target.exists():
         raise StoreError(f"{target} exists: a backup never overwrites a file (choose another name)")
+    if not target.parent.is_dir():
+        raise StoreError(f"no folder {target.parent} to write the backup {target.name} in")
     partial = target.with_name(target.name + ".partial")
     _remove(partial)
     try:

@@ -125,13 +125,18 @@ class Standing:
 
 
 def standing(conn: Connection) -> Standing:
-    """The standing of the store ``conn`` is connected to."""
+    """The standing of the store ``conn`` is connected to. Its tables are looked for first,
+    its revision after: a store made new commits both at once, and a reader outside a
+    transaction (each statement its own snapshot) that saw the tables sees the revision too,
+    where the other order could see a revision not yet made and tables made since, and take a
+    store made that instant for one made before revisions were kept."""
     found = inspect(conn)
+    tables = found.has_table("runs")
     revision = None
     if found.has_table(REVISION_TABLE):
         row = conn.execute(text(f"SELECT version_num FROM {REVISION_TABLE}")).first()
         revision = None if row is None else str(row[0])
-    return Standing(revision, found.has_table("runs"))
+    return Standing(revision, tables)
 
 
 def read(store: Store) -> Standing:

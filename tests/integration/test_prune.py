@@ -273,6 +273,33 @@ def test_a_worker_prunes_on_its_interval_and_once_with_its_pass(
     assert all(store.get_run(r).pruned_at is not None for r in more.values())
     code, _out, err = run_cli(capsys, "worker", "--once", "--prune-every", "1h", "--db", store_url)
     assert (code, "go together" in err) == (2, True)
+    # an age of 0s is one, as for ratchet prune --finished-before 0s; an interval of 0s is not
+    again = refunds(make_runner, world, range(7513, 7514))
+    code, _out, err = run_cli(
+        capsys,
+        "worker",
+        "--once",
+        "--prune-every",
+        "1h",
+        "--prune-finished-before",
+        "0s",
+        "--db",
+        store_url,
+    )
+    assert code == 0, err
+    assert all(store.get_run(r).pruned_at is not None for r in again.values())
+    code, _out, err = run_cli(
+        capsys,
+        "worker",
+        "--once",
+        "--prune-every",
+        "0s",
+        "--prune-finished-before",
+        "1d",
+        "--db",
+        store_url,
+    )
+    assert (code, "must be more than 0s" in err) == (2, True)
 
 
 def test_tombstones_are_kept_forever_unless_the_spec_retains_operation_ids_for_less(

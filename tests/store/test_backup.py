@@ -90,6 +90,9 @@ def test_a_backup_never_overwrites_a_file(tmp_path: Path, capsys: CAPTURE) -> No
     assert code == 1
     assert "never overwrites" in err
     assert (tmp_path / "b.db").read_text(encoding="utf-8") == "precious"
+    code, _out, err = run_cli(capsys, "backup", str(tmp_path / "nowhere" / "b.db"), "--db", url)
+    assert code == 1
+    assert f"no folder {tmp_path / 'nowhere'} to write the backup b.db in" in err
 
 
 @pytest.mark.postgres

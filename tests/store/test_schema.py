@@ -621,3 +621,33 @@ def test_an_sqlite_store_with_runs_goes_down_to_the_first_revision_and_back(
         assert schema.read(reopened).status == schema.CURRENT
     finally:
         reopened.close()
+
+
+def test_a_store_made_between_two_reads_of_its_standing_is_never_taken_for_an_old_one(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read outside a transaction, each statement sees its own moment: another process makes
+    the store right after the first look (a race that failed CI once, on PostgreSQL: four
+    processes opening one fresh store, one refused it as made before revisions were kept)."""
+    reader = Store(store_url, checked=False)
+    real = schema.inspect
+    made: list[bool] = []
+
+    class Racing:
+        def __init__(self, conn: Any) -> None:
+            self.found = real(conn)
+
+        def has_table(self, name: str) -> bool:
+            answer = bool(self.found.has_table(name))
+            if not made:  # another process makes the store right after the first look
+                made.append(True)
+                Store(store_url).close()
+            return answer
+
+    monkeypatch.setattr(schema, "inspect", Racing)
+    try:
+        found = schema.read(reader)
+    finally:
+        reader.close()
+    assert made == [True]
+    assert found.status in (schema.NEW, schema.CURRENT), found
