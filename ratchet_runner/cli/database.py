@@ -188,6 +188,7 @@ def downgrade(revision: str, yes: bool, how: How) -> None:
             param_hint="--yes",
         )
     with _opened(how) as (store, _practice):
+        _warn_of_an_open_window(store, revision)
         steps = migrate_to(store, revision)
         after = read(store)
     if how.as_json:
@@ -197,6 +198,29 @@ def downgrade(revision: str, yes: bool, how: How) -> None:
         click.echo(f"downgraded: {step}")
     if not steps:
         click.echo(f"already at revision {after.revision or 'base'}")
+
+
+def _warn_of_an_open_window(store: Store, revision: str) -> None:
+    """Say so on stderr when a downgrade below the revision that keeps restores (0003) drops a
+    restore window still open: the lookups before each first call stop with it."""
+    import time
+
+    from ..errors import StoreError
+    from ..store.schema import REVISIONS
+
+    if revision != "base" and (revision not in REVISIONS or revision >= "0003"):
+        return
+    try:
+        latest = store.restores()[-1:]
+    except StoreError:  # no restores table (an older store): no window to lose
+        return
+    if latest and latest[0].open_at(time.time()):
+        say(
+            "ratchet: warning: the store's restore window is open (incarnation "
+            f"{latest[0].incarnation}); going below revision 0003 drops it, and with it the "
+            "lookups before each operation's first call that keep an effect made after the "
+            "backup from being made again"
+        )
 
 
 @db.command()

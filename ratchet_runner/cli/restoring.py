@@ -189,7 +189,8 @@ def restore_command(
             return
         from ..store.backup import check_backup
 
-        check_backup(Path(str(file)))  # a file that is no backup: refused before any copy
+        if store.database_file() is not None:  # PostgreSQL is sent to pg_restore
+            check_backup(Path(str(file)))  # a file that is no backup: refused before any copy
         kept = _keep_current(store, now)
         made = store.restore_from(Path(str(file)), at=now, window=seconds, by=_actor(actor))
     _told(made, how, kept_the_store_it_replaced_as=kept)

@@ -284,3 +284,18 @@ def test_restores_outlive_a_reset_of_every_run(tmp_path: Path) -> None:
         assert store.restores() == [made]
     finally:
         store.close()
+
+
+def test_a_downgrade_that_drops_an_open_restore_window_says_so(
+    tmp_path: Path, capsys: CAPTURE
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    Store(url).close()
+    assert run_cli(capsys, "restore", "--mark", "--db", url)[0] == 0
+    code, out, err = run_cli(capsys, "db", "downgrade", "0003", "--yes", "--db", url)
+    assert code == 0
+    assert "warning" not in err  # 0003 keeps the window
+    code, out, err = run_cli(capsys, "db", "downgrade", "0002", "--yes", "--db", url)
+    assert code == 0, err
+    assert "restore window is open (incarnation 2)" in err
+    assert "downgraded: 0003→0002" in out
