@@ -420,14 +420,18 @@ def retention_options(command: Callable[..., None]) -> Callable[..., None]:
         "--prune-every",
         "prune_every",
         metavar="DURATION",
+        envvar="RATCHET_PRUNE_EVERY",
         help="Also prune finished runs, as ratchet prune does, when the worker starts and every "
-        "DURATION after (1h, 1d), those finished before the age the next option gives.",
+        "DURATION after (1h, 1d), those finished before the age the next option gives "
+        "(env RATCHET_PRUNE_EVERY).",
     )
     age = click.option(
         "--prune-finished-before",
         "prune_age",
         metavar="DURATION",
-        help="With --prune-every: prune the runs that finished longer ago than this (90d).",
+        envvar="RATCHET_PRUNE_FINISHED_BEFORE",
+        help="With --prune-every: prune the runs that finished longer ago than this (90d; env "
+        "RATCHET_PRUNE_FINISHED_BEFORE).",
     )
     return every(age(command))
 

@@ -300,6 +300,14 @@ def test_a_worker_prunes_on_its_interval_and_once_with_its_pass(
         store_url,
     )
     assert (code, "must be more than 0s" in err) == (2, True)
+    # the same policy from the workers' configuration (their environment)
+    last = refunds(make_runner, world, range(7514, 7515))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RATCHET_PRUNE_EVERY", "1h")
+        env.setenv("RATCHET_PRUNE_FINISHED_BEFORE", "0s")
+        code, _out, err = run_cli(capsys, "worker", "--once", "--db", store_url)
+    assert code == 0, err
+    assert all(store.get_run(r).pruned_at is not None for r in last.values())
 
 
 def test_tombstones_are_kept_forever_unless_the_spec_retains_operation_ids_for_less(
