@@ -198,10 +198,9 @@ def _alternate(
     return statistics.median(mine), statistics.median(other), statistics.median(ratios)
 
 
-def run(quick: bool = False) -> Section:
-    section = Section.of("Ratchet against DBOS, and PostgreSQL workers", __doc__, "baseline")
-    n = 100 if quick else 300
-    rounds = 1 if quick else 3
+def versus_dbos_sqlite(n: int, rounds: int) -> tuple[float, float, float]:
+    """Ratchet and DBOS on SQLite (both WAL, ``synchronous=FULL``), ``n`` runs a round, in turn
+    for ``rounds`` rounds: the medians and the median of the per-round ratios."""
     python = _dbos_python()
     with tempfile.TemporaryDirectory() as tmp:
         counter = iter(range(1_000_000))
@@ -214,7 +213,35 @@ def run(quick: bool = False) -> Section:
                 return float("nan")
             return _dbos_rate(python, f"sqlite:///{Path(tmp) / f'd{next(counter)}.db'}", n)
 
-        sqlite = _alternate(ours_sqlite, theirs_sqlite, rounds)
+        return _alternate(ours_sqlite, theirs_sqlite, rounds)
+
+
+def main() -> int:
+    """``python -m bench.bench_pool --runs 1000 --rounds 5``: the SQLite comparison alone, with
+    longer rounds than ``python -m bench pool`` takes (what docs/performance.md quotes)."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_pool", description=main.__doc__)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    before = os.getloadavg()[0]
+    ours, theirs, ratio = versus_dbos_sqlite(args.runs, args.rounds)
+    print(
+        f"SQLite (WAL, FULL both), {args.runs} runs a round, {args.rounds} alternating rounds: "
+        f"Ratchet {ours:.0f} steps/s, DBOS {theirs:.0f} steps/s, ratio {ratio:.2f} "
+        f"(load {before:.1f} to {os.getloadavg()[0]:.1f})"
+    )
+    return 0
+
+
+def run(quick: bool = False) -> Section:
+    section = Section.of("Ratchet against DBOS, and PostgreSQL workers", __doc__, "baseline")
+    n = 100 if quick else 300
+    rounds = 1 if quick else 3
+    python = _dbos_python()
+    sqlite = versus_dbos_sqlite(n, rounds)
     postgres = _alternate(
         lambda: _steps(_fresh_pg_database("ratchet_bench_steps"), n),
         lambda: (
@@ -322,3 +349,7 @@ def run(quick: bool = False) -> Section:
         )
     )
     return section
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

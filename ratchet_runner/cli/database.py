@@ -208,7 +208,8 @@ def _warn_of_an_open_window(store: Store, revision: str) -> None:
     from ..errors import StoreError
     from ..store.schema import REVISIONS
 
-    if revision != "base" and (revision not in REVISIONS or revision >= "0003"):
+    keeps = REVISIONS.index("0003")  # the revision that made the restores table
+    if revision != "base" and (revision not in REVISIONS or REVISIONS.index(revision) >= keeps):
         return
     try:
         latest = store.restores()[-1:]

@@ -279,9 +279,10 @@ def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str
     if start.status == UNVERSIONED:
         stamp_unversioned(store)
         start = Standing(REVISIONS[0], True)
+    steps = steps_between(start.revision, target)
     taken: list[str] = []
     try:
-        for before, after, up in steps_between(start.revision, target):
+        for before, after, up in steps:
             with store.schema_transaction() as conn:
                 if standing(conn).revision != before:
                     continue  # another process took this step
@@ -296,7 +297,7 @@ def migrate_to(store: Store, target: str, *, practice: bool = False) -> list[str
                 if before is None and up:
                     record_creation(conn, practice)
             taken.append(f"{before or 'none'}→{after}")
-        if all(up for _before, _after, up in steps_between(start.revision, target)):
+        if all(up for _before, _after, up in steps):
             taken += [f"built {name}" for name in build_outside(store)]  # a step left unbuilt
     except StoreError as exc:
         if not taken:

@@ -444,6 +444,29 @@ def _building(url: str, name: str, deadline: float = 30.0) -> int:
         engine.dispose()
 
 
+def _at_the_lock(url: str, name: str, deadline: float = 30.0) -> None:
+    """Wait until a session named ``name`` has asked for the lock index builds take turns
+    under (``pg_advisory_lock``, or a try of it)."""
+    engine = create_engine(url)
+    try:
+        ends = time.monotonic() + deadline
+        while time.monotonic() < ends:
+            with engine.connect() as conn:
+                asked = conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name "
+                        "AND query LIKE '%advisory_lock(%'"
+                    ),
+                    {"name": name},
+                ).scalar()
+            if asked:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the second upgrade never reached the build's lock")
+    finally:
+        engine.dispose()
+
+
 def _sql(url: str, statement: str, **params: Any) -> None:
     """Run one statement on the store at ``url``, in a connection of its own."""
     engine = create_engine(url)
@@ -555,8 +578,9 @@ def test_a_second_upgrade_during_a_build_waits_for_it_and_builds_nothing_again(
             first_url, first_name = _named(url)
             first = _upgrade(first_url, tmp_path)
             _building(url, first_name)
-            second = _upgrade(url, tmp_path)
-            time.sleep(2)  # the second is under way, waiting for the first
+            second_url, second_name = _named(url)
+            second = _upgrade(second_url, tmp_path)
+            _at_the_lock(url, second_name)  # the second waits for the first's build
             held.commit()
         outs = [process.communicate(timeout=120) for process in (first, second)]
     finally:
