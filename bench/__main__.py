@@ -17,6 +17,7 @@ from bench import (
     bench_pool,
     bench_prune,
     bench_serve,
+    bench_stats,
     bench_steps,
     bench_validate,
     bench_wake,
@@ -35,6 +36,7 @@ BENCHMARKS = {
     "cpu": bench_cpu.run,
     "wake": bench_wake.run,
     "serve": bench_serve.run,
+    "stats": bench_stats.run,
 }
 
 

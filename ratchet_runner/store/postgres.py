@@ -19,8 +19,10 @@ A new run and a claim (``FOR UPDATE SKIP LOCKED``) are one statement each too. A
 (:func:`~ratchet_runner.store.bell.wakes`) ends ``SELECT id, pg_notify(:channel, '') FROM cas``:
 the notification is sent when, and only if, the statement commits having written the run.
 
-Changes this form cannot express exactly (consuming an approval or firing a timer, whose "exactly
-one row" checks need a transaction, taking a lease, two writes to one operation, or recording a
+A change that ends the run adds it to the ended runs' tallies in a last part, ``tl``
+(:func:`_tally`, :mod:`~ratchet_runner.store.tallies`). Changes this form cannot express exactly
+(consuming an approval or firing a timer, whose "exactly one row" checks need a transaction,
+taking a lease, two writes to one operation, taking an ended run back, or recording a
 duplicate, rare enough to need no statement of its own) go through the transactional
 :class:`~ratchet_runner.store.writer.Writer` this writer extends. :class:`Statements` builds
 the SQL text; :class:`PostgresWriter` runs it. Leases expire by the server's clock
@@ -40,7 +42,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import JSON, Connection, Engine, Float, Integer, Table
 
 from ..clock import Clock
+from ..words import ENDED
 from . import tables as schema
+from . import tallies
 from .dialects import Dialect, failures
 from .records import Change, Event, NewRun, NewTimer, RunRecord
 from .restores import attempt_in
@@ -162,7 +166,11 @@ Shape = tuple[
     tuple[tuple[str, ...], ...],  # columns of each new signal
     tuple[tuple[str, ...], ...],  # columns of each new approval
     bool,  # commits an attempt (only on the incarnation this process read)
+    bool,  # ends the run (its tallies: :mod:`.tallies`)
 ]
+
+#: What a tally reads of an operation.
+_TALLIED = "effect, role, status, attempts"
 
 
 class Statements:
@@ -187,9 +195,13 @@ class Statements:
         new_timers: tuple[tuple[str, ...], ...],
         new_signals: tuple[tuple[str, ...], ...],
         new_approvals: tuple[tuple[str, ...], ...],
+        returning: bool = False,
     ) -> list[str]:
+        """The statement's parts after ``cas``; with ``returning``, its operations' inserts and
+        updates return what a tally reads of them."""
         t = self.t
         parts: list[str] = []
+        back = f" RETURNING {_TALLIED}" if returning else ""
         if events:
             parts.append(
                 _rows(
@@ -211,7 +223,9 @@ class Statements:
                     OPERATION_COLUMNS,
                     new_operations,
                     {"created_at": at, "updated_at": at},
-                )
+                )[:-1]
+                + back
+                + ")"
             )
         for i, columns in enumerate(updates):
             sets = ", ".join(
@@ -220,7 +234,7 @@ class Statements:
             )
             parts.append(
                 f"up{i} AS (UPDATE operations SET {sets} FROM cas "
-                f"WHERE operations.operation_id = %(u{i}__id)s::text)"
+                f"WHERE operations.operation_id = %(u{i}__id)s::text{back})"
             )
         if cancel:
             parts.append(
@@ -260,17 +274,21 @@ class Statements:
             tuple(tuple(sorted(signal)) for signal in change.new_signals),
             tuple(tuple(sorted(record)) for record in change.new_approvals),
             attempt_in(change.events),
+            False,
         )
 
     def commit(
-        self, change: Change, after: RunRecord, channel: str | None = None
+        self, change: Change, after: RunRecord, channel: str | None = None, *, ends: bool = False
     ) -> tuple[str, dict[str, Any]] | None:
         """The statement and parameters that apply ``change`` (moving the run to ``after``),
         or None when it needs a transaction; with ``channel``, the statement notifies it when
-        the change applies (a wake-up: :mod:`~ratchet_runner.store.bell`)."""
+        the change applies (a wake-up: :mod:`~ratchet_runner.store.bell`); with ``ends``, it
+        adds the run to the ended runs' tallies (:mod:`.tallies`)."""
         shape = self.shape(change)
         if shape is None:
             return None
+        if ends:
+            shape = (*shape[:-1], True)
         t = self.t
         params: dict[str, Any] = {
             "channel": channel,
@@ -287,6 +305,9 @@ class Statements:
             "cancel_state": change.cancel_timers_of_state,
             **_event_params(change.events),
         }
+        if ends:
+            params["tl_workflow"] = after.workflow
+            params["tl_slot"] = tallies.slot(after.id)
         if change.new_operations:
             params.update(
                 _row_params(
@@ -310,9 +331,18 @@ class Statements:
         return self._commit_sql(shape, channel is not None), params
 
     def _build_commit(self, shape: Shape, wake: bool) -> str:
-        fenced, events, new_ops, updates, cancel, new_timers, new_signals, new_approvals, tried = (
-            shape
-        )
+        (
+            fenced,
+            events,
+            new_ops,
+            updates,
+            cancel,
+            new_timers,
+            new_signals,
+            new_approvals,
+            tried,
+            ends,
+        ) = shape
         fence = (
             "lease_token = %(b_token)s::text"
             if fenced
@@ -342,8 +372,10 @@ class Statements:
             "RETURNING id)"
         )
         parts = self._parts(
-            events, new_ops, updates, cancel, new_timers, new_signals, new_approvals
+            events, new_ops, updates, cancel, new_timers, new_signals, new_approvals, ends
         )
+        if ends:
+            parts.append(_tally(new_ops, len(updates)))
         return "WITH " + ",\n".join([cas, *parts]) + _returned(wake)
 
     # -- a new run ---------------------------------------------------------------------------
@@ -410,6 +442,33 @@ class Statements:
             "%(now)s::float8 FROM u)\n"
             f"SELECT {returned} FROM u ORDER BY u.updated_at, u.id"
         )
+
+
+def _tally(new_ops: int, updates: int) -> str:
+    """``tl``: the run that this statement ends added to the tallies with its operations as the
+    statement leaves them. The parts of one statement all read the data as it was before it,
+    so the operations are those it did not touch as they were, and those it inserted (``op``)
+    and updated (``upN``) as their ``RETURNING`` gives them."""
+    untouched = "SELECT o.effect, o.role, o.status, o.attempts FROM operations o, cas " + (
+        "WHERE o.run_id = cas.id"
+    )
+    if updates:
+        ids = ", ".join(f"%(u{i}__id)s::text" for i in range(updates))
+        untouched += f" AND o.operation_id NOT IN ({ids})"
+    sources = [untouched]
+    if new_ops:
+        sources.append(f"SELECT {_TALLIED} FROM op")
+    sources += [f"SELECT {_TALLIED} FROM up{i}" for i in range(updates)]
+    return (
+        "tl AS (INSERT INTO tallies (workflow, effect, role, status, slot, n, attempts) "
+        "SELECT %(tl_workflow)s::text, '', '', %(n_status)s::text, %(tl_slot)s::int4, 1, 0 "
+        "FROM cas UNION ALL "
+        "SELECT %(tl_workflow)s::text, x.effect, x.role, x.status, %(tl_slot)s::int4, "
+        "count(*), sum(x.attempts) FROM (" + " UNION ALL ".join(sources) + ") AS x "
+        "GROUP BY x.effect, x.role, x.status "
+        "ON CONFLICT (workflow, effect, role, status, slot) DO UPDATE SET "
+        "n = tallies.n + excluded.n, attempts = tallies.attempts + excluded.attempts)"
+    )
 
 
 def _returned(wake: bool) -> str:
@@ -485,6 +544,9 @@ class PostgresWriter(Writer):
         )
 
     def create_run(self, new: NewRun, history: list[Event], *, wake: bool = False) -> None:
+        if new.status in ENDED:  # made ended (an import, a test): counted in a transaction
+            super().create_run(new, history, wake=wake)
+            return
         channel = self.channel() if wake else None
         sql, params = self.statements.create(
             new.record().__dict__, history, new.timers, channel, new.key_rows()
@@ -493,8 +555,10 @@ class PostgresWriter(Writer):
             conn.exec_driver_sql(sql, params)
 
     def commit(self, change: Change, after: RunRecord, *, wake: bool = False) -> None:
-        one = self.statements.commit(change, after, self.channel() if wake else None)
-        if one is None:  # it needs a transaction
+        out, into = tallies.moves(change, change.base, after) if change.base else (False, False)
+        channel = self.channel() if wake else None
+        one = None if out else self.statements.commit(change, after, channel, ends=into)
+        if one is None:  # it needs a transaction (as one that takes an ended run back does)
             super().commit(change, after, wake=wake)
             return
         one[1]["incarnation"] = self.incarnation

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from ..words import ENDED, EventKind, OperationStatus
+from . import tallies
 from .context import RunContext
 from .records import RunRecord
 from .tables import (
@@ -104,6 +105,7 @@ def forget(conn: Connection, tombstones: Sequence[RunRecord]) -> list[str]:
     }
     gone = [run.id for run in tombstones if run.id in still]
     if gone:
+        tallies.forget(conn, [run for run in tombstones if run.id in still])
         for table in (events, operations, evidence_keys):
             conn.execute(delete(table).where(table.c.run_id.in_(gone)))
         conn.execute(delete(runs).where(runs.c.id.in_(gone)))

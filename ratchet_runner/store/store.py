@@ -64,7 +64,7 @@ from .records import (
 )
 from .restores import Mark, Restore, database_file
 from .sqlite import SQLiteWriter
-from .stats import Stats, gather
+from .stats import Stats, gather, status_counts
 from .tables import (
     LIVE_SPEC_DIGESTS,
     NEXT_DUE,
@@ -707,6 +707,7 @@ class Store:
         base = change.base
         if base is None or base.version != change.expected_version:
             base = self.get_run(change.run_id)
+        change.base = base
         after = change.preview(base)
         refuse_unfit(change.rows(after))
         if (
@@ -871,10 +872,9 @@ class Store:
             return [dict(row._mapping) for row in conn.execute(query)]
 
     def status_counts(self) -> dict[str, int]:
-        """How many runs have each status."""
-        query = select(runs.c.status, func.count()).group_by(runs.c.status)
+        """How many runs have each status (the ended ones from their tallies: :mod:`.tallies`)."""
         with self._read() as conn:
-            return {str(status): int(n) for status, n in conn.execute(query)}
+            return status_counts(conn)
 
     def stuck(self, now: float, older_than: float) -> list[tuple[RunRecord, str]]:
         """Runs nobody is moving: leased by a worker whose lease expired (it died or froze), or

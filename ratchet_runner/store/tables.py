@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     Connection,
     Float,
@@ -29,6 +30,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     Select,
     String,
     Table,
@@ -38,13 +40,15 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    literal_column,
     or_,
     select,
+    text,
 )
 
 from ..errors import UnstorableValue
 from ..settings import MAX_BUSINESS_KEY, MAX_NAME, is_unicode, shown, unstorable
-from ..words import ENDED, RunStatus
+from ..words import ENDED, OperationStatus, RunStatus
 
 # Plain ``json`` on PostgreSQL too, not ``jsonb``: the history must come back exactly as written.
 # ``jsonb`` reorders keys, turns 1e20 into an integer and refuses "\u0000" in a string.
@@ -140,6 +144,21 @@ operations = Table(
     Column("updated_at", Float, nullable=False),
 )
 Index("ix_operations_run", operations.c.run_id)
+#: The operations whose outcome is unknown, and the compensations that failed for good: what the
+#: metrics count (a reconcile owed, a person needed), without reading every operation. Each
+#: holds only those operations, whatever the history. A query repeats the condition with the
+#: words written in its SQL (:data:`UNKNOWN_OPERATION`, :data:`FAILED_UNDO`): SQLite does not
+#: match a bound parameter to a partial index's condition.
+for _name, _where in (
+    ("ix_operations_unknown", "status = 'unknown'"),
+    ("ix_operations_failed_undo", "role = 'compensation' AND status IN ('refused', 'exhausted')"),
+):
+    Index(
+        _name,
+        operations.c.run_id,
+        sqlite_where=text(_where),
+        postgresql_where=text(_where),
+    )
 
 approvals = _run_rows(
     "approvals",
@@ -234,6 +253,38 @@ restores = Table(
     Column("by", String(MAX_NAME), nullable=False),
 )
 
+
+def _word(value: str) -> Any:
+    """``value`` written into a statement's SQL, not bound (see the partial indexes above)."""
+    return literal_column(f"'{value}'")
+
+
+UNKNOWN_OPERATION = operations.c.status == _word(OperationStatus.UNKNOWN)
+FAILED_UNDO = and_(
+    operations.c.role == _word("compensation"),
+    operations.c.status.in_([_word(OperationStatus.REFUSED), _word(OperationStatus.EXHAUSTED)]),
+)
+
+#: What the ended runs add up to (since revision 0005), so that metrics and ``ratchet status``
+#: never read every finished run: per workflow, the runs that ended with each status (``role``
+#: empty, ``effect`` empty) and the operations those runs made, per effect, role and status, with
+#: their attempts (as each run stood when it ended). Kept in the transaction that ends a run (and
+#: the one that forgets it), spread over :data:`~ratchet_runner.store.tallies.SLOTS` rows by the
+#: run's ID, so that workers ending runs at once seldom wait on one row
+#: (:mod:`~ratchet_runner.store.tallies`).
+tallies = Table(
+    "tallies",
+    metadata,
+    Column("workflow", String(200), nullable=False),
+    Column("effect", String(200), nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("slot", Integer, nullable=False),
+    Column("n", BigInteger, nullable=False),
+    Column("attempts", BigInteger, nullable=False),
+    PrimaryKeyConstraint("workflow", "effect", "role", "status", "slot", name="pk_tallies"),
+)
+
 signals = Table(
     "signals",
     metadata,
@@ -261,6 +312,7 @@ published = Table(
 #: Every table but ``meta``, children before the runs they belong to (the order a reset empties
 #: them in).
 RUN_TABLES = (
+    tallies,
     events,
     operations,
     approvals,

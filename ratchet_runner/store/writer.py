@@ -49,7 +49,8 @@ from ..errors import (
     UsageError,
     VersionConflict,
 )
-from ..words import RunStatus
+from ..words import ENDED, RunStatus
+from . import tallies
 from .context import RunContext
 from .dialects import Dialect, failures, why
 from .prune import forget, prune
@@ -270,12 +271,15 @@ class Writer:
             keys = new.key_rows()
             if keys:
                 conn.execute(insert(evidence_keys), [{"run_id": new.id, **k} for k in keys])
+            if new.status in ENDED:  # made ended (an import, a test): counted as it ends
+                tallies.shift(conn, new.record(), new.status, 1)
             if wake:
                 self._notify_in(conn)
 
     def commit(self, change: Change, after: RunRecord, *, wake: bool = False) -> None:
-        """Apply ``change``, which moves the run to ``after``, in one transaction (``wake``: the
-        other processes' workers are told when it commits)."""
+        """Apply ``change``, which moves the run from ``change.base`` to ``after``, in one
+        transaction (``wake``: the other processes' workers are told when it commits), with the
+        ended runs' tallies when it ends the run or takes it back (:mod:`.tallies`)."""
         taking = change.take_lease is not None
         fenced = change.lease_token is not None
         owner, seconds = change.take_lease or (None, None)
@@ -299,7 +303,13 @@ class Writer:
             )
             if result.rowcount != 1:
                 self._refused(conn, change, fenced and not taking)
+            before = change.base
+            out, into = tallies.moves(change, before, after) if before else (False, False)
+            if out and before is not None:
+                tallies.shift(conn, before, before.status, -1)
             self._apply(conn, change, after.version)
+            if into:
+                tallies.shift(conn, after, after.status, 1)
             if wake:
                 self._notify_in(conn)
 

@@ -720,8 +720,11 @@ def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: 
             "0001→0002",
             "0002→0003",
             "0003→0004",
+            "0004→0005",
             "built ix_runs_prune",
             "built ix_runs_lease",
+            "built ix_operations_unknown",
+            "built ix_operations_failed_undo",
         ]
 
     reopened = Store(store_url)

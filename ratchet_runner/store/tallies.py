@@ -1,0 +1,159 @@
+"""What the ended runs add up to, kept as they end, so that metrics and ``ratchet status`` read a
+few summary rows instead of every finished run.
+
+The ``tallies`` table (:data:`~ratchet_runner.store.tables.tallies`, since revision 0005) holds,
+per workflow, how many runs ended with each status, and how many operations of each effect, role
+and status those runs made, with their attempts. A run's commit that ends it (its status becomes
+``done`` or ``cancelled``) adds the run and its operations as the commit leaves them, in the
+same transaction (:func:`shift`); one that takes an ended run back (an operator moving a run
+that ended in its queue) takes them out first, as they were. Forgetting a pruned run
+(:func:`forget`) takes the run out, not its operations: the attempts are a counter of every call
+ever made, and pruning a run does not unmake its calls. Pruning changes nothing here: a
+tombstone is still an ended run. Runs not ended are never tallied: they are few, and the
+queries that count them read them through indexes that hold only them (``ix_runs_status``).
+
+Every row is kept in one of :data:`SLOTS` copies (``slot``), chosen by the run's ID, and read
+summed: on PostgreSQL an update holds its row until the transaction commits, and workers ending
+runs of one workflow at once would otherwise queue on one row.
+
+On PostgreSQL the commit that ends a run stays one statement: a last part adds the run and
+its operations, read as the statement leaves them (those it did not touch from the table, those
+it wrote from their ``RETURNING``: :mod:`~ratchet_runner.store.postgres`). One that takes an
+ended run back, rare, goes through the writer's transaction. On SQLite the tally is one more
+statement in the transaction, after the commit's own writes.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from ..words import ENDED, RunStatus
+from .records import Change, RunRecord
+
+#: How many rows each figure is spread over.
+SLOTS = 16
+
+_ON_CONFLICT = (
+    "ON CONFLICT (workflow, effect, role, status, slot) DO UPDATE SET "
+    "n = tallies.n + excluded.n, attempts = tallies.attempts + excluded.attempts"
+)
+_COLUMNS = "INSERT INTO tallies (workflow, effect, role, status, slot, n, attempts) "
+
+#: A run and its operations, added (``:sign`` 1) or taken out (-1). The casts give PostgreSQL
+#: the parameters' types; the outer ``WHERE true`` keeps SQLite from reading ``ON CONFLICT`` as
+#: a join's ``ON``.
+_FOLD = text(
+    _COLUMNS + "SELECT * FROM ("
+    "SELECT CAST(:workflow AS TEXT) AS workflow, '' AS effect, '' AS role, "
+    "CAST(:status AS TEXT) AS status, CAST(:slot AS INTEGER) AS slot, "
+    "CAST(:sign AS BIGINT) AS n, CAST(0 AS BIGINT) AS attempts "
+    "UNION ALL "
+    "SELECT CAST(:workflow AS TEXT), effect, role, status, CAST(:slot AS INTEGER), "
+    "CAST(:sign AS BIGINT) * count(*), CAST(:sign AS BIGINT) * sum(attempts) "
+    "FROM operations WHERE run_id = :run_id GROUP BY effect, role, status"
+    ") AS fold WHERE true " + _ON_CONFLICT
+)
+
+#: One figure added to (a negative ``:n`` takes it out).
+_ADD = text(
+    _COLUMNS + "VALUES (:workflow, :effect, :role, :status, :slot, :n, :attempts) " + _ON_CONFLICT
+)
+
+#: Every ended run's figures, from what the store holds (a new revision's first tallies).
+_RECOUNT = (
+    text(
+        _COLUMNS + "SELECT workflow, '', '', status, 0, count(*), 0 FROM runs "
+        "WHERE status IN ('done', 'cancelled') GROUP BY workflow, status"
+    ),
+    text(
+        _COLUMNS + "SELECT r.workflow, o.effect, o.role, o.status, 0, count(*), sum(o.attempts) "
+        "FROM operations o JOIN runs r ON r.id = o.run_id "
+        "WHERE r.status IN ('done', 'cancelled') GROUP BY r.workflow, o.effect, o.role, o.status"
+    ),
+)
+
+
+def slot(run_id: str) -> int:
+    """The copy of each figure a run counts in."""
+    return zlib.crc32(run_id.encode()) % SLOTS
+
+
+def moves(change: Change, before: RunRecord, after: RunRecord) -> tuple[bool, bool]:
+    """Whether committing ``change`` (``before`` → ``after``) takes the run out of the tallies
+    (it had ended), and whether it adds it (it ends, or stays ended with its operations
+    changed)."""
+    was, now = before.status in ENDED, after.status in ENDED
+    if was and now and before.status == after.status:
+        changed = bool(change.new_operations or change.operation_updates)
+        return changed, changed
+    return was, now
+
+
+def shift(conn: Connection, run: RunRecord, status: RunStatus | str, sign: int) -> None:
+    """Within a write transaction: add (``sign`` 1) or take out (-1) ``run``, with ``status``,
+    and its operations as the transaction sees them."""
+    conn.execute(
+        _FOLD,
+        {
+            "workflow": run.workflow,
+            "status": str(status),
+            "slot": slot(run.id),
+            "sign": sign,
+            "run_id": run.id,
+        },
+    )
+
+
+def forget(conn: Connection, gone: Iterable[RunRecord]) -> None:
+    """Within a write transaction: take the runs ``gone`` out of the ended runs' counts (their
+    operations' attempts stay counted)."""
+    counted = Counter((run.workflow, str(run.status), slot(run.id)) for run in gone)
+    rows = [
+        {
+            "workflow": workflow,
+            "effect": "",
+            "role": "",
+            "status": status,
+            "slot": at,
+            "n": -n,
+            "attempts": 0,
+        }
+        for (workflow, status, at), n in sorted(counted.items())
+    ]
+    if rows:
+        conn.execute(_ADD, rows)
+
+
+def recount(conn: Connection) -> None:
+    """Within a write transaction holding the store: the tallies made again from the runs and
+    operations it holds (a pruned run's operations not done were removed with its history, so
+    its attempts count as the tombstone records them)."""
+    conn.execute(text("DELETE FROM tallies"))
+    for statement in _RECOUNT:
+        conn.execute(statement)
+
+
+def read(conn: Connection) -> tuple[dict[tuple[str, str], int], dict[tuple[str, ...], Any]]:
+    """The ended runs per (workflow, status), and their operations per (workflow, effect, role,
+    status) as (operations, attempts), summed over the slots (figures at zero left out)."""
+    ended: dict[tuple[str, str], int] = {}
+    operations: dict[tuple[str, ...], tuple[int, int]] = {}
+    rows = conn.execute(
+        text(
+            "SELECT workflow, effect, role, status, sum(n), sum(attempts) FROM tallies "
+            "GROUP BY workflow, effect, role, status"
+        )
+    )
+    for workflow, effect, role, status, n, attempts in rows:
+        if int(n) == 0:
+            continue
+        if role == "":
+            ended[(workflow, status)] = int(n)
+        else:
+            operations[(workflow, effect, role, status)] = (int(n), int(attempts or 0))
+    return ended, operations
