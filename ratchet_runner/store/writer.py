@@ -20,10 +20,12 @@ run, built once.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -49,7 +51,7 @@ from ..errors import (
     UsageError,
     VersionConflict,
 )
-from ..words import ENDED, RunStatus
+from ..words import ENDED, EventKind, RunStatus
 from . import tallies
 from .context import RunContext
 from .dialects import Dialect, failures, why
@@ -130,7 +132,50 @@ def _cas_taking(free: Any, now: Any) -> Any:
 
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
 _INSERT_RUN = insert(runs)
+
+
 _INSERT_EVENTS = insert(events)
+
+
+@lru_cache(maxsize=128)
+def _history_sql(rows: int, dialect: str, paramstyle: str) -> str | None:
+    """``INSERT INTO events … VALUES (…), (…)`` for ``rows`` history entries, in the DBAPI's own
+    parameter style (None for a style other than SQLite's and psycopg's)."""
+    if paramstyle == "qmark":
+        one = "(?, ?, ?, ?, ?)"
+    elif paramstyle in ("format", "pyformat"):
+        one = "(%s, %s, %s, %s::json, %s)" if dialect == "postgresql" else "(%s, %s, %s, %s, %s)"
+    else:
+        return None
+    return 'INSERT INTO events (run_id, version, kind, data, "at") VALUES ' + ", ".join(
+        [one] * rows
+    )
+
+
+def insert_history(
+    conn: Connection, run_id: str, version: int, at: float, history: Sequence[Event]
+) -> None:
+    """Within a write transaction: append ``history`` to the run's, of one version and time, in
+    one statement sent to the driver as it is: SQLAlchemy's ``executemany`` is a statement per
+    row on SQLite, and its multi-row insert costs more to bind than the rows do to write. The
+    data is JSON text as the column's type writes it (``json.dumps``); the rows are numbered
+    in the order given."""
+    if not history:
+        return
+    sql = _history_sql(len(history), conn.dialect.name, conn.dialect.paramstyle)
+    if sql is None:
+        rows = [
+            {"run_id": run_id, "version": version, "kind": kind, "data": data, "at": at}
+            for kind, data in history
+        ]
+        conn.execute(_INSERT_EVENTS, rows)
+        return
+    params: list[Any] = []
+    for kind, data in history:
+        params += (run_id, version, str(kind), json.dumps(data), at)
+    conn.exec_driver_sql(sql, tuple(params))
+
+
 _INSERT_OPERATION = insert(operations)
 #: What a new operation has not got yet (a compensation says what it compensates).
 _NO_OUTCOME = {"receipt": None, "last_error": None, "compensates": None}
@@ -259,13 +304,7 @@ class Writer:
         ``wake``: the other processes' workers are told when it commits."""
         with self._write() as conn:
             conn.execute(_INSERT_RUN, new.record().__dict__)
-            conn.execute(
-                _INSERT_EVENTS,
-                [
-                    {"run_id": new.id, "version": 1, "kind": kind, "data": data, "at": new.at}
-                    for kind, data in history
-                ],
-            )
+            insert_history(conn, new.id, 1, new.at, history)
             for timer in new.timers:
                 conn.execute(insert(timers).values(run_id=new.id, created_at=new.at, **timer))
             keys = new.key_rows()
@@ -343,14 +382,7 @@ class Writer:
     def _apply_change(self, conn: Connection, change: Change, version: int) -> None:
         """The change's own writes."""
         run_id, at = change.run_id, change.at
-        if change.events:
-            conn.execute(
-                _INSERT_EVENTS,
-                [
-                    {"run_id": run_id, "version": version, "kind": kind, "data": data, "at": at}
-                    for kind, data in change.events
-                ],
-            )
+        insert_history(conn, run_id, version, at, change.events)
         for op in change.new_operations:
             row = {"run_id": run_id, "created_at": at, "updated_at": at, **_NO_OUTCOME, **op}
             conn.execute(_INSERT_OPERATION, row)
@@ -467,12 +499,9 @@ class Writer:
         )
         if done.rowcount != 1:
             return None
-        kind = "rescued" if record.lease_token is not None else "leased"
+        kind = EventKind.RESCUED if record.lease_token is not None else EventKind.LEASED
         data = {"owner": owner, "previous": record.lease_owner}
-        conn.execute(
-            _INSERT_EVENTS,
-            [{"run_id": record.id, "version": version, "kind": kind, "data": data, "at": now}],
-        )
+        insert_history(conn, record.id, version, now, [(kind, data)])
         return replace(
             record, version=version, lease_owner=owner, lease_token=token, lease_expires_at=expires
         )

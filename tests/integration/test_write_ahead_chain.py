@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from sqlalchemy import event
 
 from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.adapters.practice import PracticeWorld
@@ -69,6 +70,45 @@ def test_three_effects_in_a_row_take_four_commits_and_each_pending_precedes_its_
     # The runner that wrote a pending record ahead calls it without asking the provider first.
     assert not [e for e in history if e.kind.startswith("reconcile") or e.kind == "resumed"]
     assert {op.attempts for op in store.operations(run.id)} == {1}
+
+
+def test_a_three_effect_run_sends_one_statement_per_write_and_one_history_insert_per_commit(
+    store: Store,
+) -> None:
+    """What a 3-step run writes, start to end: on SQLite its 5 transactions (the run's creation,
+    4 commits) send 20 statements and no ``executemany``, each transaction's history rows one
+    multi-row insert (before, an ``executemany``, which SQLite runs as a statement per row: 16
+    for the run's history, 31 writes in all); the run's end adds its tally. On PostgreSQL each
+    of the 5 is one statement."""
+    spec, text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+    runner = Runner(store, lambda _: NoopAdapter())
+    warm, _ = runner.start(spec, text, {"key": "K-0"})
+    runner.advance(warm)
+    sent: list[tuple[str, bool]] = []
+
+    def keep(_c: object, _cur: object, sql: str, _p: object, _ctx: object, many: bool) -> None:
+        sent.append((" ".join(sql.split()), many))
+
+    event.listen(store.engine, "before_cursor_execute", keep)
+    try:
+        run, _ = runner.start(spec, text, {"key": "K-1"})
+        assert runner.advance(run).state == "done"
+    finally:
+        event.remove(store.engine, "before_cursor_execute", keep)
+    writes = [sql for sql, _ in sent if not sql.startswith("SELECT")]
+    assert not [sql for sql, many in sent if many]
+    if store.dialect.name == "sqlite":
+        assert Counter(" ".join(sql.split()[:3]) for sql in writes) == {
+            "INSERT INTO runs": 1,
+            "INSERT INTO events": 5,  # one per transaction, all its rows
+            "UPDATE runs SET": 4,  # the compare-and-set of each commit
+            "INSERT INTO operations": 3,  # each write-ahead record
+            "UPDATE operations SET": 3,  # each receipt
+            "UPDATE meta SET": 3,  # each attempt counted (restores.py)
+            "INSERT INTO tallies": 1,  # the run ended (tallies.py)
+        }
+    else:
+        assert len(writes) == 5
 
 
 def test_a_crash_after_a_receipt_leaves_the_next_hold_written_ahead_and_the_resume_reconciles(
