@@ -225,6 +225,39 @@ def _warn_of_an_open_window(store: Store, revision: str) -> None:
 
 
 @db.command()
+@with_options("db", "json")
+def recount(how: How) -> None:
+    """Count the ended runs' tallies again from the runs the store holds.
+
+    Metrics and `ratchet status` read what the ended runs add up to from summary rows that each
+    run's end updates. A worker of a Ratchet older than revision 0005 ends runs without counting
+    them: after one ran on the upgraded store, this makes the rows again, in one transaction (on
+    PostgreSQL, writes to the runs wait meanwhile). Prints each figure that changed, before and
+    after; the attempts of pruned runs then count as their tombstones keep them.
+    """
+    from ..session import Session
+
+    with Session(how.db) as session:
+        changed = session.store.recount()
+    if how.as_json:
+        emit_json({"changed": changed})
+        return
+    if not changed:
+        click.echo("recounted: every figure was right")
+        return
+    for figure in changed:
+        where = " ".join(
+            str(figure[key]) for key in ("workflow", "effect", "role", "status") if key in figure
+        )
+        counts = ", ".join(
+            f"{name} {figure[name][0]} → {figure[name][1]}"
+            for name in ("runs", "operations", "attempts")
+            if name in figure
+        )
+        click.echo(f"recounted: {where}: {counts}")
+
+
+@db.command()
 @with_options("json")
 def history(how: How) -> None:
     """List this Ratchet's schema revisions, oldest first, each with what it does."""

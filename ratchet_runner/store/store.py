@@ -786,6 +786,12 @@ class Store:
                 return
             after = found[-1].id
 
+    def recount(self) -> list[dict[str, Any]]:
+        """Make the ended runs' tallies (:mod:`.tallies`) again from the runs the store holds,
+        in one transaction; the figures that changed, each with its value before and after
+        (``ratchet db recount``)."""
+        return self._writer.recount()
+
     def forget(self, tombstones: Sequence[RunRecord]) -> list[str]:
         """Remove pruned runs whole (their tombstones past ``retention.operation_ids``), in one
         transaction: their row, operations, evidence keys and ``pruned`` event. A run that

@@ -12,6 +12,9 @@ ever made, and pruning a run does not unmake its calls. Pruning changes nothing 
 tombstone is still an ended run. Runs not ended are never tallied: they are few, and the
 queries that count them read them through indexes that hold only them (``ix_runs_status``).
 
+A worker of a Ratchet older than revision 0005 keeps no tallies: runs it ends are not counted
+until :func:`recount` (``ratchet db recount``) makes them again from the runs the store holds.
+
 Every row is kept in one of :data:`SLOTS` copies (``slot``), chosen by the run's ID, and read
 summed: on PostgreSQL an update holds its row until the transaction commits, and workers ending
 runs of one workflow at once would otherwise queue on one row.
@@ -130,12 +133,45 @@ def forget(conn: Connection, gone: Iterable[RunRecord]) -> None:
 
 
 def recount(conn: Connection) -> None:
-    """Within a write transaction holding the store: the tallies made again from the runs and
-    operations it holds (a pruned run's operations not done were removed with its history, so
-    its attempts count as the tombstone records them)."""
+    """Within a write transaction: the tallies made again from the runs and operations the
+    store holds (a pruned run's operations not done were removed with its history, so its
+    attempts count as the tombstone records them, and a forgotten run's not at all). On
+    PostgreSQL the runs are locked against writes until the transaction ends (``SHARE``: reads
+    go on), waiting at most 5 s for the lock, so that no run ends uncounted meanwhile."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL lock_timeout = '5s'")
+        conn.exec_driver_sql("LOCK TABLE runs IN SHARE MODE")
     conn.execute(text("DELETE FROM tallies"))
     for statement in _RECOUNT:
         conn.execute(statement)
+
+
+def differences(
+    before: tuple[dict[tuple[str, str], int], dict[tuple[str, ...], Any]],
+    after: tuple[dict[tuple[str, str], int], dict[tuple[str, ...], Any]],
+) -> list[dict[str, Any]]:
+    """What a recount changed, figure by figure (:func:`read`'s two results, before and
+    after), in order."""
+    found: list[dict[str, Any]] = []
+    for workflow, status in sorted(set(before[0]) | set(after[0])):
+        was, now = before[0].get((workflow, status), 0), after[0].get((workflow, status), 0)
+        if was != now:
+            found.append({"workflow": workflow, "status": status, "runs": [was, now]})
+    for key in sorted(set(before[1]) | set(after[1])):
+        was_ops, now_ops = before[1].get(key, (0, 0)), after[1].get(key, (0, 0))
+        if was_ops != now_ops:
+            workflow, effect, role, status = key
+            found.append(
+                {
+                    "workflow": workflow,
+                    "effect": effect,
+                    "role": role,
+                    "status": status,
+                    "operations": [was_ops[0], now_ops[0]],
+                    "attempts": [was_ops[1], now_ops[1]],
+                }
+            )
+    return found
 
 
 def read(conn: Connection) -> tuple[dict[tuple[str, str], int], dict[tuple[str, ...], Any]]:

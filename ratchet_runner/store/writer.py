@@ -247,6 +247,14 @@ class Writer:
         with self._write() as conn:
             return prune(conn, tombstones, now)
 
+    def recount(self) -> list[dict[str, Any]]:
+        """Make the ended runs' tallies again from the runs the store holds, in one transaction
+        (:func:`~ratchet_runner.store.tallies.recount`); what that changed."""
+        with self._write() as conn:
+            before = tallies.read(conn)
+            tallies.recount(conn)
+            return tallies.differences(before, tallies.read(conn))
+
     def forget(self, tombstones: Sequence[RunRecord]) -> list[str]:
         """Remove pruned runs whole, in one transaction (see :mod:`~ratchet_runner.store.prune`)."""
         with self._write() as conn:
