@@ -11,6 +11,7 @@ modules it imported; nothing here is timed (the times are ``bench/bench_cli.py``
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import os
 import subprocess
@@ -117,6 +118,35 @@ def test_validate_loads_no_store_no_engine_and_no_diagram() -> None:
     assert _among(modules, NOT_FOR_VALIDATE) == []
     # it does validate: the spec machinery was loaded, so the list above is not vacuous
     assert {"yaml", "ratchet_runner.spec.lint"} <= set(modules)
+
+
+#: The group's module (``ratchet_runner.cli.main``: the package's ``main`` is the function).
+main_module = importlib.import_module("ratchet_runner.cli.main")
+#: The command line's modules that hold commands.
+COMMAND_MODULES = sorted(set(main_module.COMMAND_MODULES.values()))
+
+
+def test_each_command_is_found_in_the_module_the_group_looks_in() -> None:
+    """The group imports a command's module only when the command is asked for: its map of
+    names to modules is every module's ``COMMANDS``, exactly."""
+    declared = {
+        command.name: module
+        for module in COMMAND_MODULES
+        for command in importlib.import_module(f"ratchet_runner.cli.{module}").COMMANDS
+    }
+    assert declared == main_module.COMMAND_MODULES
+
+
+def test_the_version_imports_no_command_and_a_command_only_its_own() -> None:
+    """``ratchet --version`` imports none of the command modules (they are a third of the
+    start-up); ``ratchet validate`` only the spec commands' module."""
+    done, modules = _imported("--version")
+    assert done.returncode == 0, done.stderr
+    commands = tuple(f"ratchet_runner.cli.{module}" for module in COMMAND_MODULES)
+    assert _among(modules, commands) == []
+    done, modules = _imported("validate", "specs/refund.yaml")
+    assert done.returncode == 0, done.stderr
+    assert _among(modules, commands) == ["ratchet_runner.cli.specs"]
 
 
 def test_the_version_printed_is_the_one_the_distribution_declares() -> None:
