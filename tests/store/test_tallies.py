@@ -61,6 +61,23 @@ def ended_tallies(store: Store) -> dict[tuple[str, ...], tuple[int, int]]:
     return {**{k: (n, 0) for k, n in ended.items()}, **operations}
 
 
+def end_runs(store: Store, *statuses: RunStatus, attempts: int | None = None) -> None:
+    """One run ended with each of ``statuses`` (``run_0``, ``run_1``, …), with one done
+    operation each, of ``attempts`` attempts (default: its number, plus one)."""
+    for i, status in enumerate(statuses):
+        run = new_run(store, f"run_{i}", f"T-{i}")
+        made = attempts if attempts is not None else i + 1
+        store.commit(
+            Change(
+                run.id,
+                1,
+                T0 + 1,
+                status=status,
+                new_operations=[operation(f"op-{i}", status="done", attempts=made)],
+            )
+        )
+
+
 def test_a_run_counts_once_as_it_ends_goes_back_and_ends_again(store: Store) -> None:
     """A run ending adds itself and its operations as that commit leaves them (the last
     receipt included); an operator taking it back takes them out; ending again adds them anew;
@@ -125,17 +142,7 @@ def test_forgetting_a_run_takes_it_out_and_keeps_its_attempts(store: Store) -> N
     """Pruning changes no tally (a tombstone is an ended run); forgetting the tombstone takes
     the run out of the counts by status, while its attempts stay counted: calls made are not
     unmade. A reset empties the tallies with the runs."""
-    for i in range(3):
-        run = new_run(store, f"run_{i}", f"T-{i}")
-        store.commit(
-            Change(
-                run.id,
-                1,
-                T0 + 1,
-                status=RunStatus.DONE,
-                new_operations=[operation(f"op-{i}", status="done", attempts=2)],
-            )
-        )
+    end_runs(store, *[RunStatus.DONE] * 3, attempts=2)
     before = ended_tallies(store)
     assert before[("refund", "done")] == (3, 0)
     finished = store.prunable(T0 + 10, 10)
@@ -198,17 +205,7 @@ def test_the_revision_counts_the_runs_a_store_already_holds(store_url: str) -> N
     row."""
     store = Store(store_url)
     try:
-        for i, status in enumerate([RunStatus.DONE, RunStatus.DONE, RunStatus.CANCELLED]):
-            run = new_run(store, f"run_{i}", f"T-{i}")
-            store.commit(
-                Change(
-                    run.id,
-                    1,
-                    T0 + 1,
-                    status=status,
-                    new_operations=[operation(f"op-{i}", status="done", attempts=i + 1)],
-                )
-            )
+        end_runs(store, RunStatus.DONE, RunStatus.DONE, RunStatus.CANCELLED)
         new_run(store, "run_live", "T-live")
         assert schema.migrate_to(store, "0004")[0] == "0005→0004"
         assert schema.migrate_to(store, "head")[0] == "0004→0005"
@@ -278,17 +275,7 @@ def test_ratchet_db_recount_puts_right_what_an_old_worker_left_uncounted(
     recount``, which says what it changed, then finds nothing more to change."""
     store = Store(store_url)
     try:
-        for i in range(2):
-            run = new_run(store, f"run_{i}", f"T-{i}")
-            store.commit(
-                Change(
-                    run.id,
-                    1,
-                    T0 + 1,
-                    status=RunStatus.DONE,
-                    new_operations=[operation(f"op-{i}", status="done", attempts=2)],
-                )
-            )
+        end_runs(store, RunStatus.DONE, RunStatus.DONE, attempts=2)
         assert tallies.slot("run_0") != tallies.slot("run_1")
         with store.engine.begin() as conn:
             uncounted = {"slot": tallies.slot("run_1")}
