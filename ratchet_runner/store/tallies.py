@@ -67,16 +67,20 @@ _ADD = text(
     _COLUMNS + "VALUES (:workflow, :effect, :role, :status, :slot, :n, :attempts) " + _ON_CONFLICT
 )
 
+#: The ended statuses, as SQL (the words of :data:`~ratchet_runner.words.ENDED`).
+_ENDED_SQL = ", ".join(f"'{status}'" for status in ENDED)
+
 #: Every ended run's figures, from what the store holds (a new revision's first tallies).
 _RECOUNT = (
     text(
         _COLUMNS + "SELECT workflow, '', '', status, 0, count(*), 0 FROM runs "
-        "WHERE status IN ('done', 'cancelled') GROUP BY workflow, status"
+        f"WHERE status IN ({_ENDED_SQL}) GROUP BY workflow, status"
     ),
     text(
         _COLUMNS + "SELECT r.workflow, o.effect, o.role, o.status, 0, count(*), sum(o.attempts) "
         "FROM operations o JOIN runs r ON r.id = o.run_id "
-        "WHERE r.status IN ('done', 'cancelled') GROUP BY r.workflow, o.effect, o.role, o.status"
+        f"WHERE r.status IN ({_ENDED_SQL}) "
+        "GROUP BY r.workflow, o.effect, o.role, o.status"
     ),
 )
 

@@ -303,3 +303,11 @@ def test_ratchet_db_recount_puts_right_what_an_old_worker_left_uncounted(
         store.close()
     code, out, _ = run_cli(capsys, "db", "recount", "--db", store_url)
     assert (code, out.strip()) == (0, "recounted: every figure was right")
+
+
+def test_a_run_made_already_ended_counts_as_it_is_made(store: Store) -> None:
+    """A run created with an ended status (an import, a test's fixture) is counted by the
+    transaction that creates it, on either store."""
+    new_run(store, "run_0", "T-0", status=RunStatus.CANCELLED)
+    assert ended_tallies(store) == {("refund", "cancelled"): (1, 0)}
+    assert read(store) == scanned(store)
