@@ -152,7 +152,7 @@ class Cost:
         return self.worker + self.backends + self.background
 
 
-def _postmaster(url: str) -> int | None:
+def postmaster_of(url: str) -> int | None:
     """The PostgreSQL server's postmaster (the parent of a backend of ours), when the server's
     processes are on this host and readable."""
     engine = create_engine(url)
@@ -171,13 +171,16 @@ def _postmaster(url: str) -> int | None:
     return pid if found else None
 
 
-def _measure(argv: list[str], steps: int, postmaster: int | None, database: str) -> Cost:
-    """Start the child ``argv``, wait until it is ready, and read the CPU its ``steps``
-    durable steps cost: its own, and (with ``postmaster``) its database's and the server's."""
+def measure(
+    argv: list[str], steps: int, postmaster: int | None, database: str, root: Path = ROOT
+) -> Cost:
+    """Start the child ``argv`` in ``root`` (a checkout, whose code it runs), wait until it is
+    ready, and read the CPU its ``steps`` durable steps cost: its own, and (with
+    ``postmaster``) its database's and the server's."""
     child = subprocess.Popen(
         argv,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -212,15 +215,15 @@ def _measure(argv: list[str], steps: int, postmaster: int | None, database: str)
 
 def _ratchet(url: str, runs: int, postmaster: int | None, database: str) -> Cost:
     argv = [sys.executable, "-m", "bench.bench_cpu", url, str(runs)]
-    return _measure(argv, 3 * runs, postmaster, database)
+    return measure(argv, 3 * runs, postmaster, database)
 
 
 def _dbos(python: Path, url: str, runs: int, postmaster: int | None, database: str) -> Cost:
     argv = [str(python), str(DBOS_SCRIPT), url, str(runs), "--gated"]
-    return _measure(argv, 3 * runs, postmaster, database)
+    return measure(argv, 3 * runs, postmaster, database)
 
 
-def _median(costs: list[Cost]) -> Cost:
+def median(costs: list[Cost]) -> Cost:
     return Cost(
         statistics.median(c.worker for c in costs),
         statistics.median(c.backends for c in costs),
@@ -231,7 +234,7 @@ def _median(costs: list[Cost]) -> Cost:
 
 
 def _rows(section: Section, label: str, ours: list[Cost], theirs: list[Cost], pg: bool) -> None:
-    mine, other = _median(ours), _median(theirs)
+    mine, other = median(ours), median(theirs)
     target = CPU_TARGET["postgresql" if pg else "sqlite"]
     ratio = statistics.median(a.total / b.total for a, b in zip(ours, theirs, strict=True))
     rounds = len(ours)
@@ -284,7 +287,7 @@ def run(quick: bool = False) -> Section:
             ours.append(_ratchet(f"sqlite:///{Path(tmp) / f'r{i}.db'}", runs, None, ""))
             theirs.append(_dbos(python, f"sqlite:///{Path(tmp) / f'd{i}.db'}", runs, None, ""))
         _rows(section, "SQLite", ours, theirs, pg=False)
-    postmaster = _postmaster(PG_URL)
+    postmaster = postmaster_of(PG_URL)
     if postmaster is None:
         section.rows.append(
             Row("PostgreSQL: its processes are not readable here: not measured", float("nan"), "")

@@ -45,6 +45,7 @@ from ..clock import Clock
 from ..words import ENDED
 from . import tables as schema
 from . import tallies
+from .compiled import Executes
 from .dialects import Dialect, failures
 from .records import Change, Event, NewRun, NewTimer, RunRecord
 from .restores import attempt_in
@@ -537,7 +538,7 @@ class PostgresWriter(Writer):
             self._channel = channel_name(str(schema or ""))
         return self._channel
 
-    def _notify_in(self, conn: Connection, payload: str = "") -> None:
+    def _notify_in(self, conn: Executes, payload: str = "") -> None:
         conn.exec_driver_sql(
             "SELECT pg_notify(%(channel)s::text, %(payload)s::text)",
             {"channel": self.channel(), "payload": payload},

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 from sqlalchemy import Connection, Integer, Text, bindparam, cast, func, insert, select, update
 
 from ..errors import StoreCopiedBack, StoreError, VersionConflict
+from .compiled import Executes
 from .tables import meta, restores, runs
 
 #: The key of the store's ID in ``meta`` (made by revision 0003; the same in every copy).
@@ -148,7 +149,7 @@ _COUNT = (
 _COUNT_ON = _COUNT.where(bindparam("b_incarnation") == _INCARNATION)
 
 
-def check_incarnation(conn: Connection, incarnation: int | None) -> None:
+def check_incarnation(conn: Executes, incarnation: int | None) -> None:
     """In the transaction of an attempt's commit: refuse it (a
     :class:`~ratchet_runner.errors.VersionConflict` saying :data:`PUT_BACK_MEANWHILE`, the
     transaction rolled back) when the store is no longer ``incarnation``, the one this process
@@ -157,7 +158,7 @@ def check_incarnation(conn: Connection, incarnation: int | None) -> None:
         raise _put_back_meanwhile()
 
 
-def count_attempt(conn: Connection, incarnation: int | None = None) -> int:
+def count_attempt(conn: Executes, incarnation: int | None = None) -> int:
     """In the transaction of an attempt's commit, in one statement: refuse it as
     :func:`check_incarnation` does (unless ``incarnation`` is None), else add one to the store's
     sequence (SQLite's high-water mark); the new value."""

@@ -17,6 +17,14 @@ timeout as it is. Reads are single statements in autocommit.
 The connections' own transaction handling is switched off by the dialect, so this ``BEGIN`` is
 the only one. SQLite lives on this host, so its clock is this host's (the store's
 :class:`~ratchet_runner.clock.Clock`): :meth:`Writer.db_now` as it is.
+
+The hot path (a run's creation and each commit to it, and the reads of a run by its ID and of
+the version new runs start on) runs the writer's own statements on the driver's connection
+(:mod:`.compiled`): through SQLAlchemy's connection, each statement cost several times what
+SQLite takes to run it. The connection is the pool's, the lock taken the same way, the same
+statements sent; while anything listens to the engine's statements or transactions (``ratchet
+check``'s crash windows, instrumentation, a test's count) these go through SQLAlchemy, so that
+the listener sees each one.
 """
 
 from __future__ import annotations
@@ -24,11 +32,15 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import DBAPIError
 
 from ..clock import Clock
-from .dialects import SQLITE_BUSY_SECONDS, Dialect
+from .compiled import Driven, Executes, Statements, execute
+from .dialects import SQLITE_BUSY_SECONDS, Dialect, failures
 from .records import Change
 from .restores import attempt_in, count_attempt
 from .writer import Writer
@@ -40,14 +52,80 @@ class SQLiteWriter(Writer):
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         event.listen(engine, "begin", _begin_immediately_when_writing)
         super().__init__(engine, dialect, clock)
+        self._engine = engine
+        self._statements = Statements(engine.dialect)
 
-    def _apply(self, conn: Connection, change: Change, version: int) -> None:
+    @contextmanager
+    def _write_hot(self) -> Iterator[Executes]:
+        """A run's creation or a change to it, on the driver's connection (:mod:`.compiled`):
+        the lock taken as :func:`_begin_immediately_when_writing` takes it, the same statements
+        run, committed, or rolled back on any error. While anything listens to the engine's
+        statements or transactions (instrumentation, ``ratchet check``'s crash windows, a
+        test's count), through SQLAlchemy as any other write, so that it sees every one."""
+        if _observed(self._engine):
+            with self._write() as conn:
+                yield conn
+            return
+        with failures():
+            pooled = self._engine.raw_connection()
+            try:
+                raw = pooled.driver_connection
+                assert raw is not None  # a pooled connection, checked out
+                _lock(raw)
+                try:
+                    yield Driven(raw, self._engine.dialect, self._statements)
+                    execute(raw, "COMMIT", (), sqlite3.Error)
+                except BaseException:
+                    if raw.in_transaction:
+                        raw.execute("ROLLBACK")
+                    raise
+            finally:
+                pooled.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[Executes]:
+        """A read on the hot path on the driver's connection (its own transaction, as every
+        statement in autocommit), unless something listens to the engine (see
+        :meth:`_write_hot`)."""
+        if _observed(self._engine):
+            with super().reading() as conn:
+                yield conn
+            return
+        with failures():
+            pooled = self._engine.raw_connection()
+            try:
+                yield Driven(pooled.driver_connection, self._engine.dialect, self._statements)
+            finally:
+                pooled.close()
+
+    def _apply(self, conn: Executes, change: Change, version: int) -> None:
         """The change's writes; and, when it commits an attempt (a call may follow), one more
         on the store's sequence, whose new value the store then writes to the high-water mark
         beside its file (:mod:`~ratchet_runner.store.restores`)."""
         self._apply_change(conn, change, version)
         if attempt_in(change.events):  # checks the incarnation in the same statement
             self.sequence = count_attempt(conn, self.incarnation)
+
+
+#: The engine's events a listener may watch the writes by (``begin`` has this writer's own).
+_WATCHED = (
+    "before_execute",
+    "after_execute",
+    "before_cursor_execute",
+    "after_cursor_execute",
+    "commit",
+    "rollback",
+)
+
+
+def _observed(engine: Engine) -> bool:
+    """Whether anything but this writer listens to ``engine``'s statements or transactions."""
+    dispatch = engine.dispatch
+    return (
+        len(dispatch.begin) > 1
+        or any(getattr(dispatch, name) for name in _WATCHED)
+        or bool(engine.dialect.dispatch.handle_error)
+    )
 
 
 #: The first and the longest sleep between two tries for the write lock, in seconds.
@@ -66,14 +144,24 @@ def _begin_immediately_when_writing(connection: Connection) -> None:
     if raw is None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
         return
-    if _take_write_lock(raw, SQLITE_BUSY_SECONDS):
-        return
-    # Waited as long as the busy timeout: one last try, through SQLAlchemy, which says why.
+    _lock(raw)
+
+
+def _lock(raw: sqlite3.Connection) -> None:
+    """Take the write lock on ``raw`` (:func:`_take_write_lock`; after the busy timeout, one
+    last try, which says why it failed); the driver's error raised as SQLAlchemy raises it (a
+    read-only or corrupt file is a :class:`~sqlalchemy.exc.OperationalError` or
+    :class:`~sqlalchemy.exc.DatabaseError`, which the store reports as such)."""
     try:
-        connection.exec_driver_sql(_NO_WAIT)
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-    finally:
-        raw.execute(_WAIT)
+        if _take_write_lock(raw, SQLITE_BUSY_SECONDS):
+            return
+        raw.execute(_NO_WAIT)
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        finally:
+            raw.execute(_WAIT)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
 
 
 def _take_write_lock(raw: sqlite3.Connection, patience: float) -> bool:

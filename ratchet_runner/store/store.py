@@ -94,6 +94,9 @@ from .writer import Writer
 #: The writer of each database, by its dialect's name (any other database: the plain one).
 _WRITERS: dict[str, type[Writer]] = {"sqlite": SQLiteWriter, "postgresql": PostgresWriter}
 
+_PUBLISHED = select(published.c.digest, published.c.spec_version).where(
+    published.c.name == bindparam("b_name")
+)
 _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
 _RUN_BY_KEY = select(runs).where(
     runs.c.workflow == bindparam("b_workflow"), runs.c.business_key == bindparam("b_key")
@@ -401,10 +404,8 @@ class Store:
         """The digest and version new runs of workflow ``name`` start on, when an operator set
         one (``ratchet versions NAME --start-new-on N``); ``None``: each start runs the version
         it is given."""
-        with self._read() as conn:
-            row = conn.execute(
-                select(published.c.digest, published.c.spec_version).where(published.c.name == name)
-            ).first()
+        with self._writer.reading() as conn:
+            row = conn.execute(_PUBLISHED, {"b_name": name}).first()
         return (str(row[0]), int(row[1])) if row is not None else None
 
     def publish(self, name: str, version: int | None, by: str, at: float) -> tuple[str, int] | None:
@@ -477,7 +478,7 @@ class Store:
         return new.record(), True
 
     def get_run(self, run_id: str) -> RunRecord:
-        with self._read() as conn:
+        with self._writer.reading() as conn:
             row = conn.execute(_RUN_BY_ID, {"b_id": run_id}).first()
         if row is None:
             raise RunNotFound(f"no run {run_id!r}")

@@ -36,6 +36,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from ..words import ENDED, RunStatus
+from .compiled import Executes
 from .records import Change, RunRecord
 
 #: How many rows each figure is spread over.
@@ -101,7 +102,7 @@ def moves(change: Change, before: RunRecord, after: RunRecord) -> tuple[bool, bo
     return was, now
 
 
-def shift(conn: Connection, run: RunRecord, status: RunStatus | str, sign: int) -> None:
+def shift(conn: Executes, run: RunRecord, status: RunStatus | str, sign: int) -> None:
     """Within a write transaction: add (``sign`` 1) or take out (-1) ``run``, with ``status``,
     and its operations as the transaction sees them."""
     conn.execute(

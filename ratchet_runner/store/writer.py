@@ -53,6 +53,7 @@ from ..errors import (
 )
 from ..words import ENDED, EventKind, RunStatus
 from . import tallies
+from .compiled import Executes
 from .context import RunContext
 from .dialects import Dialect, failures, why
 from .prune import forget, prune
@@ -153,7 +154,7 @@ def _history_sql(rows: int, dialect: str, paramstyle: str) -> str | None:
 
 
 def insert_history(
-    conn: Connection, run_id: str, version: int, at: float, history: Sequence[Event]
+    conn: Executes, run_id: str, version: int, at: float, history: Sequence[Event]
 ) -> None:
     """Within a write transaction: append ``history`` to the run's, of one version and time, in
     one statement sent to the driver as it is: SQLAlchemy's ``executemany`` is a statement per
@@ -199,6 +200,24 @@ def _operation_update(names: tuple[str, ...]) -> Any:
     return statement
 
 
+_INSERT_TIMER = insert(timers)
+_INSERT_KEY = insert(evidence_keys)
+_INSERT_SIGNAL = insert(signals)
+_INSERT_DUPLICATE = insert(duplicates)
+_FIRE_TIMER = (
+    update(timers)
+    .where(timers.c.id == bindparam("b_id"), timers.c.fired_at.is_(None))
+    .values(fired_at=bindparam("n_at"), outcome="fired")
+)
+_CANCEL_TIMERS = (
+    update(timers)
+    .where(
+        timers.c.run_id == bindparam("b_run_id"),
+        timers.c.state == bindparam("b_state"),
+        timers.c.fired_at.is_(None),
+    )
+    .values(fired_at=bindparam("n_at"), outcome="cancelled")
+)
 _CONSUME_APPROVAL = (
     update(approvals)
     .where(approvals.c.id == bindparam("b_id"), approvals.c.consumed_at.is_(None))
@@ -280,6 +299,20 @@ class Writer:
             yield conn
 
     @contextmanager
+    def _write_hot(self) -> Iterator[Executes]:
+        """A write transaction for a run's creation or a change to it, the hot path: here as
+        :meth:`_write`; SQLite's writer runs it on the driver (:mod:`.compiled`)."""
+        with self._write() as conn:
+            yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Executes]:
+        """A read on the hot path (a run by its ID, the version new runs start on), in
+        autocommit: here through SQLAlchemy; SQLite's writer runs it on the driver."""
+        with failures(), self._reader.connect() as conn:
+            yield conn
+
+    @contextmanager
     def _write_one(self) -> Iterator[Connection]:
         """For a write that is a single statement (see ``_single``)."""
         with failures(), self._single.begin() as conn:
@@ -294,7 +327,7 @@ class Writer:
         one (PostgreSQL's ``LISTEN``/``NOTIFY``)."""
         return None
 
-    def _notify_in(self, conn: Connection, payload: str = "") -> None:
+    def _notify_in(self, conn: Executes, payload: str = "") -> None:
         """Within a write transaction: tell the other processes' workers when it commits."""
 
     def notify(self, payload: str = "") -> None:
@@ -310,14 +343,14 @@ class Writer:
         """Insert the run ``new`` with ``history`` and its timers; an
         :class:`~sqlalchemy.exc.IntegrityError` when its business key (or ID) is taken.
         ``wake``: the other processes' workers are told when it commits."""
-        with self._write() as conn:
+        with self._write_hot() as conn:
             conn.execute(_INSERT_RUN, new.record().__dict__)
             insert_history(conn, new.id, 1, new.at, history)
             for timer in new.timers:
-                conn.execute(insert(timers).values(run_id=new.id, created_at=new.at, **timer))
+                conn.execute(_INSERT_TIMER, {"run_id": new.id, "created_at": new.at, **timer})
             keys = new.key_rows()
             if keys:
-                conn.execute(insert(evidence_keys), [{"run_id": new.id, **k} for k in keys])
+                conn.execute(_INSERT_KEY, [{"run_id": new.id, **k} for k in keys])
             if new.status in ENDED:  # made ended (an import, a test): counted as it ends
                 tallies.shift(conn, new.record(), new.status, 1)
             if wake:
@@ -330,7 +363,7 @@ class Writer:
         taking = change.take_lease is not None
         fenced = change.lease_token is not None
         owner, seconds = change.take_lease or (None, None)
-        with recording(), self._write() as conn:
+        with recording(), self._write_hot() as conn:
             result = conn.execute(
                 self._cas_take if taking else self._cas_leased if fenced else self._cas_free,
                 {
@@ -360,7 +393,7 @@ class Writer:
             if wake:
                 self._notify_in(conn)
 
-    def _refused(self, conn: Connection, change: Change, fenced: bool) -> None:
+    def _refused(self, conn: Executes, change: Change, fenced: bool) -> None:
         """Raise why the compare-and-set of ``change`` matched no row (an attempt's: the store
         may have been put back from a copy since this process read it)."""
         if attempt_in(change.events):
@@ -379,7 +412,7 @@ class Writer:
             else f"the lease on run {change.run_id} was lost to {found.lease_owner}"
         )
 
-    def _apply(self, conn: Connection, change: Change, version: int) -> None:
+    def _apply(self, conn: Executes, change: Change, version: int) -> None:
         """The writes that ride on a successful compare-and-set; an attempt's first checks that
         the store is still the incarnation this process read (a worker idle while a backup was
         put back never calls without the restore's lookup: :mod:`.restores`)."""
@@ -387,7 +420,7 @@ class Writer:
             check_incarnation(conn, self.incarnation)
         self._apply_change(conn, change, version)
 
-    def _apply_change(self, conn: Connection, change: Change, version: int) -> None:
+    def _apply_change(self, conn: Executes, change: Change, version: int) -> None:
         """The change's own writes."""
         run_id, at = change.run_id, change.at
         insert_history(conn, run_id, version, at, change.events)
@@ -408,33 +441,28 @@ class Writer:
                 raise VersionConflict(f"approval {approval_id} was already consumed")
         self._apply_timers(conn, change)
         for signal in change.new_signals:
-            conn.execute(insert(signals).values(run_id=run_id, **signal))
+            conn.execute(_INSERT_SIGNAL, {"run_id": run_id, **signal})
         for found in change.new_duplicates:
-            conn.execute(insert(duplicates).values(run_id=run_id, detected_at=at, **found))
+            conn.execute(_INSERT_DUPLICATE, {"run_id": run_id, "detected_at": at, **found})
 
     @staticmethod
-    def _apply_timers(conn: Connection, change: Change) -> None:
+    def _apply_timers(conn: Executes, change: Change) -> None:
         """Fire, cancel and arm the timers ``change`` fires, cancels and arms, in that order."""
         if change.fire_timer is not None:
-            fired = conn.execute(
-                update(timers)
-                .where(timers.c.id == change.fire_timer, timers.c.fired_at.is_(None))
-                .values(fired_at=change.at, outcome="fired")
-            )
+            fired = conn.execute(_FIRE_TIMER, {"b_id": change.fire_timer, "n_at": change.at})
             if fired.rowcount != 1:
                 raise VersionConflict(f"timer {change.fire_timer} has already fired")
         if change.cancel_timers_of_state is not None:
             conn.execute(
-                update(timers)
-                .where(
-                    timers.c.run_id == change.run_id,
-                    timers.c.state == change.cancel_timers_of_state,
-                    timers.c.fired_at.is_(None),
-                )
-                .values(fired_at=change.at, outcome="cancelled")
+                _CANCEL_TIMERS,
+                {
+                    "b_run_id": change.run_id,
+                    "b_state": change.cancel_timers_of_state,
+                    "n_at": change.at,
+                },
             )
         for timer in change.new_timers:
-            conn.execute(insert(timers).values(run_id=change.run_id, created_at=change.at, **timer))
+            conn.execute(_INSERT_TIMER, {"run_id": change.run_id, "created_at": change.at, **timer})
 
     def discard_timer(self, timer_id: int, at: float) -> None:
         """Mark a timer whose run has left its state as stale (it will never fire)."""

@@ -1,0 +1,197 @@
+"""Statements compiled once and run on the driver's cursor: the hot path's few fixed writes.
+
+Through a SQLAlchemy :class:`~sqlalchemy.engine.Connection`, every statement pays for setting
+up an execution context, constructing its parameters from the compiled form, running the
+connection's events and wrapping the result: on SQLite, several times what the driver takes to
+run it. The store's commits run the same handful of statements again and again, so
+:class:`Compiled` compiles a SQLAlchemy statement once for the dialect and keeps its SQL text,
+the order of its parameters and the way each is bound (a ``JSON`` column's value encoded as
+SQLAlchemy encodes it, a literal's value as compiled); :meth:`Compiled.run` then hands the text
+and a tuple to the cursor. The statements themselves stay SQLAlchemy's, defined once where the
+store defines them; only their execution skips the layers above the driver.
+
+A driver's error is raised as SQLAlchemy raises it (:func:`execute`: the same
+:class:`~sqlalchemy.exc.IntegrityError` or :class:`~sqlalchemy.exc.OperationalError` with the
+driver's error as ``orig``), so that the store reads every failure the same way whichever path
+ran the statement.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, TypeAlias, cast
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError, NoResultFound
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+#: How one parameter is bound: its name, what converts its value (None: as it is), and the value
+#: it has when none is given (a literal the statement was built with).
+_Slot = tuple[str, Callable[[Any], Any] | None, Any]
+_NO_VALUE = object()
+
+
+class Compiled:
+    """``statement`` compiled once for ``dialect``, a positional-parameter dialect (SQLite's
+    ``?``): :attr:`sql` and what :meth:`params` binds, in order."""
+
+    def __init__(
+        self, statement: ClauseElement, dialect: Dialect, keys: Sequence[str] = ()
+    ) -> None:
+        """``keys``: the names of the parameters it is run with, which choose the columns of an
+        ``INSERT`` given none (as :meth:`~sqlalchemy.engine.Connection.execute` chooses)."""
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect, column_keys=list(keys)))
+        order = compiled.positiontup
+        if order is None:
+            raise ValueError(f"{dialect.name} does not bind parameters by position")
+        self.sql = compiled.string
+        self._error: type[Exception] = dialect.loaded_dbapi.Error
+        slots: list[_Slot] = []
+        for name in order:
+            bind = compiled.binds[name]
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            value = bind.effective_value if not bind.required else _NO_VALUE
+            slots.append((name, process, value))
+        self._slots = tuple(slots)
+        #: How each column of a row it returns is read (a ``JSON`` column's text decoded, ...).
+        self.columns = tuple(
+            column.type.dialect_impl(dialect).result_processor(dialect, None)
+            for column in getattr(statement, "exported_columns", ())
+        )
+
+    def params(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The statement's parameters, in order, from ``given`` (by name) and its literals."""
+        values: list[Any] = []
+        for name, process, literal in self._slots:
+            value = given[name] if name in given or literal is _NO_VALUE else literal
+            values.append(value if process is None else process(value))
+        return tuple(values)
+
+    def run(self, cursor: Any, given: Mapping[str, Any]) -> Result:
+        """Run the statement on the driver's ``cursor`` with ``given``."""
+        return Result(execute(cursor, self.sql, self.params(given), self._error), self.columns)
+
+
+def execute(cursor: Any, sql: str, params: tuple[Any, ...], error: type[Exception]) -> Any:
+    """``cursor.execute(sql, params)``; the driver's ``error`` (its base class) raised as
+    SQLAlchemy raises it running ``sql``: an :class:`~sqlalchemy.exc.IntegrityError` for a
+    constraint, an :class:`~sqlalchemy.exc.OperationalError` for a locked or full database, and
+    so on, with the driver's error as ``orig``."""
+    try:
+        return cursor.execute(sql, params)
+    except error as exc:
+        raise DBAPIError.instance(sql, params, exc, error) from exc
+
+
+class Result:
+    """What a statement run on the driver returned: as much of SQLAlchemy's
+    :class:`~sqlalchemy.engine.CursorResult` as the store's writes read; each row's columns
+    read as ``columns`` says (:attr:`Compiled.columns`; none: as the driver gives them)."""
+
+    def __init__(self, cursor: Any, columns: Sequence[Callable[[Any], Any] | None] = ()) -> None:
+        self._cursor = cursor
+        self._columns = columns if any(columns) else ()
+        self.rowcount: int = cursor.rowcount
+
+    def _read(self, found: Any) -> tuple[Any, ...]:
+        if self._columns:
+            found = [
+                v if read is None else read(v) for read, v in zip(self._columns, found, strict=True)
+            ]
+        return tuple(found)
+
+    def _row(self, found: Any) -> Any:
+        named = _row_type(tuple(d[0] for d in self._cursor.description))
+        return named._make(self._read(found))
+
+    def first(self) -> Any:
+        """The first row (its columns by name too), or None."""
+        found = self._cursor.fetchone()
+        return None if found is None else self._row(found)
+
+    def fetchall(self) -> list[Any]:
+        return [self._row(found) for found in self._cursor.fetchall()]
+
+    def scalar(self) -> Any:
+        """The first column of the first row, or None."""
+        found = self._cursor.fetchone()
+        return None if found is None else self._read(found)[0]
+
+    def scalar_one(self) -> Any:
+        found = self._cursor.fetchone()
+        if found is None:
+            raise NoResultFound("no row was found when one was required")
+        return self._read(found)[0]
+
+
+@lru_cache(maxsize=64)
+def _row_type(names: tuple[str, ...]) -> Any:
+    """A row's class for the columns ``names``: a tuple whose columns are attributes too, with
+    the ``_mapping`` of SQLAlchemy's rows."""
+    base = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+    return type("Row", (base,), {"__slots__": (), "_mapping": property(base._asdict)})
+
+
+class Driven:
+    """A write transaction on the driver's connection ``raw``: it runs SQLAlchemy statements as
+    :meth:`~sqlalchemy.engine.Connection.execute` does (each compiled once, :class:`Compiled`),
+    and driver SQL as :meth:`~sqlalchemy.engine.Connection.exec_driver_sql` does, so that the
+    store's writes run on either unchanged. Beginning and ending the transaction is its
+    owner's."""
+
+    def __init__(self, raw: Any, dialect: Dialect, statements: Statements) -> None:
+        self.raw = raw
+        self.dialect = dialect
+        self._statements = statements
+        self._error: type[Exception] = dialect.loaded_dbapi.Error
+
+    def execute(
+        self, statement: ClauseElement, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = {}
+    ) -> Result:
+        """Run ``statement`` with ``params`` (a list: once per row, as ``executemany``)."""
+        if isinstance(params, Mapping):
+            compiled = self._statements.compiled(statement, params)
+            return compiled.run(self.raw.cursor(), params)
+        if not params:
+            raise ValueError("executemany with no rows")
+        compiled = self._statements.compiled(statement, params[0])
+        rows = [compiled.params(row) for row in params]
+        cursor = self.raw.cursor()
+        try:
+            cursor.executemany(compiled.sql, rows)
+        except self._error as exc:
+            raise DBAPIError.instance(compiled.sql, rows, exc, self._error) from exc
+        return Result(cursor)
+
+    def exec_driver_sql(self, sql: str, params: Any = ()) -> Result:
+        return Result(execute(self.raw.cursor(), sql, params, self._error))
+
+
+class Statements:
+    """Each statement's :class:`Compiled` forms, by the parameter names it is run with, made on
+    first use and kept while the statement is (a statement built for one write is compiled for
+    it and forgotten with it)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._forms: weakref.WeakKeyDictionary[ClauseElement, dict[frozenset[str], Compiled]]
+        self._forms = weakref.WeakKeyDictionary()
+
+    def compiled(self, statement: ClauseElement, params: Mapping[str, Any]) -> Compiled:
+        keys = frozenset(params)
+        forms = self._forms.get(statement)
+        if forms is None:
+            forms = self._forms[statement] = {}
+        found = forms.get(keys)
+        if found is None:
+            found = forms[keys] = Compiled(statement, self.dialect, sorted(keys))
+        return found
+
+
+#: Where a store's write runs: a SQLAlchemy connection, or the driver's through :class:`Driven`.
+Executes: TypeAlias = Connection | Driven
