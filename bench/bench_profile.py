@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,16 +27,16 @@ from types import FrameType
 
 #: Where a sampled function's file lies, and the group it is counted in (first match wins).
 GROUPS = (
-    ("/sqlalchemy/", "SQLAlchemy"),
-    ("/psycopg/", "psycopg"),
+    ("sqlalchemy/", "SQLAlchemy"),
+    ("psycopg/", "psycopg"),
     ("ratchet_runner/store/", "Ratchet: the store"),
     ("ratchet_runner/engine/", "Ratchet: the engine"),
     ("ratchet_runner/", "Ratchet: other"),
-    ("/transitions/", "transitions"),
-    ("/celpy/", "CEL"),
-    ("/lark/", "CEL"),
-    ("/json/", "json"),
-    ("/jsonschema/", "jsonschema"),
+    ("transitions/", "transitions"),
+    ("celpy/", "CEL"),
+    ("lark/", "CEL"),
+    ("jsonschema/", "jsonschema"),
+    ("json/", "json (the C encoder)"),
     ("dataclasses.py", "dataclasses"),
 )
 INTERVAL = 0.0005
@@ -49,11 +50,20 @@ def group(filename: str) -> str:
 
 
 def _where(frame: FrameType) -> str:
-    path = frame.f_code.co_filename
+    """A sampled frame's file, from its package (or the standard library's folder), and its
+    function; the driver's ``execute`` of the hot path told apart by what it ran (a ``COMMIT``
+    waits for the disk, the other statements do not)."""
+    path, name = frame.f_code.co_filename, frame.f_code.co_name
     short = path.split("site-packages/")[-1]
     if "ratchet_runner/" in short:
         short = "ratchet_runner/" + short.split("ratchet_runner/", 1)[1]
-    return f"{short}:{frame.f_code.co_name}"
+    short = re.sub(r"^.*/lib/python3\.\d+/", "", short)
+    if name in ("execute", "do_execute", "do_commit") and "ratchet_runner/" not in short:
+        return f"{short}:{name}"
+    if name == "execute" and short.endswith("store/compiled.py"):
+        sql = str(frame.f_locals.get("sql", ""))
+        name += " (COMMIT)" if sql.startswith("COMMIT") else " (the statements)"
+    return f"{short}:{name}"
 
 
 def profile(url: str, runs: int, top: int) -> str:
@@ -101,7 +111,7 @@ def profile(url: str, runs: int, top: int) -> str:
     ]
     for where, count in own.most_common(top):
         name = where.rsplit(":", 1)
-        lines.append(f"| {100 * count / samples:.1f} % | `{where}` | {group(name[0])} |")
+        lines.append(f"| {100 * count / samples:.1f} % | `{where}` | {group(name[0] + '/')} |")
     lines += ["", "| share of CPU | group |", "|---:|---|"]
     lines += [f"| {100 * n / samples:.1f} % | {name} |" for name, n in groups.most_common()]
     return "\n".join(lines)

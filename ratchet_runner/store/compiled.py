@@ -1,4 +1,4 @@
-"""Statements compiled once and run on the driver's cursor: the hot path's few fixed writes.
+"""Statements compiled once and run on the driver's cursor: the hot path's writes and reads.
 
 Through a SQLAlchemy :class:`~sqlalchemy.engine.Connection`, every statement pays for setting
 up an execution context, constructing its parameters from the compiled form, running the
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypeAlias, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, NoResultFound
 from sqlalchemy.sql import ClauseElement
@@ -37,8 +37,8 @@ _NO_VALUE = object()
 
 
 class Compiled:
-    """``statement`` compiled once for ``dialect``, a positional-parameter dialect (SQLite's
-    ``?``): :attr:`sql` and what :meth:`params` binds, in order."""
+    """``statement`` compiled once for ``dialect``: :attr:`sql`, and what :meth:`params` binds
+    (by position for SQLite's ``?``, by name for psycopg's ``%(name)s``)."""
 
     def __init__(
         self, statement: ClauseElement, dialect: Dialect, keys: Sequence[str] = ()
@@ -46,11 +46,15 @@ class Compiled:
         """``keys``: the names of the parameters it is run with, which choose the columns of an
         ``INSERT`` given none (as :meth:`~sqlalchemy.engine.Connection.execute` chooses)."""
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect, column_keys=list(keys)))
-        order = compiled.positiontup
-        if order is None:
-            raise ValueError(f"{dialect.name} does not bind parameters by position")
         self.sql = compiled.string
         self._error: type[Exception] = dialect.loaded_dbapi.Error
+        #: The names the SQL text gives its parameters (None: they go by position).
+        self._named: tuple[str, ...] | None = None
+        order = compiled.positiontup
+        if order is None:  # a named style (psycopg's %(name)s)
+            order = list(compiled.binds)
+            escaped = compiled.escaped_bind_names
+            self._named = tuple(escaped.get(name, name) for name in order)
         slots: list[_Slot] = []
         for name in order:
             bind = compiled.binds[name]
@@ -58,26 +62,39 @@ class Compiled:
             value = bind.effective_value if not bind.required else _NO_VALUE
             slots.append((name, process, value))
         self._slots = tuple(slots)
-        #: How each column of a row it returns is read (a ``JSON`` column's text decoded, ...).
-        self.columns = tuple(
-            column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in getattr(statement, "exported_columns", ())
-        )
+        self._dialect = dialect
+        self._types = [column.type for column in getattr(statement, "exported_columns", ())]
+        self._readers: tuple[Callable[[Any], Any] | None, ...] | None = None
 
-    def params(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The statement's parameters, in order, from ``given`` (by name) and its literals."""
+    def params(self, given: Mapping[str, Any]) -> Any:
+        """The statement's parameters from ``given`` (by name) and its literals: a tuple in
+        order, or for a named style a dict by the names its text gives them."""
         values: list[Any] = []
         for name, process, literal in self._slots:
             value = given[name] if name in given or literal is _NO_VALUE else literal
             values.append(value if process is None else process(value))
+        if self._named is not None:
+            return dict(zip(self._named, values, strict=True))
         return tuple(values)
 
     def run(self, cursor: Any, given: Mapping[str, Any]) -> Result:
         """Run the statement on the driver's ``cursor`` with ``given``."""
-        return Result(execute(cursor, self.sql, self.params(given), self._error), self.columns)
+        execute(cursor, self.sql, self.params(given), self._error)
+        return Result(cursor, self._read_as(cursor))
+
+    def _read_as(self, cursor: Any) -> tuple[Callable[[Any], Any] | None, ...]:
+        """How each column of a row it returns is read (SQLite's ``JSON`` text decoded, ...), as
+        SQLAlchemy reads it, given the types the driver says (found at its first run)."""
+        if self._readers is None:
+            described = cursor.description or ()
+            self._readers = tuple(
+                kind.dialect_impl(self._dialect).result_processor(self._dialect, column[1])
+                for kind, column in zip(self._types, described, strict=False)
+            )
+        return self._readers
 
 
-def execute(cursor: Any, sql: str, params: tuple[Any, ...], error: type[Exception]) -> Any:
+def execute(cursor: Any, sql: str, params: Any, error: type[Exception]) -> Any:
     """``cursor.execute(sql, params)``; the driver's ``error`` (its base class) raised as
     SQLAlchemy raises it running ``sql``: an :class:`~sqlalchemy.exc.IntegrityError` for a
     constraint, an :class:`~sqlalchemy.exc.OperationalError` for a locked or full database, and
@@ -91,7 +108,7 @@ def execute(cursor: Any, sql: str, params: tuple[Any, ...], error: type[Exceptio
 class Result:
     """What a statement run on the driver returned: as much of SQLAlchemy's
     :class:`~sqlalchemy.engine.CursorResult` as the store's writes read; each row's columns
-    read as ``columns`` says (:attr:`Compiled.columns`; none: as the driver gives them)."""
+    read as ``columns`` says (none: as the driver gives them)."""
 
     def __init__(self, cursor: Any, columns: Sequence[Callable[[Any], Any] | None] = ()) -> None:
         self._cursor = cursor
@@ -195,3 +212,26 @@ class Statements:
 
 #: Where a store's write runs: a SQLAlchemy connection, or the driver's through :class:`Driven`.
 Executes: TypeAlias = Connection | Driven
+
+
+#: The engine's events a listener may watch the writes by (``begin`` has SQLite's writer's own).
+_WATCHED = (
+    "before_execute",
+    "after_execute",
+    "before_cursor_execute",
+    "after_cursor_execute",
+    "commit",
+    "rollback",
+)
+
+
+def observed(engine: Engine, own_begin: int = 0) -> bool:
+    """Whether anything listens to ``engine``'s statements or transactions (``own_begin``: how
+    many ``begin`` listeners are the store's own): then the hot path goes through SQLAlchemy,
+    so that the listener sees every statement."""
+    dispatch = engine.dispatch
+    return (
+        len(dispatch.begin) > own_begin
+        or any(getattr(dispatch, name) for name in _WATCHED)
+        or bool(engine.dialect.dispatch.handle_error)
+    )

@@ -40,12 +40,14 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, Connection, Engine, Float, Integer, Table
+from sqlalchemy.exc import DBAPIError
 
 from ..clock import Clock
 from ..words import ENDED
 from . import tables as schema
 from . import tallies
-from .compiled import Executes
+from .compiled import Driven, Executes, observed
+from .compiled import Statements as CompiledStatements
 from .dialects import Dialect, failures
 from .records import Change, Event, NewRun, NewTimer, RunRecord
 from .restores import attempt_in
@@ -503,6 +505,8 @@ class PostgresWriter(Writer):
 
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         super().__init__(engine, dialect, clock)
+        self._engine = engine
+        self._compiled = CompiledStatements(engine.dialect)
         self._channel: str | None = None
         self._single = self._reader  # autocommit: the statement is its own transaction
         self.statements = Statements(
@@ -521,9 +525,41 @@ class PostgresWriter(Writer):
     def _write_one(self) -> Iterator[Connection]:
         """A single statement, in autocommit: its own transaction, so without SQLAlchemy's
         ``begin()`` and ``commit()`` around it, which send nothing here but took about a tenth
-        of the worker's CPU time for a one-statement write."""
+        of the worker's CPU time for a one-statement write. (This writer's own statements, a
+        commit, a new run, a claim, a release, run on the driver: :meth:`_driven`.)"""
         with failures(), self._single.connect() as conn:
             yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Executes]:
+        with self._driven() as conn:
+            yield conn
+
+    @contextmanager
+    def _driven(self) -> Iterator[Executes]:
+        """Statements in autocommit on the pool's psycopg connection (:mod:`.compiled`): through
+        SQLAlchemy's connection, taking it from the pool and switching it to autocommit and back
+        cost more than psycopg's own work for a statement. A connection the server dropped is
+        invalidated, as SQLAlchemy invalidates it, so the pool makes a new one. While anything
+        listens to the engine, through SQLAlchemy (see SQLite's ``_write_hot``)."""
+        if observed(self._engine):
+            with failures(), self._single.connect() as conn:
+                yield conn
+            return
+        with failures():
+            pooled = self._engine.raw_connection()
+            raw: Any = pooled.driver_connection
+            try:
+                raw.autocommit = True
+                yield Driven(raw, self._engine.dialect, self._compiled)
+                raw.autocommit = False
+            except DBAPIError as exc:
+                if self._engine.dialect.is_disconnect(exc.orig, raw, None):  # type: ignore[arg-type]
+                    exc.connection_invalidated = True
+                    pooled.invalidate(exc)
+                raise
+            finally:
+                pooled.close()
 
     def db_now(self) -> float:
         """Now by the server's ``clock_timestamp()``: one round trip."""
@@ -552,7 +588,7 @@ class PostgresWriter(Writer):
         sql, params = self.statements.create(
             new.record().__dict__, history, new.timers, channel, new.key_rows()
         )
-        with self._write_one() as conn:
+        with self._driven() as conn:
             conn.exec_driver_sql(sql, params)
 
     def commit(self, change: Change, after: RunRecord, *, wake: bool = False) -> None:
@@ -563,12 +599,12 @@ class PostgresWriter(Writer):
             super().commit(change, after, wake=wake)
             return
         one[1]["incarnation"] = self.incarnation
-        with recording(), self._write_one() as conn:
+        with recording(), self._driven() as conn:
             if conn.exec_driver_sql(*one).first() is None:
                 self._refused(conn, change, change.lease_token is not None)
 
     def release(self, run_id: str, token: str) -> bool:
-        with self._write_one() as conn:
+        with self._driven() as conn:
             notified = conn.exec_driver_sql(
                 _RELEASE, {"b_id": run_id, "b_token": token, "channel": self.channel()}
             ).first()
@@ -586,6 +622,6 @@ class PostgresWriter(Writer):
             "seconds": lease_seconds,
             "skip": list(skip),
         }
-        with self._write_one() as conn:
+        with self._driven() as conn:
             rows = conn.exec_driver_sql(self.statements.claim_sql, params).fetchall()
         return [RunRecord(**row._mapping) for row in rows]

@@ -39,7 +39,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
 from ..clock import Clock
-from .compiled import Driven, Executes, Statements, execute
+from .compiled import Driven, Executes, Statements, execute, observed
 from .dialects import SQLITE_BUSY_SECONDS, Dialect, failures
 from .records import Change
 from .restores import attempt_in, count_attempt
@@ -62,7 +62,7 @@ class SQLiteWriter(Writer):
         run, committed, or rolled back on any error. While anything listens to the engine's
         statements or transactions (instrumentation, ``ratchet check``'s crash windows, a
         test's count), through SQLAlchemy as any other write, so that it sees every one."""
-        if _observed(self._engine):
+        if observed(self._engine, own_begin=1):
             with self._write() as conn:
                 yield conn
             return
@@ -87,7 +87,7 @@ class SQLiteWriter(Writer):
         """A read on the hot path on the driver's connection (its own transaction, as every
         statement in autocommit), unless something listens to the engine (see
         :meth:`_write_hot`)."""
-        if _observed(self._engine):
+        if observed(self._engine, own_begin=1):
             with super().reading() as conn:
                 yield conn
             return
@@ -105,27 +105,6 @@ class SQLiteWriter(Writer):
         self._apply_change(conn, change, version)
         if attempt_in(change.events):  # checks the incarnation in the same statement
             self.sequence = count_attempt(conn, self.incarnation)
-
-
-#: The engine's events a listener may watch the writes by (``begin`` has this writer's own).
-_WATCHED = (
-    "before_execute",
-    "after_execute",
-    "before_cursor_execute",
-    "after_cursor_execute",
-    "commit",
-    "rollback",
-)
-
-
-def _observed(engine: Engine) -> bool:
-    """Whether anything but this writer listens to ``engine``'s statements or transactions."""
-    dispatch = engine.dispatch
-    return (
-        len(dispatch.begin) > 1
-        or any(getattr(dispatch, name) for name in _WATCHED)
-        or bool(engine.dialect.dispatch.handle_error)
-    )
 
 
 #: The first and the longest sleep between two tries for the write lock, in seconds.

@@ -5,6 +5,7 @@ the engine (``ratchet check``'s crash windows, instrumentation, a test counting 
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import sqlite3
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import create_engine, event, text
 
 from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.adapters.practice import PracticeWorld
@@ -25,7 +26,7 @@ from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store import compiled
 from ratchet_runner.store.records import Change
 from ratchet_runner.store.store import Store
-from tests.conftest import ROOT
+from tests.conftest import PG_URL, ROOT, postgres_url
 from tests.integration.replay_runs import drive_all
 
 THREE = ROOT / "bench" / "specs" / "three_effects.yaml"
@@ -243,3 +244,35 @@ def test_each_statement_is_compiled_once(sqlite_store: Store) -> None:
 
     assert count >= 6  # the run, its history, its operations, the sequence, the tally, a read
     assert len(made) == count
+
+
+@pytest.mark.postgres
+def test_a_connection_the_server_dropped_is_made_again_by_the_next_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """PostgreSQL's hot path runs on the pool's psycopg connection: a backend the server ended
+    (a restart, ``pg_terminate_backend``) fails the statement sent on it with a store error that
+    says the connection was lost, and the pool makes a new one for the next, as SQLAlchemy's
+    connection does (the dropped one invalidated, never handed out again)."""
+    store = Store(postgres_url())
+    try:
+        spec, spec_text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+        runner = Runner(store, lambda _: NoopAdapter())
+        run, _ = runner.start(spec, spec_text, {"key": "K-6"})
+        store.engine.dispose()  # the pool empty: the next statement opens the one connection
+        with store._writer.reading() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        admin = create_engine(PG_URL)
+        with admin.begin() as killer:
+            killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        admin.dispose()
+
+        with pytest.raises(StoreError, match=r"the store failed: .*(terminat|closed)"):
+            store.get_run(run.id)
+        # invalidated as it failed: the pool never tried to reset a dead connection
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+        assert store.get_run(run.id).version == 1
+        assert runner.advance(run).state == "done"
+    finally:
+        store.close()
