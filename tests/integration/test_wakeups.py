@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, make_url, text
 
 from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.engine import commands
@@ -466,3 +466,42 @@ def test_a_timer_wakes_the_worker_at_its_due_time(store_url: str) -> None:
             assert fired.fired_at >= timer.due_at  # never early
         finally:
             store.close()
+
+
+def test_a_woken_worker_claims_the_run_before_it_looks_for_due_timers(tmp_path: Path) -> None:
+    """A wake-up's path is one round trip shorter: the worker it woke claims first, and looks
+    for due timers once the run is carried on (before, every wake-up first asked for due timers,
+    on the way to the claim: ``bench/trace_wake.py``). Timers still fire: a run that naps after
+    the wake-up is done at its due time."""
+    url = f"sqlite:///{tmp_path / 'ratchet.db'}"
+    adapter = NoopAdapter()
+    sent: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            return  # the test's own statements (delivering the signal)
+        if statement.startswith("SELECT timers.id"):  # the due timers (fire_due)
+            sent.append("timers")
+        elif statement.startswith("SELECT runs.id") and "LIMIT" in statement:
+            sent.append("claim")
+
+    from sqlalchemy import event
+
+    with pool_in_thread(url, adapter):
+        store = Store(url)
+        try:
+            runner = _runner(store)
+            run_id = _start(runner, "k1")
+            napping = _start(runner, "k2")
+            event.listen(Engine, "before_cursor_execute", seen)
+            try:
+                commands.signal(runner, run_id, "go", "s1", drive=False)
+                _wait_until(store, run_id, "done")
+                commands.signal(runner, napping, "nap", "s2", drive=False)
+                _wait_until(store, napping, "done")  # 2 s, not the minute's poll
+            finally:
+                event.remove(Engine, "before_cursor_execute", seen)
+        finally:
+            store.close()
+    assert adapter.calls == 1  # the signalled run's call; the nap makes none
+    assert sent[:2] == ["claim", "timers"], sent
