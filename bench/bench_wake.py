@@ -47,19 +47,7 @@ class Workers:
     reached one of them, by run key."""
 
     def __init__(self, url: str, mode: str, count: int = WORKERS) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.children = [
-            subprocess.Popen(
-                [sys.executable, "-m", "bench.wake_child", url, mode],
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            for _ in range(count)
-        ]
+        self.children = spawn(["-m", "bench.wake_child", url, mode], count)
         self.called: dict[str, float] = {}
         self._arrived = threading.Condition()
         for child in self.children:
@@ -90,6 +78,24 @@ class Workers:
                 child.stdin.close()
         for child in self.children:
             child.wait(timeout=60)
+
+
+def spawn(args: list[str], count: int) -> list[subprocess.Popen[str]]:
+    """``count`` Python processes running ``args`` with this checkout's code, each read line by
+    line (their standard output) and stopped by closing their standard input."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return [
+        subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(count)
+    ]
 
 
 def _cpu(pid: int) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -29,8 +30,7 @@ import threading
 import time
 
 from bench.bench_pool import _fresh_pg_database
-from bench.bench_wake import _runner
-from bench.harness import ROOT
+from bench.bench_wake import _runner, spawn
 from ratchet_runner.engine import commands
 from ratchet_runner.session import Session
 
@@ -60,8 +60,9 @@ def child(url: str) -> None:
 
     def say(kind: str) -> None:
         at = time.time()
-        with lock:
-            print(f"trace {kind} {at!r}", flush=True)
+        with lock:  # one write: another thread's print may fall between its own two writes
+            sys.stdout.write(f"trace {kind} {at!r}\n")
+            sys.stdout.flush()
 
     ring = bells.Bell.ring
 
@@ -101,26 +102,17 @@ def _kind(sql: str) -> str:
     return ""
 
 
+#: A moment a traced worker printed: ``trace KIND TIME`` or ``called KEY TIME``.
+_MOMENT = re.compile(r"(trace|called) (\S+) (\d+\.\d+)")
+
+
 class Traced:
     """``count`` traced worker processes on ``url``, and the moments each printed."""
 
     def __init__(self, url: str, count: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        argv = [sys.executable, "-m", "bench.trace_wake", "--child", url]
         self.moments: list[tuple[float, str, str]] = []  # (time, kind, key for a call)
         self._lock = threading.Lock()
-        self.children = [
-            subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            for _ in range(count)
-        ]
+        self.children = spawn(["-m", "bench.trace_wake", "--child", url], count)
         self._ready = [threading.Event() for _ in self.children]
         for worker, ready in zip(self.children, self._ready, strict=True):
             threading.Thread(target=self._read, args=(worker, ready), daemon=True).start()
@@ -132,15 +124,16 @@ class Traced:
     def _read(self, worker: subprocess.Popen[str], ready: threading.Event) -> None:
         assert worker.stdout is not None
         for line in worker.stdout:
-            parts = line.split()
-            if parts == ["ready"]:
+            # Threads of the worker print: one's line may fall inside another's (a print is two
+            # writes), so each moment is found wherever it is in the line.
+            if "ready" in line:
                 ready.set()
-                continue
             with self._lock:
-                if len(parts) == 3 and parts[0] == "trace":
-                    self.moments.append((float(parts[2]), parts[1], ""))
-                elif len(parts) == 3 and parts[0] == "called":
-                    self.moments.append((float(parts[2]), "called", parts[1]))
+                for what, name, at in _MOMENT.findall(line):
+                    if what == "trace":
+                        self.moments.append((float(at), name, ""))
+                    else:
+                        self.moments.append((float(at), "called", name))
 
     def called(self, key: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
