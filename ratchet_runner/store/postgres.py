@@ -546,18 +546,25 @@ class PostgresWriter(Writer):
             with failures(), self._single.connect() as conn:
                 yield conn
             return
+        dbapi_error: type[Exception] = self._engine.dialect.loaded_dbapi.Error
         with failures():
             pooled = self._engine.raw_connection()
             raw: Any = pooled.driver_connection
             try:
-                raw.autocommit = True
-                yield Driven(raw, self._engine.dialect, self._compiled)
-                raw.autocommit = False
+                try:
+                    raw.autocommit = True
+                    yield Driven(raw, self._engine.dialect, self._compiled)
+                finally:  # whatever happened (a lost race too): the pool's connections transact
+                    if not raw.closed:
+                        raw.autocommit = False
             except DBAPIError as exc:
                 if self._engine.dialect.is_disconnect(exc.orig, raw, None):  # type: ignore[arg-type]
                     exc.connection_invalidated = True
                     pooled.invalidate(exc)
                 raise
+            except dbapi_error as exc:  # switching autocommit on a connection that broke
+                pooled.invalidate(exc)
+                raise DBAPIError.instance("autocommit", (), exc, dbapi_error) from exc
             finally:
                 pooled.close()
 

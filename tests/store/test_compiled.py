@@ -276,3 +276,22 @@ def test_a_connection_the_server_dropped_is_made_again_by_the_next_write(
         assert runner.advance(run).state == "done"
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_lost_race_gives_the_connection_back_to_the_pool_transacting() -> None:
+    """PostgreSQL's one-statement writes switch the pool's connection to autocommit: a commit
+    refused (the run moved on) must give it back switched off, or the next transaction on it
+    (a claim's, a prune's) would commit each of its statements alone."""
+    store = Store(postgres_url())
+    try:
+        spec, spec_text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+        runner = Runner(store, lambda _: NoopAdapter())
+        run, _ = runner.start(spec, spec_text, {"key": "K-7"})
+        store.engine.dispose()  # one connection from here on
+        with pytest.raises(VersionConflict):
+            store.commit(Change(run.id, run.version + 5, 1.0))
+        with store.engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False
+    finally:
+        store.close()
