@@ -26,7 +26,7 @@ from typing import Any, TypeAlias, cast
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError, NoResultFound
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -139,12 +139,6 @@ class Result:
         found = self._cursor.fetchone()
         return None if found is None else self._read(found)[0]
 
-    def scalar_one(self) -> Any:
-        found = self._cursor.fetchone()
-        if found is None:
-            raise NoResultFound("no row was found when one was required")
-        return self._read(found)[0]
-
 
 @lru_cache(maxsize=64)
 def _row_type(names: tuple[str, ...]) -> Any:
@@ -198,6 +192,10 @@ class Statements:
         self.dialect = dialect
         self._forms: weakref.WeakKeyDictionary[ClauseElement, dict[frozenset[str], Compiled]]
         self._forms = weakref.WeakKeyDictionary()
+
+    def driven(self, raw: Any) -> Driven:
+        """The driver's connection ``raw`` running statements compiled here."""
+        return Driven(raw, self.dialect, self)
 
     def compiled(self, statement: ClauseElement, params: Mapping[str, Any]) -> Compiled:
         keys = frozenset(params)

@@ -46,8 +46,7 @@ from ..clock import Clock
 from ..words import ENDED
 from . import tables as schema
 from . import tallies
-from .compiled import Driven, Executes, observed
-from .compiled import Statements as CompiledStatements
+from .compiled import Executes, observed
 from .dialects import Dialect, failures
 from .records import Change, Event, NewRun, NewTimer, RunRecord
 from .restores import attempt_in
@@ -505,8 +504,6 @@ class PostgresWriter(Writer):
 
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         super().__init__(engine, dialect, clock)
-        self._engine = engine
-        self._compiled = CompiledStatements(engine.dialect)
         self._channel: str | None = None
         self._single = self._reader  # autocommit: the statement is its own transaction
         self.statements = Statements(
@@ -553,7 +550,7 @@ class PostgresWriter(Writer):
             try:
                 try:
                     raw.autocommit = True
-                    yield Driven(raw, self._engine.dialect, self._compiled)
+                    yield self._compiled.driven(raw)
                 finally:  # whatever happened (a lost race too): the pool's connections transact
                     if not raw.closed:
                         raw.autocommit = False

@@ -39,7 +39,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
 from ..clock import Clock
-from .compiled import Driven, Executes, Statements, execute, observed
+from .compiled import Executes, execute, observed
 from .dialects import SQLITE_BUSY_SECONDS, Dialect, failures
 from .records import Change
 from .restores import attempt_in, count_attempt
@@ -52,8 +52,6 @@ class SQLiteWriter(Writer):
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         event.listen(engine, "begin", _begin_immediately_when_writing)
         super().__init__(engine, dialect, clock)
-        self._engine = engine
-        self._statements = Statements(engine.dialect)
 
     @contextmanager
     def _write_hot(self) -> Iterator[Executes]:
@@ -73,7 +71,7 @@ class SQLiteWriter(Writer):
                 assert raw is not None  # a pooled connection, checked out
                 _lock(raw)
                 try:
-                    yield Driven(raw, self._engine.dialect, self._statements)
+                    yield self._compiled.driven(raw)
                     execute(raw, "COMMIT", (), sqlite3.Error)
                 except BaseException:
                     if raw.in_transaction:
@@ -94,7 +92,7 @@ class SQLiteWriter(Writer):
         with failures():
             pooled = self._engine.raw_connection()
             try:
-                yield Driven(pooled.driver_connection, self._engine.dialect, self._statements)
+                yield self._compiled.driven(pooled.driver_connection)
             finally:
                 pooled.close()
 

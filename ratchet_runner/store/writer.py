@@ -53,7 +53,7 @@ from ..errors import (
 )
 from ..words import ENDED, EventKind, RunStatus
 from . import tallies
-from .compiled import Executes
+from .compiled import Executes, Statements
 from .context import RunContext
 from .dialects import Dialect, failures, why
 from .prune import forget, prune
@@ -242,6 +242,9 @@ class Writer:
         """Write through ``engine`` (made by ``dialect``); ``clock`` is what :meth:`db_now`
         reads when the database's clock is this host's."""
         self.clock = clock
+        self._engine = engine
+        #: The hot path's statements, compiled for the driver (where a writer runs them there).
+        self._compiled = Statements(engine.dialect)
         self._transaction = engine.execution_options(ratchet_write=True)
         self._reader = dialect.autocommit(engine)
         #: Where a write that is one statement runs: a write transaction here.
