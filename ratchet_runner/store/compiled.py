@@ -155,8 +155,12 @@ class Driven:
     store's writes run on either unchanged. Beginning and ending the transaction is its
     owner's."""
 
-    def __init__(self, raw: Any, dialect: Dialect, statements: Statements) -> None:
+    def __init__(
+        self, raw: Any, dialect: Dialect, statements: Statements, info: dict[Any, Any] | None = None
+    ) -> None:
         self.raw = raw
+        #: What the pool keeps with the connection (SQLAlchemy's ``Connection.info``).
+        self.info: dict[Any, Any] = {} if info is None else info
         self.dialect = dialect
         self._statements = statements
         self._error: type[Exception] = dialect.loaded_dbapi.Error
@@ -193,9 +197,10 @@ class Statements:
         self._forms: weakref.WeakKeyDictionary[ClauseElement, dict[frozenset[str], Compiled]]
         self._forms = weakref.WeakKeyDictionary()
 
-    def driven(self, raw: Any) -> Driven:
-        """The driver's connection ``raw`` running statements compiled here."""
-        return Driven(raw, self.dialect, self)
+    def driven(self, raw: Any, info: dict[Any, Any] | None = None) -> Driven:
+        """The driver's connection ``raw`` running statements compiled here (``info``: what
+        the pool keeps with it)."""
+        return Driven(raw, self.dialect, self, info)
 
     def compiled(self, statement: ClauseElement, params: Mapping[str, Any]) -> Compiled:
         keys = frozenset(params)

@@ -22,8 +22,9 @@ runs of one workflow at once would otherwise queue on one row.
 On PostgreSQL the commit that ends a run stays one statement: a last part adds the run and
 its operations, read as the statement leaves them (those it did not touch from the table, those
 it wrote from their ``RETURNING``: :mod:`~ratchet_runner.store.postgres`). One that takes an
-ended run back, rare, goes through the writer's transaction. On SQLite the tally is one more
-statement in the transaction, after the commit's own writes.
+ended run back, rare, goes through the writer's transaction. On SQLite the tally is the last
+write of the trigger that applies a change (:mod:`~ratchet_runner.store.sqlite`), or one more
+statement in the transaction of a change the trigger does not write.
 """
 
 from __future__ import annotations
@@ -48,20 +49,30 @@ _ON_CONFLICT = (
 )
 _COLUMNS = "INSERT INTO tallies (workflow, effect, role, status, slot, n, attempts) "
 
+
 #: A run and its operations, added (``:sign`` 1) or taken out (-1). The casts give PostgreSQL
 #: the parameters' types; the outer ``WHERE true`` keeps SQLite from reading ``ON CONFLICT`` as
 #: a join's ``ON``.
-_FOLD = text(
-    _COLUMNS + "SELECT * FROM ("
-    "SELECT CAST(:workflow AS TEXT) AS workflow, '' AS effect, '' AS role, "
-    "CAST(:status AS TEXT) AS status, CAST(:slot AS INTEGER) AS slot, "
-    "CAST(:sign AS BIGINT) AS n, CAST(0 AS BIGINT) AS attempts "
-    "UNION ALL "
-    "SELECT CAST(:workflow AS TEXT), effect, role, status, CAST(:slot AS INTEGER), "
-    "CAST(:sign AS BIGINT) * count(*), CAST(:sign AS BIGINT) * sum(attempts) "
-    "FROM operations WHERE run_id = :run_id GROUP BY effect, role, status"
-    ") AS fold WHERE true " + _ON_CONFLICT
-)
+def fold_sql(
+    workflow: str, status: str, slot: str, sign: str, run_id: str, when: str = "true"
+) -> str:
+    """The text of the statement that adds a run and its operations to the tallies (``sign``
+    1) or takes them out (-1), each argument the SQL of that value (a parameter, or a
+    trigger's ``NEW.…``), and nothing when ``when`` is false."""
+    return (
+        _COLUMNS + "SELECT * FROM ("
+        f"SELECT CAST({workflow} AS TEXT) AS workflow, '' AS effect, '' AS role, "
+        f"CAST({status} AS TEXT) AS status, CAST({slot} AS INTEGER) AS slot, "
+        f"CAST({sign} AS BIGINT) AS n, CAST(0 AS BIGINT) AS attempts WHERE {when} "
+        "UNION ALL "
+        f"SELECT CAST({workflow} AS TEXT), effect, role, status, CAST({slot} AS INTEGER), "
+        f"CAST({sign} AS BIGINT) * count(*), CAST({sign} AS BIGINT) * sum(attempts) "
+        f"FROM operations WHERE run_id = {run_id} AND {when} GROUP BY effect, role, status"
+        ") AS fold WHERE true " + _ON_CONFLICT
+    )
+
+
+_FOLD = text(fold_sql(":workflow", ":status", ":slot", ":sign", ":run_id"))
 
 #: One figure added to (a negative ``:n`` takes it out).
 _ADD = text(

@@ -9,7 +9,8 @@ only the lease differs); nothing is overwritten. Claims, leases, a run's creatio
 own housekeeping are written here too.
 
 This is how any database is written; :class:`~ratchet_runner.store.sqlite.SQLiteWriter` adds
-that its transactions take SQLite's write lock up front, and
+that its transactions take SQLite's write lock up front and that a change is one statement
+where a trigger can write it, and
 :class:`~ratchet_runner.store.postgres.PostgresWriter` writes what it can in one statement and
 comes back here for the rest. A transaction runs on ``engine`` with the execution option
 ``ratchet_write``, which tells a write transaction from a read.

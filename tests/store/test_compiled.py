@@ -1,7 +1,9 @@
 """SQLite's hot path (``store/compiled.py``): a run's creation, its commits and its hot reads run
 the store's own SQLAlchemy statements on the driver. They must write what SQLAlchemy writes, row
 for row, send the same statements, fail the same way, and step aside when anything listens to
-the engine (``ratchet check``'s crash windows, instrumentation, a test counting statements)."""
+the engine (``ratchet check``'s crash windows, instrumentation, a test counting statements).
+SQLite's one-statement commit (the connection's ``ratchet_commit`` trigger, ``store/sqlite.py``)
+must write what the writer's statements write, row for row, and refuse as they refuse."""
 
 from __future__ import annotations
 
@@ -20,12 +22,20 @@ from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import DuplicateOperation, StoreError, VersionConflict
+from ratchet_runner.errors import (
+    DuplicateOperation,
+    LeaseLost,
+    RunNotFound,
+    StoreError,
+    VersionConflict,
+)
 from ratchet_runner.review.naive import step_for
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store import compiled
 from ratchet_runner.store.records import Change
+from ratchet_runner.store.sqlite import SQLiteWriter
 from ratchet_runner.store.store import Store
+from ratchet_runner.words import EventKind
 from tests.conftest import PG_URL, ROOT, postgres_url
 from tests.integration.replay_runs import drive_all
 
@@ -115,6 +125,62 @@ def test_the_driver_writes_every_row_as_sqlalchemy_does(tmp_path: Path) -> None:
     assert _rows(hot) == _rows(slow)
 
 
+def test_the_trigger_writes_every_row_as_the_statements_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The twelve runs again, once with each change the trigger can write applied in one
+    statement, once with every change applied by the writer's statements one by one: the two
+    stores hold the same rows, byte for byte (the history's order, JSON text, receipts and
+    errors, the tallies)."""
+    one_statement = SQLiteWriter.one_statement
+    shapes: list[bool] = []
+
+    def counting(self: SQLiteWriter, *args: Any) -> Any:
+        params = one_statement(self, *args)
+        shapes.append(params is not None)
+        return params
+
+    monkeypatch.setattr(SQLiteWriter, "one_statement", counting)
+    one, _ = _drive(tmp_path / "one", observed=False)
+    monkeypatch.setattr(SQLiteWriter, "one_statement", lambda *_args: None)
+    each, _ = _drive(tmp_path / "each", observed=False)
+
+    assert shapes.count(True) > 30  # the trigger wrote most changes ...
+    assert shapes.count(False) > 10  # ... and the others (approvals, timers, signals) went by
+    assert _rows(one) == _rows(each)
+
+
+def test_the_trigger_refuses_as_the_statements_do(tmp_path: Path) -> None:
+    """A change at a stale version, under a lease another worker holds, under a lease lost, or
+    to no run: refused with the error that says which, and nothing written."""
+    store = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
+    spec, spec_text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+    runner = Runner(store, lambda _: NoopAdapter())
+    run, _ = runner.start(spec, spec_text, {"key": "K-9"})
+    (leased,) = store.claim("w1", 60.0, 1.0)
+    history = len(store.history(run.id))
+
+    def moving(version: int, token: str | None = None, run_id: str = run.id) -> Change:
+        change = Change(run_id, version, 2.0, state="two", lease_token=token)
+        return change.event(EventKind.MOVED, to="two")
+
+    with pytest.raises(VersionConflict, match="has moved on"):
+        store.commit(moving(leased.version - 1, leased.lease_token))
+    with pytest.raises(LeaseLost, match=r"lease on run .* was lost to w1"):
+        store.commit(moving(leased.version, "not-the-token"))
+    with pytest.raises(LeaseLost, match="is leased by w1"):
+        store.commit(moving(leased.version))
+    with pytest.raises(RunNotFound):
+        store.commit(moving(1, run_id="run_0000000000000000"))
+
+    assert store.get_run(run.id).version == leased.version
+    assert len(store.history(run.id)) == history
+    moved = store.commit(moving(leased.version, leased.lease_token))
+    assert (moved.state, moved.version) == ("two", leased.version + 1)
+    assert moved.lease_token == leased.lease_token  # still running: the lease is kept
+    store.close()
+
+
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> Iterator[Store]:
     opened = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
@@ -146,7 +212,8 @@ def test_a_run_sends_the_same_statements_either_way(sqlite_store: Store) -> None
         del sent[:]
         run, _ = runner.start(spec, spec_text, {"key": key})
         assert runner.advance(run).state == "done"
-        return [" ".join(_RANDOM.sub("ID", s).split()) for s in sent]
+        # A new connection makes the view a change is applied through, once (sqlite.py).
+        return [" ".join(_RANDOM.sub("ID", s).split()) for s in sent if "CREATE TEMP" not in s]
 
     hot = one_run("K-1")
     event.listen(sqlite_store.engine, "before_cursor_execute", _ignore)
@@ -242,7 +309,7 @@ def test_each_statement_is_compiled_once(sqlite_store: Store) -> None:
     finally:
         compiled.Compiled.__init__ = build  # type: ignore[method-assign]
 
-    assert count >= 6  # the run, its history, its operations, the sequence, the tally, a read
+    assert count >= 3  # the run, the sequence, a read (the commits are driver SQL: sqlite.py)
     assert len(made) == count
 
 

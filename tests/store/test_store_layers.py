@@ -48,6 +48,7 @@ LAYERS: dict[str, set[str]] = {
         "writer",
         "context",
         "restores",
+        "tallies",
         "compiled",
     },
     "postgres": {
