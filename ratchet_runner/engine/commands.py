@@ -308,7 +308,7 @@ def signal(
     wakes."""
 
     def act(run: RunRecord) -> CommandResult:
-        outcome = send_signal(runner, run.id, event, signal_id, data, spec_version, drive=drive)
+        outcome = send_signal(runner, run, event, signal_id, data, spec_version, drive=drive)
         message = outcome.message if drive or not outcome.changed else f"{outcome.message}; {LEFT}"
         return CommandResult(outcome.run, outcome.changed, message, outcome.then)
 

@@ -424,7 +424,14 @@ class Statements:
         """Lease up to ``%(limit)s`` runnable runs, none of ``%(skip)s``: lock them with ``SKIP
         LOCKED``, bump each version, set a new random token and an expiry by the database's
         clock, and record a ``leased`` (or, over an expired lease, ``rescued``) event; return the
-        claimed runs."""
+        claimed runs.
+
+        Its commit does not wait for the disk (``synchronous_commit`` off for this statement
+        alone): a claim lost in a crash of the server is a run nobody holds, at the version
+        before the claim, and the worker's next commit, the write-ahead record before any call,
+        is a compare-and-set on the claimed version fenced by the claim's token, so it is
+        refused and no call is made. That commit is synchronous, and PostgreSQL's log is one
+        sequence: once it is on disk, so is every claim before it."""
         returned = ", ".join(f"u.{_quote(c)}" for c in self.run_columns)
         return (
             "WITH c AS (SELECT id, version, lease_token, lease_owner FROM runs "
@@ -432,10 +439,11 @@ class Statements:
             f"AND (lease_token IS NULL OR lease_expires_at < {DB_NOW}) "
             "AND NOT (id = ANY(%(skip)s::text[])) "
             "ORDER BY updated_at, id LIMIT %(limit)s::int8 FOR UPDATE SKIP LOCKED),\n"
+            "s AS (SELECT set_config('synchronous_commit', 'off', true) AS setting),\n"
             "u AS (UPDATE runs SET version = runs.version + 1, lease_owner = %(owner)s::text, "
             "lease_token = replace(gen_random_uuid()::text, '-', ''), "
             f"lease_expires_at = {DB_NOW} + %(seconds)s::float8 "
-            "FROM c WHERE runs.id = c.id AND runs.version = c.version "
+            "FROM c, s WHERE runs.id = c.id AND runs.version = c.version "
             "RETURNING runs.*, c.lease_token AS previous_token, c.lease_owner AS previous),\n"
             'ev AS (INSERT INTO events (run_id, version, kind, data, "at") '
             "SELECT u.id, u.version, "

@@ -530,7 +530,7 @@ def test_signal_ids_are_per_run(
     moved = []
     for ticket in ("P-1", "P-2"):
         run, _ = runner.start(spec, text, {**spec.examples["P-1"].input, "ticket": ticket})
-        runner.advance(run.id)
-        result = send_signal(runner, run.id, "parcel_received", "evt-1", {"weight_kg": 1.0})
+        waiting = runner.advance(run.id)
+        result = send_signal(runner, waiting, "parcel_received", "evt-1", {"weight_kg": 1.0})
         moved.append(result.changed)
     assert moved == [True, True]

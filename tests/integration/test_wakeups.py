@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
 
 from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.engine import commands
@@ -112,6 +112,45 @@ def test_only_commits_that_leave_a_run_runnable_by_another_process_ring_the_bell
     commands.signal(runner, napping, "nap", "s3", drive=False)  # arms a timer due in 2 s
     assert store.get_run(napping).status == "waiting"
     assert bell.rings == rings + 1
+
+
+def test_a_signal_left_to_the_workers_reads_only_the_run_before_its_commit(
+    store: Store,
+) -> None:
+    """The sender's half of a wake-up: the run read once (it was read twice), then the commit.
+    Whether the signal ID was seen before is the signal row's to say as it commits, and the
+    database's clock and the run's timers are read only for a pause that expires (before: 5
+    reads on PostgreSQL, 4 on SQLite). A duplicate still says it is one, before and after the
+    run has moved on."""
+    runner = _runner(store)
+    commands.signal(
+        runner, _start(runner, "k0"), "go", "s0", drive=False
+    )  # what a process reads once
+    run_id = _start(runner, "k1")
+    sent: list[str] = []
+
+    def keep(_c: object, _cur: object, sql: str, *_rest: object) -> None:
+        sent.append(" ".join(sql.split()))
+
+    event.listen(store.engine, "before_cursor_execute", keep)
+    try:
+        result = commands.signal(runner, run_id, "go", "s1", drive=False)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", keep)
+
+    assert result.changed
+    reads = [sql for sql in sent if sql.startswith("SELECT")]
+    assert len(reads) == 1, reads
+    assert not [sql for sql in sent if "FROM signals" in sql or "FROM timers" in sql]
+    again = commands.signal(runner, run_id, "go", "s1", drive=False)  # the run takes "go" still
+    assert (again.changed, again.message) == (
+        False,
+        "signal s1 was already received (go); nothing changed",
+    )
+    assert store.get_run(run_id).version == result.run.version
+    assert runner.advance(run_id).state == "done"  # ... and once it has moved on
+    moved = commands.signal(runner, run_id, "go", "s1")
+    assert (moved.changed, moved.message) == (False, again.message)
 
 
 STEP_THEN_NAP = """

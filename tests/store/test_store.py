@@ -1037,6 +1037,35 @@ def _claim_from_a_backlog(store: Store) -> None:
     assert claimed.id == "run_1"  # the least recently moved
 
 
+@pytest.mark.postgres
+def test_a_claim_commits_without_waiting_for_the_disk_and_nothing_after_it_does() -> None:
+    """A claim's statement turns ``synchronous_commit`` off for itself alone (a claim lost in a
+    crash is refused at the worker's next commit, which is synchronous: see
+    ``PostgresWriter``'s claim); the connection's next transaction waits for the disk again,
+    and a claimed run is claimed."""
+    store = Store(postgres_url())
+    try:
+        store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO runs (id, workflow, spec_digest, business_key, state, status, "
+                "version, input, context, created_at, updated_at) VALUES ('run_1', 'refund', "
+                f"'{DIGEST}', 'T-1', 'proposed', 'running', 1, '{{}}', '{{}}', 1, 1)"
+            )
+        assert isinstance(store._writer, PostgresWriter)
+        params = {"now": 1e12, "limit": 1, "owner": "me", "seconds": 30.0, "skip": []}
+        with store.engine.connect() as conn:
+            with conn.begin():
+                conn.exec_driver_sql(store._writer.statements.claim_sql, params).fetchall()
+                within = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+            after = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+            conn.rollback()
+        assert (within, after) == ("off", "on")
+        assert store.get_run("run_1").lease_owner == "me"
+    finally:
+        store.close()
+
+
 def _opened_within(url: str, seconds: float) -> bool:
     """Whether a store at ``url`` opens (its schema checked under the schema lock) within
     ``seconds``."""
