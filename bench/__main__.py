@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import platform
 import sys
 from datetime import UTC, datetime
@@ -45,6 +46,12 @@ def main() -> int:
     parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="which to run")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="alternating rounds, for the benchmarks that alternate their sides (cpu: 3)",
+    )
+    parser.add_argument(
         "-o", "--output", type=Path, default=ROOT / "bench" / "results" / "latest.md"
     )
     args = parser.parse_args()
@@ -58,7 +65,11 @@ def main() -> int:
     missed = 0
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        section = BENCHMARKS[name](args.quick)
+        benchmark = BENCHMARKS[name]
+        if args.rounds and "rounds" in inspect.signature(benchmark).parameters:
+            section = benchmark(args.quick, rounds=args.rounds)
+        else:
+            section = benchmark(args.quick)
         parts.append(section.markdown())
         missed += sum(1 for row in section.rows if row.ok is False)
     report = "\n".join(parts)

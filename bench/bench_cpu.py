@@ -11,7 +11,8 @@ server's other processes (the postmaster and its background processes: checkpoin
 writer, WAL writer, ...), lets the child drive its runs, and reads them again when it is done.
 On SQLite the child's process is the whole cost. CPU µs per durable step (3 per run), split
 between the worker, its database backends and the server's background; Ratchet and DBOS
-alternate for 3 rounds, the figures are medians (a total, the sum of its parts' medians) and the
+alternate for 3 rounds (``python -m bench cpu --rounds N``), each going first every other
+round; the figures are medians (a total, the sum of its parts' medians) and the
 ratio the median of per-round ratios. DBOS on SQLite runs with Ratchet's settings (WAL,
 ``synchronous=FULL``: ``bench/dbos/three_steps.py`` checks them). Targets (#28): Ratchet's total
 at most 0.35x DBOS's on SQLite and 0.25x on PostgreSQL, backends counted.
@@ -272,10 +273,18 @@ def _rows(section: Section, label: str, ours: list[Cost], theirs: list[Cost], pg
     )
 
 
-def run(quick: bool = False) -> Section:
+def _in_turn(round_: int, first: str, second: str) -> tuple[str, str]:
+    """The two sides in the order round ``round_`` runs them: each goes first every other
+    round."""
+    return (first, second) if round_ % 2 == 0 else (second, first)
+
+
+def run(quick: bool = False, rounds: int | None = None) -> Section:
+    """The benchmark, ``rounds`` alternating rounds (3; 1 with ``quick``): in each, which side
+    goes first alternates too."""
     section = Section.of("CPU per durable step, Ratchet against DBOS", __doc__, "DBOS")
     runs = 150 if quick else 500
-    rounds = 1 if quick else 3
+    rounds = rounds or (1 if quick else 3)
     python = _dbos_python()
     if python is None:
         section.rows.append(Row("DBOS could not be installed: not measured", float("nan"), ""))
@@ -284,8 +293,13 @@ def run(quick: bool = False) -> Section:
         ours: list[Cost] = []
         theirs: list[Cost] = []
         for i in range(rounds):
-            ours.append(_ratchet(f"sqlite:///{Path(tmp) / f'r{i}.db'}", runs, None, ""))
-            theirs.append(_dbos(python, f"sqlite:///{Path(tmp) / f'd{i}.db'}", runs, None, ""))
+            mine = f"sqlite:///{Path(tmp) / f'r{i}.db'}"
+            other = f"sqlite:///{Path(tmp) / f'd{i}.db'}"
+            for side in _in_turn(i, "ratchet", "dbos"):
+                if side == "ratchet":
+                    ours.append(_ratchet(mine, runs, None, ""))
+                else:
+                    theirs.append(_dbos(python, other, runs, None, ""))
         _rows(section, "SQLite", ours, theirs, pg=False)
     postmaster = postmaster_of(PG_URL)
     if postmaster is None:
@@ -294,11 +308,14 @@ def run(quick: bool = False) -> Section:
         )
         return section
     ours, theirs = [], []
-    for _ in range(rounds):
-        name = "ratchet_bench_cpu_r"
-        ours.append(_ratchet(_fresh_pg_database(name), runs, postmaster, name))
-        name = "ratchet_bench_cpu_d"
-        theirs.append(_dbos(python, _fresh_pg_database(name), runs, postmaster, name))
+    for i in range(rounds):
+        for side in _in_turn(i, "ratchet", "dbos"):
+            if side == "ratchet":
+                name = "ratchet_bench_cpu_r"
+                ours.append(_ratchet(_fresh_pg_database(name), runs, postmaster, name))
+            else:
+                name = "ratchet_bench_cpu_d"
+                theirs.append(_dbos(python, _fresh_pg_database(name), runs, postmaster, name))
     _rows(section, "PostgreSQL", ours, theirs, pg=True)
     return section
 
@@ -326,4 +343,9 @@ def child(url: str, runs: int) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[2].isdigit():
+        sys.exit(
+            "usage: python -m bench.bench_cpu URL RUNS (the benchmark's child process; the "
+            "benchmark itself is `python -m bench cpu`)"
+        )
     child(sys.argv[1], int(sys.argv[2]))
