@@ -7,9 +7,10 @@ runs; :mod:`.histories`: ``export`` and ``replay``; :mod:`.publishing`: ``versio
 ``migrate``; :mod:`.serving`: ``worker``, ``serve``, ``token`` and ``practice serve``), sharing
 the options and the output helpers of :mod:`.options`; everything else is the library's. The
 group imports a command's module when the command is asked for (:data:`COMMAND_MODULES`;
-``ratchet --help`` lists them all), and a command imports the library modules it uses when it
-runs, so that ``ratchet --version`` imports no command and every ``--help`` no spec machinery,
-store or diagram (docs/performance.md, "Starting the command").
+``ratchet --help`` lists them from :data:`COMMAND_SUMMARIES`, importing none), and a command
+imports the library modules it uses when it runs, so that ``ratchet --version`` and ``ratchet
+--help`` import no command and every ``--help`` no spec machinery, store or diagram
+(docs/performance.md, "Starting the command").
 
 Exit statuses: 0 success · 1 the spec is invalid (or, with ``--strict``, has warnings), or the
 request was refused (an approval, a role, a run that cannot take that step) · 2 usage error ·
@@ -45,6 +46,75 @@ COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(("practice", "serve", "token", "worker"), "serving"),
     **dict.fromkeys(("archive", "db", "prune"), "database"),
     **dict.fromkeys(("backup", "restore"), "restoring"),
+}
+
+
+#: Each command's summary, the first sentence of its help, as ``ratchet --help`` lists it (cut
+#: to the width left, as click cuts it), so that the list imports no command's module. A test
+#: keeps it equal to the commands' own.
+COMMAND_SUMMARIES: dict[str, str] = {
+    "approve": "Approve the action RUN is waiting for, then drive the run on.",
+    "archive": "Archives of pruned runs (ratchet prune --archive): verify one, show a run from it.",
+    "backup": "Copy the SQLite store to FILE, consistent as of one commit, while workers run.",
+    "check": "Run every crash window of every effect for real, and prove no effect happens twice.",
+    "db": "The store's schema revision: read it, check it, move it.",
+    "diagram": "Draw SPEC for review: its states, its crash windows, or its saga.",
+    "diff": "Compare two versions of a spec, and say what the change does to runs in flight.",
+    "effects": (
+        "List the changes in the practice database, with their operation IDs and call counts."
+    ),
+    "export": (
+        "Write runs' histories as JSONL, one run a line (format ratchet.run/1): the run, its "
+        "events in order, its operations with their IDs, attempts, statuses and receipts, its "
+        "approvals with their digests, its timers and signals."
+    ),
+    "migrate": (
+        "Move the live runs of a workflow to its version NEW: --plan (the default) gives each run"
+        " its verdict, --apply moves the ready ones, --rollback MIGRATION moves them back."
+    ),
+    "ops": "Operator controls: pause, resume, cancel, retry, reconcile or compensate RUN.",
+    "practice": "The practice world: its providers served over HTTP.",
+    "prune": "Prune finished runs to their tombstones, a small batch per transaction.",
+    "queue": (
+        "List what waits for a person: the decisions waiting, then the runs waiting for a person."
+    ),
+    "reject": "Reject the action RUN is waiting for.",
+    "replay": (
+        "Replay recorded histories under SPEC, calling no adapter: for each recorded step, the "
+        "same from-state and event select the same row, the guard holds as it did on the recorded"
+        " context, and each effect's operation ID, each approval's digest and each registered "
+        "undo are the same."
+    ),
+    "reset": (
+        "Empty the practice world (orders, changes, calls, faults); with --all, the store too; "
+        "with --all --practice, declare that store a practice store."
+    ),
+    "restore": "Put the SQLite backup FILE back as the store, without repeating any effect.",
+    "resume": "Drive RUN on from where it stopped (after a crash, an interrupt, or a fix).",
+    "run": "Start a run of SPEC and drive it until it waits, ends or needs a person.",
+    "runs": "List runs, newest first (or, with --stuck, the ones nobody is moving).",
+    "schema": "Print the JSON Schema (draft-07) that specs are validated against.",
+    "serve": (
+        "Serve the operator console and the HTTP API: runs, their traces and effects, the queue, "
+        "approve, reject and operator actions, for operators who authenticate with their token."
+    ),
+    "signal": "Send EVENT to a paused RUN, once per --id.",
+    "status": (
+        "Runs by status, the leases workers hold (owner, how long held, time left by the "
+        "database's clock), and the runs whose lease expired."
+    ),
+    "table": "Print the transition table of SPEC: one row per transition, all eleven columns.",
+    "token": "Make a bearer token for operator NAME of 'ratchet serve'.",
+    "trace": (
+        "Show RUN's history, one line per event: approval, write-ahead record, call, timeout, "
+        "reconcile found / not found, receipt, move."
+    ),
+    "validate": "Check spec files before they run.",
+    "versions": (
+        "List the stored versions of WORKFLOW with their open runs, newest first, and which one "
+        "new runs start on; with --start-new-on, choose it."
+    ),
+    "worker": "Fire due timers and advance runnable runs under leases until stopped, or --once.",
 }
 
 
@@ -93,7 +163,23 @@ class Commands(click.Group):
         return self.commands.get(cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(self.commands)
+        """Every command's name, no module imported."""
+        return sorted({*COMMAND_MODULES, *self._commands})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands with their summaries (:data:`COMMAND_SUMMARIES`), as click lists them,
+        no command's module imported (a command the table does not know: as click does)."""
+        names = self.list_commands(ctx)
+        if not set(names) <= set(COMMAND_SUMMARIES):
+            super().format_commands(ctx, formatter)
+            return
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = [
+            (name, click.Command(name, help=COMMAND_SUMMARIES[name]).get_short_help_str(limit))
+            for name in names
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(
