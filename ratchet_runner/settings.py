@@ -14,6 +14,22 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+#: A duration as specs write it, and every option of the command line that takes one: a whole
+#: number and its unit (``500ms``, ``30s``, ``5m``, ``2h``, ``1d``).
+_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str | None) -> float | None:
+    """``'500ms'`` → 0.5, ``'24h'`` → 86400.0; None stays None."""
+    if text is None:
+        return None
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r}")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
 if TYPE_CHECKING:  # pathlib is imported when a path is made: the command line starts without it
     from pathlib import Path
 

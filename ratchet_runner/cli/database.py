@@ -321,7 +321,7 @@ def prune(finished_before: str, dry_run: bool, archive: str | None, batch: int, 
     from ..evolve.archive import Writer
     from ..evolve.history import export_runs
     from ..session import Session
-    from ..spec.model import parse_duration
+    from ..settings import parse_duration
 
     try:
         age = parse_duration(finished_before)
@@ -473,7 +473,7 @@ def retention_options(command: Callable[..., None]) -> Callable[..., None]:
 def retention(every: str | None, age: str | None) -> tuple[float, float] | None:
     """``ratchet worker``'s ``--prune-every`` and ``--prune-finished-before`` as seconds (both,
     or neither): the worker's retention, as ``ratchet prune`` prunes."""
-    from ..spec.model import parse_duration
+    from ..settings import parse_duration
 
     if every is None and age is None:
         return None

@@ -34,7 +34,7 @@ def _since(value: str, now: float) -> float:
     (``2030-01-01T00:00:00Z``), as epoch seconds; else a usage error."""
     from datetime import datetime
 
-    from ..spec.model import parse_duration
+    from ..settings import parse_duration
 
     try:
         seconds = parse_duration(value)

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import CommandLineError, UsageError
-from ..settings import INTERRUPT_POINTS, MAX_NAME, is_unicode, name_problem, shown, unstorable
+from ..settings import (
+    INTERRUPT_POINTS,
+    MAX_NAME,
+    is_unicode,
+    name_problem,
+    parse_duration,
+    shown,
+    unstorable,
+)
 
 if TYPE_CHECKING:  # the run commands import the store and the runner only when they run
     from pathlib import Path
@@ -158,11 +166,40 @@ def named(limit: int = MAX_NAME) -> Callable[[click.Context, click.Parameter, An
     return callback
 
 
-def finite_seconds(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-    """A click callback for a number of seconds: finite and not negative."""
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise click.BadParameter(f"{value} is not a finite number of seconds (0 or more)")
-    return value
+class Seconds(click.ParamType[float, Any]):
+    """An option's length of time: a duration as specs write it (``500ms``, ``30s``, ``5m``,
+    ``2h``, ``1d``) or a number of seconds (``30``, ``0.5``), finite and not negative; in
+    seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        seconds: float | None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            seconds = float(value)
+        else:
+            text = str(value).strip()
+            try:
+                seconds = float(text)
+            except ValueError:
+                try:
+                    seconds = parse_duration(text)
+                except ValueError:
+                    self.fail(
+                        f"{shown(text)!r} is not a duration (500ms, 30s, 5m, 2h, 1d) or a "
+                        "number of seconds",
+                        param,
+                        ctx,
+                    )
+        if seconds is None or not (math.isfinite(seconds) and seconds >= 0):
+            self.fail(f"{value} is not a finite number of seconds (0 or more)", param, ctx)
+        return seconds
+
+
+#: A length of time, in the spec's durations or seconds (see :class:`Seconds`).
+SECONDS = Seconds()
 
 
 #: How many runs ``ratchet runs --limit`` lists at most: past it, a database's integer
@@ -224,12 +261,12 @@ def lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
     return click.option(
         "--lease",
         "lease_seconds",
-        type=float,
+        type=SECONDS,
         default=30.0,
         show_default=True,
         envvar=envvar,
         callback=checked(_lease),
-        metavar="SECONDS",
+        metavar="DURATION",
         help=help,
     )
 
@@ -237,8 +274,9 @@ def lease_option(help: str, envvar: str | None = None) -> Callable[[Any], Any]:
 LEASE_OPTION = lease_option(
     envvar="RATCHET_LEASE",
     help="How long this command leases the run while it changes it and drives it on (a "
-    "heartbeat renews the lease; env RATCHET_LEASE). Workers cannot take the run meanwhile; if "
-    "this process dies, they take it over once the lease has run out.",
+    "duration, 30s or 2m, or seconds; a heartbeat renews the lease; env RATCHET_LEASE). "
+    "Workers cannot take the run meanwhile; if this process dies, they take it over once the "
+    "lease has run out.",
 )
 LEAVE_OPTION = click.option(
     "--leave-to-workers",

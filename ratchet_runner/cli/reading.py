@@ -14,10 +14,10 @@ from ..words import RUN_STATUSES
 from .options import (
     JSON_OPTION,
     LIMIT,
+    SECONDS,
     How,
     echo_lines,
     emit_json,
-    finite_seconds,
     named,
     say,
     show,
@@ -40,8 +40,9 @@ from .options import (
     "--older-than",
     default=300.0,
     show_default=True,
-    callback=finite_seconds,
-    help="With --stuck: seconds without progress that count as stuck.",
+    type=SECONDS,
+    help="With --stuck: how long without progress counts as stuck: a duration (30s, 5m, 2h) "
+    "or seconds.",
 )
 @with_options("db", "json")
 def runs_command(status: str | None, limit: int, stuck: bool, older_than: float, how: How) -> None:

@@ -44,7 +44,7 @@ AS_OPTION = click.option(
 
 
 def _window(text: str) -> float:
-    from ..spec.model import parse_duration
+    from ..settings import parse_duration
 
     try:
         seconds = parse_duration(text)

@@ -23,10 +23,10 @@ from .logs import log_options
 from .options import (
     JSON_OPTION,
     RUN_COMMAND,
+    SECONDS,
     How,
     echo_lines,
     emit_json,
-    finite_seconds,
     lease_option,
     named,
     open_session,
@@ -69,9 +69,10 @@ def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     "--poll",
     default=1.0,
     show_default=True,
-    callback=finite_seconds,
-    help="Seconds between two looks for work when nothing wakes the worker (a signal, a "
-    "decision, a new run or a due timer wakes it at once).",
+    type=SECONDS,
+    help="How long between two looks for work when nothing wakes the worker (a signal, a "
+    "decision, a new run or a due timer wakes it at once): a duration (500ms, 30s, 5m) or "
+    "seconds.",
 )
 @click.option(
     "--listen-db",
@@ -98,10 +99,10 @@ def listening(port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 @with_options(
     *RUN_COMMAND,
     lease=lease_option(
-        help="Seconds a claimed run stays leased without a heartbeat: a finite number above 0, "
-        "at least (the longest effect timeout + 1 s) / 0.9 (a lease is counted on for 90 % of "
-        "its length, and a call is started only when that outlasts its timeout by 1 s). The "
-        "worker refuses to start if it is too short for a live run's spec.",
+        help="How long a claimed run stays leased without a heartbeat (a duration, 30s or 2m, or "
+        "seconds): above 0, at least (the longest effect timeout + 1 s) / 0.9 (a lease is "
+        "counted on for 90 % of its length, and a call is started only when that outlasts its "
+        "timeout by 1 s). The worker refuses to start if it is too short for a live run's spec.",
     ),
 )
 @log_options

@@ -374,7 +374,7 @@ def latest_event(history: Sequence[EventRecord], kinds: Iterable[str]) -> Json:
 
 def parse_duration(text: str | None) -> float | None:
     """A spec's duration (``'500ms'``, ``'24h'``) in seconds; None stays None."""
-    from ..spec.model import parse_duration as parse
+    from ..settings import parse_duration as parse
 
     return parse(text)
 

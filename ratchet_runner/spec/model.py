@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
 from ..errors import UsageError
+from ..settings import parse_duration
 from .loader import Document
 
 #: The eleven columns of a transition row, in table order.
@@ -43,19 +43,6 @@ TERMINAL_KINDS = frozenset({"success", "cancelled", "compensated", "operator_que
 OUTCOME_EVENTS = frozenset({"ok", "refused", "exhausted", "unknown"})
 #: Events the runner itself produces; no signal may carry these names.
 RUNNER_EVENTS = OUTCOME_EVENTS | {"next", "expired", "due"}
-
-_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d)$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str | None) -> float | None:
-    """``'500ms'`` → 0.5, ``'24h'`` → 86400.0; None stays None."""
-    if text is None:
-        return None
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"not a duration: {text!r}")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def canonical_json(value: Any) -> str:

@@ -168,9 +168,13 @@ def test_a_lease_must_be_a_finite_number_of_seconds_above_zero(bad: float) -> No
     ("args", "message"),
     [
         (("worker", "--once", "--lease", "0"), "finite number of seconds above 0"),
-        (("worker", "--once", "--lease", "-1"), "finite number of seconds above 0"),
-        (("worker", "--once", "--lease", "nan"), "finite number of seconds above 0"),
-        (("worker", "--once", "--lease", "inf"), "finite number of seconds above 0"),
+        (("worker", "--once", "--lease", "-1"), "not a finite number of seconds"),
+        (("worker", "--once", "--lease", "nan"), "not a finite number of seconds"),
+        (("worker", "--once", "--lease", "inf"), "not a finite number of seconds"),
+        (("worker", "--once", "--lease", "0s"), "finite number of seconds above 0"),
+        (("worker", "--once", "--lease", "soon"), "'soon' is not a duration (500ms, 30s, 5m"),
+        (("worker", "--once", "--poll", "1x"), "'1x' is not a duration"),
+        (("runs", "--stuck", "--older-than", "-5m"), "'-5m' is not a duration"),
         (("worker", "--concurrency", "0"), "0 is not in the range x>=1"),
         (("resume", "T-1", "--lease", "0"), "finite number of seconds above 0"),
         (("approve", "T-1", "--as", "a", "--role", "r", "--lease", "nan"), "finite number"),
@@ -190,6 +194,31 @@ def test_the_cli_refuses_a_lease_or_a_concurrency_that_cannot_work(
     code, _, err = run_cli(capsys, *args)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("worker", "--once", "--lease", "2m", "--poll", "500ms"),
+        ("worker", "--once", "--lease", "45", "--poll", "0.5"),
+        ("runs", "--stuck", "--older-than", "5m"),
+    ],
+)
+def test_every_length_of_time_takes_the_specs_durations_or_seconds(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+) -> None:
+    """One convention for lengths of time: ``--lease``, ``--poll`` and ``--older-than`` take a
+    duration as specs write them (``2m``, ``500ms``), as ``--window`` and ``--finished-before``
+    do, or a number of seconds (before: a number only, ``--poll 500ms`` refused)."""
+    from tests.conftest import run_cli
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
+    monkeypatch.delenv("RATCHET_DB", raising=False)
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0, err
 
 
 def test_a_decision_on_a_waiting_run_another_process_holds_changes_nothing_and_names_it(
