@@ -169,8 +169,8 @@ class SQLiteWriter(Writer):
         params += _NO_HISTORY[len(change.events)]
         if change.new_operations:
             row = {**_NO_OUTCOME, **change.new_operations[0]}
-            if len(row) != len(_NEW_COLUMNS):
-                return None  # a column left to its default: the insert's own
+            if row.keys() != _NEW_COLUMN_SET:
+                return None  # a column left to its default, or one not known: the insert's own
             params += (_written(row[name], write[name]) for name in _NEW_COLUMNS)
         else:
             params += _NO_OPERATION
@@ -251,6 +251,7 @@ _NO_OUTCOME = {"receipt": None, "last_error": None, "compensates": None}
 _NEW_COLUMNS = tuple(
     c.name for c in operations.columns if c.name not in ("run_id", "created_at", "updated_at")
 )
+_NEW_COLUMN_SET = frozenset(_NEW_COLUMNS)
 #: The columns an operation's update may set (its ``updated_at`` is the change's time), each
 #: the view's ``u_`` column of that name, and its bit in ``u_sets``: which of them it sets.
 _UPDATABLE = tuple(name for name in _NEW_COLUMNS if name != "operation_id")
