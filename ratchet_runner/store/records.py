@@ -359,17 +359,17 @@ class Change:
         commit that takes the run out of ``running`` releases the lease with it)."""
         context = self.context if self.context is not None else base.context
         status = self.status if self.status is not None else base.status
+        lease: dict[str, Any] = {}
         if self.lease_token is None or status != RunStatus.RUNNING:
-            base = replace(base, lease_owner=None, lease_token=None, lease_expires_at=None)
+            lease = {"lease_owner": None, "lease_token": None, "lease_expires_at": None}
         elif self.take_lease is not None:  # the expiry is the database's: this is its estimate
             owner, seconds = self.take_lease
-            base = replace(
-                base,
-                lease_owner=owner,
-                lease_token=self.lease_token,
-                lease_expires_at=self.at + seconds,
-            )
-        return replace(
+            lease = {
+                "lease_owner": owner,
+                "lease_token": self.lease_token,
+                "lease_expires_at": self.at + seconds,
+            }
+        return replace(  # one copy of the run (a copy costs more than the rest of this)
             base,
             version=self.expected_version + 1,
             updated_at=self.at,
@@ -378,6 +378,7 @@ class Change:
             context=context,
             spec_digest=self.spec_digest or base.spec_digest,
             wake_at=context.get("wake_at"),
+            **lease,
         )
 
 

@@ -164,8 +164,8 @@ def test_a_timer_due_while_every_worker_was_down_fires_exactly_once_when_they_re
     world.seed(spec.examples["P-1"].world)
     runner = Runner(store, lambda a: world.adapter(a.kind), SystemClock())
     run, _ = runner.start(spec, text, spec.examples["P-1"].input)
-    runner.advance(run.id)
-    send_signal(runner, run.id, "parcel_received", "evt-1", {"weight_kg": 2.0})
+    waiting = runner.advance(run.id)
+    send_signal(runner, waiting, "parcel_received", "evt-1", {"weight_kg": 2.0})
     assert store.get_run(run.id).state == "inspecting"
     later = str(time.time() + 2 * 3600)  # the workers come back two hours later
     workers = [
