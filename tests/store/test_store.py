@@ -1010,16 +1010,22 @@ def test_a_claim_reads_the_backlog_in_index_order_not_all_of_it() -> None:
         store.close()
 
 
-def _claim_from_a_backlog(store: Store) -> None:
+def _runnable_runs(store: Store, count: int) -> None:
+    """``count`` runnable runs of the refund spec, ``run_1`` the least recently moved, written
+    straight into the store (PostgreSQL), and the planner's statistics gathered."""
     store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
     with store.engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO runs (id, workflow, spec_digest, business_key, state, status, version, "
             "input, context, created_at, updated_at) SELECT 'run_' || g, 'refund', "
             f"'{DIGEST}', 'T-' || g, 'proposed', 'running', 1, '{{}}', '{{}}', g, g "
-            "FROM generate_series(1, 20000) AS g"
+            f"FROM generate_series(1, {int(count)}) AS g"
         )
         conn.exec_driver_sql("ANALYZE runs")
+
+
+def _claim_from_a_backlog(store: Store) -> None:
+    _runnable_runs(store, 20000)
     assert isinstance(store._writer, PostgresWriter)
     claim_sql = store._writer.statements.claim_sql
     sql = claim_sql % {
@@ -1045,13 +1051,7 @@ def test_a_claim_commits_without_waiting_for_the_disk_and_nothing_after_it_does(
     and a claimed run is claimed."""
     store = Store(postgres_url())
     try:
-        store.save_spec(DIGEST, "refund", 1, "1", "text\n", T0)
-        with store.engine.begin() as conn:
-            conn.exec_driver_sql(
-                "INSERT INTO runs (id, workflow, spec_digest, business_key, state, status, "
-                "version, input, context, created_at, updated_at) VALUES ('run_1', 'refund', "
-                f"'{DIGEST}', 'T-1', 'proposed', 'running', 1, '{{}}', '{{}}', 1, 1)"
-            )
+        _runnable_runs(store, 1)
         assert isinstance(store._writer, PostgresWriter)
         params = {"now": 1e12, "limit": 1, "owner": "me", "seconds": 30.0, "skip": []}
         with store.engine.connect() as conn:
