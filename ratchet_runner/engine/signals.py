@@ -43,12 +43,17 @@ def send_signal(
     """
     store = runner.store
 
+    def duplicate() -> Outcome | None:
+        """The answer to a signal ID the run has already received, or None."""
+        seen = store.signal(run.id, signal_id)
+        return None if seen is None else _already(run, signal_id, seen.event)
+
     def refused(error: SignalRefused) -> Outcome:
         """A duplicate's answer, or ``error`` raised."""
-        seen = store.signal(run.id, signal_id)
-        if seen is not None:
-            return _already(run, signal_id, seen.event)
-        raise error
+        answer = duplicate()
+        if answer is None:
+            raise error
+        return answer
 
     if run.status in (RunStatus.PAUSED, RunStatus.CANCELLED):
         return refused(
@@ -87,9 +92,9 @@ def send_signal(
         now = runner.decision_now()
         lapsed = expired_pause(runner, run, now)
     if lapsed is not None:  # came after the pause expired, before a worker fired its timer
-        seen = store.signal(run.id, signal_id)
-        if seen is not None:
-            return _already(run, signal_id, seen.event)
+        answer = duplicate()
+        if answer is not None:
+            return answer
         moved, how = apply_expiry(runner, run, spec, lapsed, now, signal=event, signal_id=signal_id)
         raise SignalRefused(
             f"run {run.id} no longer takes {event!r}: its pause in {run.state!r} expired at "

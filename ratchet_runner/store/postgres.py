@@ -262,9 +262,7 @@ class Statements:
             return None
         if change.new_duplicates:  # no part of the statement writes them: the writer's do
             return None
-        updated = [operation_id for operation_id, _ in change.operation_updates]
-        inserted = {op["operation_id"] for op in change.new_operations}
-        if len(set(updated)) != len(updated) or inserted.intersection(updated):
+        if change.writes_an_operation_twice():
             return None
         return (
             change.lease_token is not None,

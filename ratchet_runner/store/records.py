@@ -354,6 +354,13 @@ class Change:
         for found in self.new_duplicates:
             yield "duplicates", dict(found), "duplicate"
 
+    def writes_an_operation_twice(self) -> bool:
+        """Whether two of its writes are to one operation (two updates, or an insert and an
+        update): what a one-statement commit cannot order, on either database."""
+        updated = [operation_id for operation_id, _ in self.operation_updates]
+        inserted = {op["operation_id"] for op in self.new_operations}
+        return len(set(updated)) != len(updated) or bool(inserted.intersection(updated))
+
     def preview(self, base: RunRecord) -> RunRecord:
         """The run as this change will leave it, if ``base`` is the run it applies to (a leased
         commit that takes the run out of ``running`` releases the lease with it)."""

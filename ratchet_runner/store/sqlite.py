@@ -79,7 +79,7 @@ class SQLiteWriter(Writer):
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         event.listen(engine, "begin", _begin_immediately_when_writing)
         super().__init__(engine, dialect, clock)
-        #: How each column a change's JSON arrays carry is written (None: as it is).
+        #: How each operation's column binds its value (None: as it is), and the run's context.
         self._write_value: dict[str, Callable[[Any], Any] | None] = {
             column.name: column.type._cached_bind_processor(engine.dialect)
             for column in operations.columns
@@ -97,26 +97,23 @@ class SQLiteWriter(Writer):
 
     def commit(self, change: Change, after: RunRecord, *, wake: bool = False) -> None:
         """Apply ``change`` in one statement where the trigger writes it (the module says
-        which), else as any writer does."""
+        which), else as any writer does, a statement each; in one transaction either way."""
         params = self.one_statement(change, after)
-        if params is None:
-            super().commit(change, after, wake=wake)
-            return
         with recording(), self._write_hot() as conn:
-            if not conn.info.get(_VIEW_MADE):
-                params = None  # a connection that refuses writes: the statements say why
-            else:
-                try:
-                    conn.exec_driver_sql(_COMMIT, params)
-                except IntegrityError as exc:
-                    if REFUSED not in str(exc.orig):
-                        raise
-                    fenced = change.lease_token is not None and change.take_lease is None
-                    self._refused(conn, change, fenced)
-                if attempt_in(change.events):  # checks the incarnation in the same statement
-                    self.sequence = count_attempt(conn, self.incarnation)
-        if params is None:
-            super().commit(change, after, wake=wake)
+            if params is None or not conn.info.get(_VIEW_MADE):  # no view: refuses writes
+                self._commit_in(conn, change, after, wake)
+                return
+            try:
+                conn.exec_driver_sql(_COMMIT, params)
+            except IntegrityError as exc:
+                if REFUSED not in str(exc.orig):
+                    raise
+                fenced = change.lease_token is not None and change.take_lease is None
+                self._refused(conn, change, fenced)
+            if attempt_in(change.events):  # checks the incarnation in the same statement
+                self.sequence = count_attempt(conn, self.incarnation)
+            if wake:
+                self._notify_in(conn)
 
     def one_statement(self, change: Change, after: RunRecord) -> tuple[Any, ...] | None:
         """The parameters of ``INSERT INTO ratchet_commit`` that apply ``change``, or None
@@ -135,15 +132,11 @@ class SQLiteWriter(Writer):
         out, into = tallies.moves(change, before, after) if before else (False, False)
         if out:
             return None
-        updated = [operation_id for operation_id, _ in change.operation_updates]
-        if len(set(updated)) != len(updated) or any(
-            op["operation_id"] in updated for op in change.new_operations
-        ):
-            return None
         if (
             len(change.events) > HISTORY_ROWS
             or len(change.new_operations) > 1
             or len(change.operation_updates) > 1
+            or change.writes_an_operation_twice()
         ):
             return None
         write = self._write_value

@@ -364,38 +364,42 @@ class Writer:
         """Apply ``change``, which moves the run from ``change.base`` to ``after``, in one
         transaction (``wake``: the other processes' workers are told when it commits), with the
         ended runs' tallies when it ends the run or takes it back (:mod:`.tallies`)."""
+        with recording(), self._write_hot() as conn:
+            self._commit_in(conn, change, after, wake)
+
+    def _commit_in(self, conn: Executes, change: Change, after: RunRecord, wake: bool) -> None:
+        """Within a write transaction: :meth:`commit`'s writes, a statement each."""
         taking = change.take_lease is not None
         fenced = change.lease_token is not None
         owner, seconds = change.take_lease or (None, None)
-        with recording(), self._write_hot() as conn:
-            result = conn.execute(
-                self._cas_take if taking else self._cas_leased if fenced else self._cas_free,
-                {
-                    "b_owner": owner,
-                    "b_seconds": seconds,
-                    "b_token": change.lease_token,
-                    "b_id": change.run_id,
-                    "b_version": change.expected_version,
-                    "n_version": after.version,
-                    "n_state": after.state,
-                    "n_status": after.status,
-                    "n_context": after.context,
-                    "n_updated_at": change.at,
-                    "n_wake_at": after.wake_at,
-                    "n_spec_digest": after.spec_digest,
-                },
-            )
-            if result.rowcount != 1:
-                self._refused(conn, change, fenced and not taking)
-            before = change.base
-            out, into = tallies.moves(change, before, after) if before else (False, False)
-            if out and before is not None:
-                tallies.shift(conn, before, before.status, -1)
-            self._apply(conn, change, after.version)
-            if into:
-                tallies.shift(conn, after, after.status, 1)
-            if wake:
-                self._notify_in(conn)
+        result = conn.execute(
+            self._cas_take if taking else self._cas_leased if fenced else self._cas_free,
+            {
+                "b_owner": owner,
+                "b_seconds": seconds,
+                "b_token": change.lease_token,
+                "b_id": change.run_id,
+                "b_version": change.expected_version,
+                "n_version": after.version,
+                "n_state": after.state,
+                "n_status": after.status,
+                "n_context": after.context,
+                "n_updated_at": change.at,
+                "n_wake_at": after.wake_at,
+                "n_spec_digest": after.spec_digest,
+            },
+        )
+        if result.rowcount != 1:
+            self._refused(conn, change, fenced and not taking)
+        before = change.base
+        out, into = tallies.moves(change, before, after) if before else (False, False)
+        if out and before is not None:
+            tallies.shift(conn, before, before.status, -1)
+        self._apply(conn, change, after.version)
+        if into:
+            tallies.shift(conn, after, after.status, 1)
+        if wake:
+            self._notify_in(conn)
 
     def _refused(self, conn: Executes, change: Change, fenced: bool) -> None:
         """Raise why the compare-and-set of ``change`` matched no row (an attempt's: the store

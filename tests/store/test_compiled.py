@@ -25,6 +25,7 @@ from ratchet_runner.engine.runner import Runner
 from ratchet_runner.errors import (
     DuplicateOperation,
     LeaseLost,
+    RatchetError,
     RunNotFound,
     StoreError,
     VersionConflict,
@@ -258,6 +259,36 @@ def test_a_failing_statement_rolls_the_whole_commit_back(sqlite_store: Store) ->
     again = Change(done.id, done.version - 1, 1.0)
     with pytest.raises(VersionConflict, match="has moved on"):
         sqlite_store.commit(again)
+
+
+def test_a_new_operation_with_other_columns_goes_through_the_statements(
+    sqlite_store: Store,
+) -> None:
+    """A new operation whose columns are not the table's (here one missing and one unknown, as
+    many as the table's) is not the trigger's to write: the statements write it, and their
+    refusal is the store's error (it was a ``KeyError`` from the trigger's parameters)."""
+    spec, spec_text = load_spec(THREE), THREE.read_text(encoding="utf-8")
+    runner = Runner(sqlite_store, lambda _: NoopAdapter())
+    run, _ = runner.start(spec, spec_text, {"key": "K-7"})
+    change = Change(run.id, run.version, 1.0)
+    change.new_operations.append(
+        {
+            "operation_id": "op-without-a-fingerprint",
+            "effect": "first",
+            "role": "forward",
+            "args": {},
+            "status": "pending",
+            "attempts": 1,
+            "note": "not a column",
+        }  # type: ignore[typeddict-item]
+    )
+    writer = sqlite_store._writer
+    assert isinstance(writer, SQLiteWriter)
+    assert writer.one_statement(change, change.preview(run)) is None
+
+    with pytest.raises(RatchetError, match=r"NOT NULL constraint failed: operations\.fingerprint"):
+        sqlite_store.commit(change)
+    assert sqlite_store.get_run(run.id).version == run.version
 
 
 @pytest.mark.parametrize("observed", [False, True], ids=["driver", "sqlalchemy"])
