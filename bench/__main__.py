@@ -13,6 +13,7 @@ from bench import (
     bench_check,
     bench_cli,
     bench_cpu,
+    bench_history,
     bench_hostile,
     bench_http,
     bench_pool,
@@ -38,6 +39,7 @@ BENCHMARKS = {
     "wake": bench_wake.run,
     "serve": bench_serve.run,
     "stats": bench_stats.run,
+    "history": bench_history.run,
 }
 
 

@@ -40,7 +40,7 @@ from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.engine.runner import Runner
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store.store import Store
-from ratchet_runner.store.tables import events, operations, runs
+from ratchet_runner.store.tables import history, operations, runs
 
 SPEC = ROOT / "bench" / "specs" / "three_effects.yaml"
 PG_URL = os.environ.get("RATCHET_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -65,7 +65,7 @@ def runner_on(store: Store) -> Runner:
 
 def fill(store: Store, count: int, finished_at: float, prefix: str = "fill") -> None:
     """``count`` finished runs of the three-effect workflow, copied from one driven to its end
-    (its runs row, events and operations), each with its own ID, business key and operation
+    (its runs row, history and operations), each with its own ID, business key and operation
     IDs, last changed at ``finished_at``."""
     spec = load_spec(str(SPEC))
     text_ = SPEC.read_text(encoding="utf-8")
@@ -73,9 +73,9 @@ def fill(store: Store, count: int, finished_at: float, prefix: str = "fill") -> 
     assert runner_on(store).advance(template.id).state == "done"
     with store.engine.connect() as conn:
         run_row = dict(conn.execute(select(runs).where(runs.c.id == template.id)).one()._mapping)
-        event_rows = [
+        history_rows = [
             dict(r._mapping)
-            for r in conn.execute(select(events).where(events.c.run_id == template.id))
+            for r in conn.execute(select(history).where(history.c.run_id == template.id))
         ]
         op_rows = [
             dict(r._mapping)
@@ -83,7 +83,7 @@ def fill(store: Store, count: int, finished_at: float, prefix: str = "fill") -> 
         ]
     writer = store.engine.execution_options(ratchet_write=True)
     for start in range(0, count, CHUNK):
-        new_runs, new_events, new_ops = [], [], []
+        new_runs, new_history, new_ops = [], [], []
         for i in range(start, min(count, start + CHUNK)):
             run_id = f"run_{prefix}{i:012d}"
             new_runs.append(
@@ -96,7 +96,7 @@ def fill(store: Store, count: int, finished_at: float, prefix: str = "fill") -> 
                     "updated_at": finished_at,
                 }
             )
-            new_events += [{**e, "id": None, "run_id": run_id} for e in event_rows]
+            new_history += [{**h, "run_id": run_id} for h in history_rows]
             new_ops += [
                 {
                     **o,
@@ -107,11 +107,9 @@ def fill(store: Store, count: int, finished_at: float, prefix: str = "fill") -> 
                 }
                 for o in op_rows
             ]
-        for row in new_events:
-            row.pop("id")
         with writer.begin() as conn:
             conn.execute(insert(runs), new_runs)
-            conn.execute(insert(events), new_events)
+            conn.execute(insert(history), new_history)
             conn.execute(insert(operations), new_ops)
 
 

@@ -3,8 +3,8 @@ million.
 
 Two stores of each kind are filled by :func:`fill`, in the database: one run of the three-effect
 workflow (``bench/specs/three_effects.yaml``) is driven to its end through the runner, then its
-rows (the run, its 16 events, its 3 operations) are copied N times by ``INSERT … SELECT`` over a
-generated series, each copy with its own ID, business key and operation IDs; the ended runs'
+rows (the run, its 5 history rows, its 3 operations) are copied N times by ``INSERT … SELECT``
+over a generated series, each copy with its own ID, business key and operation IDs; the ended runs'
 tallies are counted (:func:`ratchet_runner.store.tallies.recount`, what revision 0005 does) and
 the planner's statistics gathered. Each store then gets the same live runs: 300 started and not
 moved, 20 of them leased to a worker.
@@ -107,9 +107,10 @@ def fill(store: Store, count: int, progress: Callable[[int], None] | None = None
             )
             conn.execute(
                 text(
-                    series + "INSERT INTO events (run_id, version, kind, data, at) "
-                    f"SELECT 'run_fill' || {padded}, e.version, e.kind, e.data, e.at "
-                    "FROM g CROSS JOIN events e WHERE e.run_id = :template ORDER BY g.n, e.id"
+                    series + 'INSERT INTO history (run_id, version, "at", events) '
+                    f"SELECT 'run_fill' || {padded}, h.version, h.at, h.events "
+                    "FROM g CROSS JOIN history h WHERE h.run_id = :template "
+                    "ORDER BY g.n, h.version"
                 ),
                 {"template": template.id},
             )

@@ -3,7 +3,7 @@
 On PostgreSQL a change to a run is one statement::
 
     WITH cas AS (UPDATE runs SET … WHERE id = … AND version = … AND <lease fence> RETURNING id),
-         ev  AS (INSERT INTO events … SELECT … FROM cas, (VALUES …)),
+         ev  AS (INSERT INTO history … SELECT … FROM cas),
          op0 AS (INSERT INTO operations … SELECT … FROM cas),
          up0 AS (UPDATE operations SET … FROM cas WHERE operation_id = …),
          …
@@ -13,8 +13,9 @@ Every other write selects from ``cas``, so when the compare-and-set matches no r
 on, or its lease was lost) nothing at all is written; a constraint violation anywhere aborts the
 whole statement. A single statement is its own transaction, so the commit costs one round trip
 to the server instead of a ``BEGIN``, one per statement and a ``COMMIT``: the same atomicity, a
-third of the waiting. The SQL text depends only on the change's shape (how many events, which
-columns an update sets, …) and is cached, so psycopg prepares it on the server after a few uses.
+third of the waiting. The SQL text depends only on the change's shape (whether it writes
+history, which columns an update sets, …) and is cached, so psycopg prepares it on the server
+after a few uses.
 A new run and a claim (``FOR UPDATE SKIP LOCKED``) are one statement each too. A wake-up
 (:func:`~ratchet_runner.store.bell.wakes`) ends ``SELECT id, pg_notify(:channel, '') FROM cas``:
 the notification is sent when, and only if, the statement commits having written the run.
@@ -44,8 +45,8 @@ from sqlalchemy.exc import DBAPIError
 
 from ..clock import Clock
 from ..words import ENDED
+from . import compact, tallies
 from . import tables as schema
-from . import tallies
 from .compiled import Executes, observed
 from .dialects import Dialect, failures
 from .records import Change, Event, NewRun, NewTimer, RunRecord
@@ -140,7 +141,7 @@ class Tables(NamedTuple):
     """The tables the statements write (the store's own :class:`~sqlalchemy.Table` objects)."""
 
     runs: Table
-    events: Table
+    history: Table
     operations: Table
     approvals: Table
     timers: Table
@@ -148,19 +149,15 @@ class Tables(NamedTuple):
     evidence_keys: Table = schema.evidence_keys
 
 
-def _event_params(history: Sequence[Event]) -> dict[str, Any]:
-    """The parameters of the ``ev`` part: each event's kind and its data as JSON text."""
-    params: dict[str, Any] = {}
-    for i, (kind, data) in enumerate(history):
-        params[f"e{i}_kind"] = kind
-        params[f"e{i}_data"] = json.dumps(data)
-    return params
+def _event_params(events: Sequence[Event]) -> dict[str, Any]:
+    """The parameter of the ``ev`` part: the commit's history row (:mod:`.compact`)."""
+    return {"history": compact.encode(events)} if events else {}
 
 
 #: The shape of a change: everything its SQL text depends on.
 Shape = tuple[
     bool,  # fenced by a lease token
-    int,  # events
+    bool,  # writes history
     int,  # new operations
     tuple[tuple[str, ...], ...],  # columns of each operation update
     bool,  # cancels the timers of a state
@@ -190,7 +187,7 @@ class Statements:
 
     def _parts(
         self,
-        events: int,
+        events: bool,
         new_operations: int,
         updates: tuple[tuple[str, ...], ...],
         cancel: bool,
@@ -206,14 +203,8 @@ class Statements:
         back = f" RETURNING {_TALLIED}" if returning else ""
         if events:
             parts.append(
-                _rows(
-                    "ev",
-                    t.events,
-                    "e",
-                    ("kind", "data"),
-                    events,
-                    {"version": "%(n_version)s::int8", "at": "%(at)s::float8"},
-                )
+                f'ev AS (INSERT INTO {t.history.name} (run_id, version, "at", events) '
+                "SELECT cas.id, %(n_version)s::int8, %(at)s::float8, %(history)s::json FROM cas)"
             )
         if new_operations:
             at = "%(at)s::float8"
@@ -266,7 +257,7 @@ class Statements:
             return None
         return (
             change.lease_token is not None,
-            len(change.events),
+            bool(change.events),
             len(change.new_operations),
             tuple(tuple(sorted(fields)) for _, fields in change.operation_updates),
             change.cancel_timers_of_state is not None,
@@ -401,11 +392,11 @@ class Statements:
         for i, (timer, columns) in enumerate(zip(new_timers, timer_shapes, strict=True)):
             params.update(_row_params(t.timers, f"t{i}", columns, [timer]))
         params.update(_row_params(t.evidence_keys, "k", _KEY_COLUMNS, keys))
-        sql = self._create_sql(len(first_events), timer_shapes, len(keys), channel is not None)
+        sql = self._create_sql(bool(first_events), timer_shapes, len(keys), channel is not None)
         return sql, params
 
     def _build_create(
-        self, events: int, new_timers: tuple[tuple[str, ...], ...], keys: int, wake: bool
+        self, events: bool, new_timers: tuple[tuple[str, ...], ...], keys: int, wake: bool
     ) -> str:
         t = self.t
         columns = ", ".join(map(_quote, self.run_columns))
@@ -443,11 +434,10 @@ class Statements:
             f"lease_expires_at = {DB_NOW} + %(seconds)s::float8 "
             "FROM c, s WHERE runs.id = c.id AND runs.version = c.version "
             "RETURNING runs.*, c.lease_token AS previous_token, c.lease_owner AS previous),\n"
-            'ev AS (INSERT INTO events (run_id, version, kind, data, "at") '
-            "SELECT u.id, u.version, "
+            'ev AS (INSERT INTO history (run_id, version, "at", events) '
+            "SELECT u.id, u.version, %(now)s::float8, json_build_array(json_build_array("
             "CASE WHEN u.previous_token IS NULL THEN 'leased' ELSE 'rescued' END, "
-            "json_build_object('owner', %(owner)s::text, 'previous', u.previous), "
-            "%(now)s::float8 FROM u)\n"
+            f"{compact.LEASED_SHAPE}, %(owner)s::text, u.previous)) FROM u)\n"
             f"SELECT {returned} FROM u ORDER BY u.updated_at, u.id"
         )
 
@@ -515,7 +505,7 @@ class PostgresWriter(Writer):
         self.statements = Statements(
             Tables(
                 schema.runs,
-                schema.events,
+                schema.history,
                 schema.operations,
                 schema.approvals,
                 schema.timers,

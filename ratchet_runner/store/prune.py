@@ -23,13 +23,14 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from ..words import ENDED, EventKind, OperationStatus
 from . import tallies
+from .compact import entries
 from .context import RunContext
 from .records import RunRecord
 from .tables import (
     approvals,
     duplicates,
-    events,
     evidence_keys,
+    history,
     operations,
     runs,
     signals,
@@ -61,16 +62,18 @@ def prune(
             continue
         pruned.append(run.id)
         removed = conn.execute(
-            select(func.count()).select_from(events).where(events.c.run_id == run.id)
+            select(func.coalesce(func.sum(func.json_array_length(history.c.events)), 0)).where(
+                history.c.run_id == run.id
+            )
         ).scalar_one()
-        conn.execute(delete(events).where(events.c.run_id == run.id))
+        conn.execute(delete(history).where(history.c.run_id == run.id))
+        data = {**dict(context.get("pruned") or {}), "events": int(removed)}
         conn.execute(
-            insert(events).values(
+            insert(history).values(
                 run_id=run.id,
                 version=run.version + 1,
-                kind=EventKind.PRUNED,
-                data={**dict(context.get("pruned") or {}), "events": removed},
                 at=now,
+                events=entries([(EventKind.PRUNED, data)]),
             )
         )
     if not pruned:
@@ -106,7 +109,7 @@ def forget(conn: Connection, tombstones: Sequence[RunRecord]) -> list[str]:
     gone = [run.id for run in tombstones if run.id in still]
     if gone:
         tallies.forget(conn, [run for run in tombstones if run.id in still])
-        for table in (events, operations, evidence_keys):
+        for table in (history, operations, evidence_keys):
             conn.execute(delete(table).where(table.c.run_id.in_(gone)))
         conn.execute(delete(runs).where(runs.c.id.in_(gone)))
     return gone

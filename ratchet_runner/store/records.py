@@ -66,6 +66,8 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class EventRecord:
+    """One event of a run's history, as written (``id``: its place in the run's, from 1)."""
+
     id: int
     run_id: str
     version: int
@@ -285,7 +287,7 @@ class NewRun:
         """The rows its creation writes."""
         yield "runs", self.record().__dict__, "run"
         for kind, data in self.history():
-            yield "events", {"kind": kind, "data": data}, f"{kind} event"
+            yield "history", {"events": data}, f"{kind} event"
         for timer in self.timers:
             yield "timers", dict(timer), "timer"
         for row in self.key_rows():
@@ -340,7 +342,7 @@ class Change:
         """The rows it writes, the run as it leaves it (``after``) first."""
         yield "runs", {"state": after.state, "context": after.context}, "run"
         for kind, data in self.events:
-            yield "events", {"kind": kind, "data": data}, f"{kind} event"
+            yield "history", {"events": data}, f"{kind} event"
         for op in self.new_operations:
             yield "operations", dict(op), "operation"
         for _operation_id, fields in self.operation_updates:

@@ -27,8 +27,8 @@ the operation's update, and the tally of a run that ends (:mod:`.tallies`), in t
 row as the writer's own statements write it (every value bound as they bind it, through its
 column's type). A change applies with one ``INSERT INTO ratchet_commit`` where it took five
 statements, the trigger's compiled once with it; an attempt's commit adds one, the store's
-sequence (:func:`~.restores.count_attempt`). The view has a column for each value: up to
-:data:`HISTORY_ROWS` history rows, one new operation and one update. A change with more, or
+sequence (:func:`~.restores.count_attempt`). The view has a column for each value: the
+history row (:mod:`.compact`), one new operation and one update. A change with more, or
 with anything else (approvals, timers, signals, duplicates, taking an ended run back), goes
 through the writer's statements one by one, as does a change on a connection without the view
 (one that refuses writes). The view and its trigger are the connection's own (``TEMP``),
@@ -51,7 +51,6 @@ connection, and the trigger that writes a change in one statement, with the SQL 
 
 from __future__ import annotations
 
-import json
 import random
 import sqlite3
 import time
@@ -64,7 +63,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ..clock import Clock
 from ..words import RunStatus
-from . import tallies
+from . import compact, tallies
 from .compiled import Executes, execute, observed
 from .dialects import SQLITE_BUSY_SECONDS, Dialect, failures
 from .records import Change, RunRecord
@@ -133,8 +132,7 @@ class SQLiteWriter(Writer):
         if out:
             return None
         if (
-            len(change.events) > HISTORY_ROWS
-            or len(change.new_operations) > 1
+            len(change.new_operations) > 1
             or len(change.operation_updates) > 1
             or change.writes_an_operation_twice()
         ):
@@ -157,9 +155,7 @@ class SQLiteWriter(Writer):
             after.workflow if into else None,
             tallies.slot(after.id),
         ]
-        for kind, data in change.events:
-            params += (str(kind), json.dumps(data))
-        params += _NO_HISTORY[len(change.events)]
+        params.append(compact.encode(change.events) if change.events else None)
         if change.new_operations:
             row = {**_NO_OUTCOME, **change.new_operations[0]}
             if row.keys() != _NEW_COLUMN_SET:
@@ -249,10 +245,7 @@ _NEW_COLUMN_SET = frozenset(_NEW_COLUMNS)
 #: the view's ``u_`` column of that name, and its bit in ``u_sets``: which of them it sets.
 _UPDATABLE = tuple(name for name in _NEW_COLUMNS if name != "operation_id")
 _UPDATE_BITS = {name: 1 << i for i, name in enumerate(_UPDATABLE)}
-#: The most history rows one statement writes (a commit's are rarely more than 5).
-HISTORY_ROWS = 8
-#: The parameters of the history rows, the new operation and the update a change has not got.
-_NO_HISTORY = [(None, None) * (HISTORY_ROWS - n) for n in range(HISTORY_ROWS + 1)]
+#: The parameters of the new operation and the update a change has not got.
 _NO_OPERATION = (None,) * len(_NEW_COLUMNS)
 _NO_UPDATE = (None, 0) + (None,) * len(_UPDATABLE)
 
@@ -279,7 +272,7 @@ _COMMIT_COLUMNS = (
     "spec_digest",
     "tally_workflow",
     "tally_slot",
-    *(f"{part}{i}" for i in range(HISTORY_ROWS) for part in ("kind", "data")),
+    "history",
     *(f"o_{name}" for name in _NEW_COLUMNS),
     "u_id",
     "u_sets",
@@ -316,12 +309,6 @@ def _update_column(name: str) -> str:
     return f"{name} = CASE WHEN NEW.u_sets & {_UPDATE_BITS[name]} THEN NEW.u_{name} ELSE {name} END"
 
 
-#: The history rows a change writes, in order: the view's ``kindN``/``dataN`` columns set.
-_HISTORY = " UNION ALL ".join(
-    f"SELECT {i} AS n, NEW.kind{i} AS kind, NEW.data{i} AS data" for i in range(HISTORY_ROWS)
-)
-
-
 _VIEW = "CREATE TEMP VIEW IF NOT EXISTS ratchet_commit AS SELECT " + ", ".join(
     f"NULL AS {column}" for column in _COMMIT_COLUMNS
 )
@@ -337,9 +324,8 @@ INSTEAD OF INSERT ON ratchet_commit BEGIN
     WHEN NEW.token IS NOT NULL THEN lease_token = NEW.token
     ELSE lease_token IS NULL OR lease_expires_at < ratchet_now() END;
   SELECT RAISE(ABORT, '{REFUSED}') WHERE changes() = 0;
-  INSERT INTO events (run_id, version, kind, data, "at")
-    SELECT NEW.run_id, NEW.version, h.kind, h.data, NEW.at FROM ({_HISTORY}) AS h
-    WHERE h.kind IS NOT NULL ORDER BY h.n;
+  INSERT INTO history (run_id, version, "at", events)
+    SELECT NEW.run_id, NEW.version, NEW.at, NEW.history WHERE NEW.history IS NOT NULL;
   INSERT INTO operations (run_id, {", ".join(_NEW_COLUMNS)}, created_at, updated_at)
     SELECT NEW.run_id, {", ".join(f"NEW.o_{name}" for name in _NEW_COLUMNS)}, NEW.at, NEW.at
     WHERE NEW.o_operation_id IS NOT NULL;

@@ -36,6 +36,8 @@ from ..words import ENDED, EventKind, RunStatus
 from . import backup, schema
 from . import restores as incarnations
 from .bell import Bell, arms_soon, bell_for, wakes
+from .compact import HISTORY as _HISTORY
+from .compact import expand, lease_times
 from .context import RunContext
 from .dialects import (
     close_engine,
@@ -71,8 +73,8 @@ from .tables import (
     SPEC_VERSIONS,
     approvals,
     duplicates,
-    events,
     forgettable_runs,
+    history,
     lease_expired,
     meta,
     operations,
@@ -582,11 +584,15 @@ class Store:
             return [str(digest) for (digest,) in conn.execute(LIVE_SPEC_DIGESTS)]
 
     def history(self, run_id: str) -> list[EventRecord]:
+        """The run's events, oldest first, each as it was written (numbered from 1)."""
         with self._read() as conn:
-            rows = conn.execute(
-                select(events).where(events.c.run_id == run_id).order_by(events.c.id)
-            )
-            return [EventRecord(**row._mapping) for row in rows]
+            rows = conn.execute(_HISTORY, {"b_id": run_id}).all()
+        found: list[EventRecord] = []
+        for version, at, entries in rows:
+            where = f"of run {run_id} version {version}"
+            for kind, data, when in expand(entries, at, where):
+                found.append(EventRecord(len(found) + 1, run_id, version, kind, data, when))
+        return found
 
     # -- operations and approvals -----------------------------------------------------------
 
@@ -856,11 +862,6 @@ class Store:
         """Every lease on record, with how long until (or since) it expires by the DB clock, and
         when it was taken (``taken_at``: the time of the run's last ``leased`` or ``rescued``
         event, by the claiming worker's clock)."""
-        taken = (
-            select(func.max(events.c.at))
-            .where(events.c.run_id == runs.c.id, events.c.kind.in_(("leased", "rescued")))
-            .scalar_subquery()
-        )
         query = (
             select(
                 runs.c.id,
@@ -870,13 +871,16 @@ class Store:
                 runs.c.lease_owner,
                 runs.c.lease_expires_at,
                 (runs.c.lease_expires_at - self._db_now).label("left"),
-                taken.label("taken_at"),
             )
             .where(runs.c.lease_token.is_not(None))
             .order_by(runs.c.lease_expires_at)
         )
         with self._read() as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
+            found = [dict(row._mapping) for row in conn.execute(query)]
+            taken = lease_times(conn) if found else {}
+        for lease in found:
+            lease["taken_at"] = taken.get(lease["id"])
+        return found
 
     def status_counts(self) -> dict[str, int]:
         """How many runs have each status (the ended ones from their tallies: :mod:`.tallies`)."""
@@ -905,7 +909,7 @@ class Store:
         with self._read() as conn:
             return {
                 table.name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-                for table in (runs, events, operations, approvals, timers, signals, spec_versions)
+                for table in (runs, history, operations, approvals, timers, signals, spec_versions)
             }
 
     def reset(self) -> None:

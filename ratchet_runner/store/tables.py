@@ -1,7 +1,8 @@
 """The store's tables: their definitions, and creating them when a store is opened.
 
 ``spec_versions`` (the exact text a run started under), ``runs`` (state, version, business key,
-input, context, lease), ``events`` (each run's append-only history, plain JSON), ``operations``
+input, context, lease), ``history`` (each run's append-only history, a row per commit: see
+:mod:`~ratchet_runner.store.compact`), ``operations``
 (one row per operation ID, under a primary key: idempotency is data), ``approvals``, ``timers``,
 ``signals``, ``duplicates`` (each time a lookup found more than one change made under one
 operation ID), ``evidence_keys`` (the input values a spec relates its runs by, for the evidence
@@ -117,14 +118,19 @@ Index(
     postgresql_where=runs.c.lease_token.is_not(None),
 )
 
-events = _run_rows(
-    "events",
+#: A run's history: a row per version of the run (each commit that writes history makes one),
+#: its events in the compact form of :mod:`~ratchet_runner.store.compact`. Clustered by run and
+#: version on SQLite (no row ID, no other index): a run's history is one range of the table.
+history = Table(
+    "history",
+    metadata,
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
     Column("version", Integer, nullable=False),
-    Column("kind", String(40), nullable=False),
-    Column("data", JSON_TYPE, nullable=False),
     Column("at", Float, nullable=False),
+    Column("events", JSON_TYPE, nullable=False),
+    PrimaryKeyConstraint("run_id", "version", name="pk_history"),
+    sqlite_with_rowid=False,
 )
-Index("ix_events_run", events.c.run_id, events.c.id)
 
 operations = Table(
     "operations",
@@ -313,7 +319,7 @@ published = Table(
 #: them in).
 RUN_TABLES = (
     tallies,
-    events,
+    history,
     operations,
     approvals,
     timers,
@@ -457,7 +463,7 @@ def unfit(table: Table, row: Mapping[str, Any], label: str) -> str | None:
             continue
         json, length = check
         if json:
-            problem = unstorable(value, f"{label} {name}")
+            problem = unstorable(value, f"{label} {_SHOWN_AS.get((table.name, name), name)}")
             if problem is not None:
                 return problem
         elif isinstance(value, str):
@@ -466,6 +472,10 @@ def unfit(table: Table, row: Mapping[str, Any], label: str) -> str | None:
             if not value.isascii() and not is_unicode(value):
                 return f"{label} {name} '{shown(value)}' is not valid Unicode (a lone surrogate)"
     return None
+
+
+#: Columns a message names otherwise: an event's data is checked as the history's ``events``.
+_SHOWN_AS = {("history", "events"): "data"}
 
 
 def refuse_unfit(rows: Iterable[tuple[str, Mapping[str, Any], str]]) -> None:

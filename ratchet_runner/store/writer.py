@@ -21,7 +21,6 @@ run, built once.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -53,7 +52,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..words import ENDED, EventKind, RunStatus
-from . import tallies
+from . import compact, tallies
 from .compiled import Executes, Statements
 from .context import RunContext
 from .dialects import Dialect, failures, why
@@ -65,9 +64,9 @@ from .tables import (
     RUN_TABLES,
     approvals,
     duplicates,
-    events,
     evidence_keys,
     free,
+    history,
     meta,
     operations,
     published,
@@ -136,46 +135,36 @@ _RUN_BY_ID = select(runs).where(runs.c.id == bindparam("b_id"))
 _INSERT_RUN = insert(runs)
 
 
-_INSERT_EVENTS = insert(events)
+_INSERT_HISTORY = insert(history)
 
 
-@lru_cache(maxsize=128)
-def _history_sql(rows: int, dialect: str, paramstyle: str) -> str | None:
-    """``INSERT INTO events … VALUES (…), (…)`` for ``rows`` history entries, in the DBAPI's own
-    parameter style (None for a style other than SQLite's and psycopg's)."""
+@lru_cache(maxsize=8)
+def _history_sql(dialect: str, paramstyle: str) -> str | None:
+    """``INSERT INTO history …`` in the DBAPI's own parameter style (None for a style other
+    than SQLite's and psycopg's)."""
     if paramstyle == "qmark":
-        one = "(?, ?, ?, ?, ?)"
+        values = "(?, ?, ?, ?)"
     elif paramstyle in ("format", "pyformat"):
-        one = "(%s, %s, %s, %s::json, %s)" if dialect == "postgresql" else "(%s, %s, %s, %s, %s)"
+        values = "(%s, %s, %s, %s::json)" if dialect == "postgresql" else "(%s, %s, %s, %s)"
     else:
         return None
-    return 'INSERT INTO events (run_id, version, kind, data, "at") VALUES ' + ", ".join(
-        [one] * rows
-    )
+    return f'INSERT INTO history (run_id, version, "at", events) VALUES {values}'
 
 
 def insert_history(
-    conn: Executes, run_id: str, version: int, at: float, history: Sequence[Event]
+    conn: Executes, run_id: str, version: int, at: float, events: Sequence[Event]
 ) -> None:
-    """Within a write transaction: append ``history`` to the run's, of one version and time, in
-    one statement sent to the driver as it is: SQLAlchemy's ``executemany`` is a statement per
-    row on SQLite, and its multi-row insert costs more to bind than the rows do to write. The
-    data is JSON text as the column's type writes it (``json.dumps``); the rows are numbered
-    in the order given."""
-    if not history:
+    """Within a write transaction: the run's history row of ``version`` (the commit's), its
+    ``events`` in the compact form of :mod:`.compact`, sent to the driver as it is (nothing is
+    written for a commit with no events)."""
+    if not events:
         return
-    sql = _history_sql(len(history), conn.dialect.name, conn.dialect.paramstyle)
+    sql = _history_sql(conn.dialect.name, conn.dialect.paramstyle)
     if sql is None:
-        rows = [
-            {"run_id": run_id, "version": version, "kind": kind, "data": data, "at": at}
-            for kind, data in history
-        ]
-        conn.execute(_INSERT_EVENTS, rows)
+        row = {"run_id": run_id, "version": version, "at": at}
+        conn.execute(_INSERT_HISTORY, [{**row, "events": compact.entries(events)}])
         return
-    params: list[Any] = []
-    for kind, data in history:
-        params += (run_id, version, str(kind), json.dumps(data), at)
-    conn.exec_driver_sql(sql, tuple(params))
+    conn.exec_driver_sql(sql, (run_id, version, at, compact.encode(events)))
 
 
 _INSERT_OPERATION = insert(operations)

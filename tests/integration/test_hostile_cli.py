@@ -596,7 +596,7 @@ def test_a_store_with_corrupt_pages_is_refused_with_a_code(
     assert place.url is None
     start_runs(capsys)
     world = world_rows(place.home)
-    corrupt_table(place.home / "ratchet.db", "events")
+    corrupt_table(place.home / "ratchet.db", "history")
     runs = place.runs()
     for args in (
         ("trace", "T-90104"),

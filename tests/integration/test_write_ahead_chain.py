@@ -101,7 +101,7 @@ def test_a_three_effect_run_sends_at_most_twelve_statements(store: Store) -> Non
     if store.dialect.name == "sqlite":
         assert Counter(" ".join(sql.split()[:3]) for sql in writes) == {
             "INSERT INTO runs": 1,
-            "INSERT INTO events": 1,  # the creation's history, all its rows
+            "INSERT INTO history": 1,  # the creation's history
             "INSERT INTO ratchet_commit": 4,  # each commit, whole
             "UPDATE meta SET": 3,  # each attempt counted (restores.py)
         }

@@ -19,7 +19,7 @@ from ratchet_runner.errors import StoreCopiedBack
 from ratchet_runner.store import restores
 from ratchet_runner.store.records import NewRun
 from ratchet_runner.store.store import Store
-from ratchet_runner.store.tables import events, runs
+from ratchet_runner.store.tables import history, runs
 from ratchet_runner.words import RunStatus
 from tests.conftest import postgres_url, run_cli
 from tests.store.test_schema import load_fixture
@@ -75,7 +75,7 @@ def test_a_backup_taken_while_a_writer_commits_is_whole_as_of_one_commit(
     copy = sqlite3.connect(tmp_path / "b.db")
     assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     in_copy = copy.execute("SELECT count(*) FROM runs").fetchone()[0]
-    with_history = copy.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0]
+    with_history = copy.execute("SELECT count(DISTINCT run_id) FROM history").fetchone()[0]
     copy.close()
     assert 0 < in_copy < counted[0]  # the writer went on after the copy was taken
     assert with_history == in_copy  # every run with the history its commit wrote, no more
@@ -183,7 +183,7 @@ def test_a_backup_made_before_revisions_were_kept_is_upgraded_as_it_is_put_back(
         assert len(store.list_runs()) > 3  # the fixture's runs
         assert store.restore_window(time.time()) is not None
         with store.engine.connect() as conn:
-            assert conn.execute(select(func.count()).select_from(events)).scalar()
+            assert conn.execute(select(func.count()).select_from(history)).scalar()
     finally:
         store.close()
     assert not list(tmp_path.glob("ratchet.db.restoring*"))

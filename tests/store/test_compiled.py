@@ -71,6 +71,10 @@ def _rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
             if t not in ("meta", "sqlite_sequence")
         ]
         queries = {table: f'SELECT * FROM "{table}" ORDER BY rowid' for table in tables}
+        queries["history"] = (  # no row IDs: in the order the runs were made
+            "SELECT history.* FROM history JOIN runs ON runs.id = history.run_id "
+            "ORDER BY runs.rowid, history.version"
+        )
         queries["tallies"] = (  # each figure's slot is chosen by the run's ID: summed
             "SELECT workflow, effect, role, status, sum(n), sum(attempts) FROM tallies "
             "GROUP BY workflow, effect, role, status ORDER BY workflow, effect, role, status"

@@ -121,9 +121,9 @@ def test_a_new_store_is_made_at_head_as_the_revisions_would_make_it(
         assert set(keys) >= {"created_at", "store_id", "sequence"}
         assert keys["sequence"] == "0"
         assert len(keys["store_id"]) == 32
-        assert schema.migrate_to(made, "0003") == ["0005→0004", "0004→0003"]  # Alembic's revision
+        assert schema.migrate_to(made, "0003") == ["0006→0005", "0005→0004", "0004→0003"]
         again = BUILT_ON_POSTGRESQL[1:] if store_url.startswith("postgresql") else []
-        assert schema.migrate_to(made, "head") == ["0003→0004", "0004→0005", *again]
+        assert schema.migrate_to(made, "head") == ["0003→0004", "0004→0005", "0005→0006", *again]
     finally:
         made.close()
     if store_url.startswith("sqlite"):
@@ -274,7 +274,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 0  # the first command makes it
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
     built = BUILT_ON_POSTGRESQL if store_url.startswith("postgresql") else []
-    steps = ["none→0001", "0001→0002", "0002→0003", "0003→0004", "0004→0005", *built]
+    steps = ["none→0001", "0001→0002", "0002→0003", "0003→0004", "0004→0005", "0005→0006"]
+    steps += built
     assert json.loads(out)["steps"] == steps
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
     assert f"already at revision {schema.HEAD}" in out
@@ -282,7 +283,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     code, out, _ = run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", store_url)
     assert (code, out.strip()) == (
         0,
-        "downgraded: 0005→0004\ndowngraded: 0004→0003\ndowngraded: 0003→0002\n"
+        "downgraded: 0006→0005\ndowngraded: 0005→0004\ndowngraded: 0004→0003\n"
+        "downgraded: 0003→0002\n"
         "downgraded: 0002→0001",
     )
     assert run_cli(capsys, "db", "check", "--db", store_url)[0] == 1
@@ -290,7 +292,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
         Store(store_url).close()
         assert Path(store_url.removeprefix("sqlite:///") + ".r0001.bak").exists()
     else:  # refused until an operator upgrades it
-        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0005"):
+        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0006"):
             Store(store_url)
         code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
         assert out.splitlines()[0] == "upgraded: 0001→0002"
@@ -301,7 +303,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     code, out, _ = run_cli(capsys, "db", "downgrade", "base", "--yes", "--db", store_url)
     assert (code, out.strip()) == (
         0,
-        "downgraded: 0005→0004\ndowngraded: 0004→0003\ndowngraded: 0003→0002\n"
+        "downgraded: 0006→0005\ndowngraded: 0005→0004\ndowngraded: 0004→0003\n"
+        "downgraded: 0003→0002\n"
         "downgraded: 0002→0001\ndowngraded: 0001→base",
     )
     check = Store(store_url, checked=False)
@@ -316,7 +319,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert f"newer than this Ratchet's {schema.HEAD}" in err
     code, out, _ = run_cli(capsys, "db", "history", "--json")
     revisions = [r["revision"] for r in json.loads(out)["revisions"]]
-    assert revisions == ["0001", "0002", "0003", "0004", "0005"]
+    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006"]
 
 
 def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(

@@ -85,7 +85,7 @@ def analyze(store: Store) -> str:
     database holds other tests' schemas, whose tables a bare ``ANALYZE`` would lock too)."""
     if store.dialect.name == "sqlite":
         return "ANALYZE"
-    return "ANALYZE runs, operations, tallies, events, duplicates"
+    return "ANALYZE runs, operations, tallies, history, duplicates"
 
 
 def statements(store: Store) -> list[tuple[str, Any]]:

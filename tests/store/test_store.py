@@ -721,6 +721,7 @@ def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: 
             "0002→0003",
             "0003→0004",
             "0004→0005",
+            "0005→0006",
             "built ix_runs_prune",
             "built ix_runs_lease",
             "built ix_operations_unknown",
@@ -912,9 +913,9 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
     """The one-statement form writes every part of a change only when its compare-and-set
     matches; the forms it cannot express exactly go through a transaction."""
     from ratchet_runner.store.postgres import Statements, Tables
-    from ratchet_runner.store.tables import approvals, events, operations, runs, signals, timers
+    from ratchet_runner.store.tables import approvals, history, operations, runs, signals, timers
 
-    statements = Statements(Tables(runs, events, operations, approvals, timers, signals))
+    statements = Statements(Tables(runs, history, operations, approvals, timers, signals))
     change = Change("run_1", 3, T0, lease_token="t" * 32)
     change.event("pending", operation_id="op-1").event("call", attempt=1)
     change.new_operations.append(operation("op-1"))
@@ -924,7 +925,7 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
 
     assert sql.startswith("WITH cas AS (UPDATE runs SET")
     assert "lease_token = %(b_token)s" in sql
-    for part in ("ev AS (INSERT INTO events", "op AS (INSERT INTO operations", "up0 AS (UPDATE"):
+    for part in ("ev AS (INSERT INTO history", "op AS (INSERT INTO operations", "up0 AS (UPDATE"):
         line = next(line for line in sql.splitlines() if part in line)
         assert "FROM cas" in line  # writes nothing unless the compare-and-set matched
     assert params["o0_args"] == json.dumps({"order": "LK-1", "amount": 9.95})
@@ -936,9 +937,9 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
 
 def test_a_new_postgresql_runs_evidence_keys_are_written_by_its_one_statement() -> None:
     from ratchet_runner.store.postgres import Statements, Tables
-    from ratchet_runner.store.tables import approvals, events, operations, runs, signals, timers
+    from ratchet_runner.store.tables import approvals, history, operations, runs, signals, timers
 
-    statements = Statements(Tables(runs, events, operations, approvals, timers, signals))
+    statements = Statements(Tables(runs, history, operations, approvals, timers, signals))
     new = NewRun("run_1", "refund", DIGEST, "T-1", "proposed", "waiting", {}, T0)
     new = replace(new, keys={"input.order": "a" * 64})
     sql, params = statements.create(new.record().__dict__, new.history(), (), None, new.key_rows())

@@ -26,7 +26,8 @@ LAYERS: dict[str, set[str]] = {
     "dialects": {"home"},
     "tallies": {"records", "compiled"},
     "compiled": set(),
-    "prune": {"context", "records", "tables", "tallies"},
+    "compact": {"tables"},
+    "prune": {"context", "records", "tables", "tallies", "compact"},
     "writer": {
         "records",
         "tables",
@@ -37,6 +38,7 @@ LAYERS: dict[str, set[str]] = {
         "restores",
         "tallies",
         "compiled",
+        "compact",
     },
     "restores": {"tables", "compiled"},
     "backup": {"restores"},
@@ -50,6 +52,7 @@ LAYERS: dict[str, set[str]] = {
         "restores",
         "tallies",
         "compiled",
+        "compact",
     },
     "postgres": {
         "records",
@@ -61,6 +64,7 @@ LAYERS: dict[str, set[str]] = {
         "restores",
         "tallies",
         "compiled",
+        "compact",
     },
     "bell": {"records"},
     "watch": {"bell"},
@@ -80,6 +84,7 @@ LAYERS: dict[str, set[str]] = {
         "schema",
         "restores",
         "backup",
+        "compact",
     },
 }
 OUTSIDE = {f"{PACKAGE}.errors", f"{PACKAGE}.clock", f"{PACKAGE}.settings", f"{PACKAGE}.words"}
