@@ -102,14 +102,51 @@ def _busy() -> tuple[int, int] | None:
 
 @dataclass
 class Drain:
-    """Steps per second of a pool draining the queue, and how many cores the machine had busy
-    meanwhile (the workers, their PostgreSQL backends, and anything else running)."""
+    """Steps per second of a pool draining the queue, how many cores the machine had busy
+    meanwhile (the workers, their PostgreSQL backends, and anything else running), and the CPU
+    time per step of the workers' processes and of every PostgreSQL process."""
 
+    workers: int
     rate: float
     cores_busy: float | None
+    worker_cpu_ms: float = 0.0
+    server_cpu_ms: float = 0.0
+
+
+#: Clock ticks per second of ``/proc``'s CPU times.
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user and system) the processes ``pids`` have used, those still alive."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1]
+        except OSError:
+            continue
+        parts = fields.split()
+        total += int(parts[11]) + int(parts[12])  # utime, stime
+    return total / TICKS
+
+
+def _server_pids() -> list[int]:
+    """Every process of the PostgreSQL server on this machine."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text(encoding="ascii").startswith("postgres"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
 
 
 def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads: int = 1) -> Drain:
+    """``workers`` processes of :mod:`bench.pool_child` draining ``runs`` runs started in the
+    store at ``url``, timed from the moment every one is started and connected; the CPU times
+    read before they let their connections go."""
     spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
     with Session(url) as session:  # the runs to drain, started (not driven: no call is made)
         runner = session.runner(adapters=lambda _: NoopAdapter())
@@ -132,18 +169,22 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
         said = child.stdout.readline().strip() if child.stdout is not None else ""
         if said != "ready":
             raise RuntimeError(f"a benchmark worker did not start: {said!r}")
-    before = _busy()
+    pids, server = [child.pid for child in children], _server_pids()
+    mine, theirs, before = _cpu_of(pids), _cpu_of(server), _busy()
     start = time.time()
     for child in children:
         if child.stdin is not None:
             child.stdin.write("go\n")
             child.stdin.flush()
     finished = []
-    for child in children:
-        out, _ = child.communicate(timeout=900)
-        finished.append(float(out.split()[-1]))
-    elapsed = max(finished) - start
+    for child in children:  # done, and still connected: their backends' CPU is still there
+        said = child.stdout.readline() if child.stdout is not None else ""
+        finished.append(float(said.split()[-1]))
     after = _busy()
+    mine, theirs = _cpu_of(pids) - mine, _cpu_of(server) - theirs
+    for child in children:
+        child.communicate(timeout=60)
+    elapsed = max(finished) - start
     with Session(url) as check:
         left = check.store.status_counts().get("running", 0)
     if left:
@@ -152,7 +193,8 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
     if before is not None and after is not None and after[0] > before[0]:
         total, idle = after[0] - before[0], after[1] - before[1]
         busy = (1 - idle / total) * (os.cpu_count() or 1)
-    return Drain(3 * runs / elapsed, busy)
+    steps = 3 * runs
+    return Drain(workers, steps / elapsed, busy, 1000 * mine / steps, 1000 * theirs / steps)
 
 
 def _claim_seconds(backlog: int, claims: int) -> float:

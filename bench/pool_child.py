@@ -32,8 +32,8 @@ class SlowNoop(NoopAdapter):
 
 def main(url: str, delay_ms: float = 0.0, threads: int = 1) -> None:
     """Get ready (imports, the store's connection), say so, wait for ``go`` on stdin, drain the
-    queue, and print the wall-clock time it finished: the parent times the draining only, not
-    each interpreter's start."""
+    queue, print the wall-clock time it finished (the parent times the draining only, not each
+    interpreter's start), and hold the connection until the next line or the end of stdin."""
     adapter = SlowNoop(delay_ms / 1000) if delay_ms else NoopAdapter()
     with Session(url) as session:
         session.store.status_counts()  # connect now, not on the clock
@@ -46,6 +46,8 @@ def main(url: str, delay_ms: float = 0.0, threads: int = 1) -> None:
         sys.stdin.readline()
         pool.run(until_idle=True)
         print(f"done {time.time()!r}", flush=True)
+        sys.stdin.readline()  # still connected until told (or stdin closes): the parent may
+        # read what its PostgreSQL backend used first
 
 
 if __name__ == "__main__":

@@ -25,3 +25,18 @@ def test_the_cpu_benchmarks_child_says_how_to_run_it(argv: tuple[str, ...]) -> N
     assert "usage: python -m bench.bench_cpu URL RUNS" in done.stderr
     assert "python -m bench cpu" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_scaling_benchmark_says_how_to_run_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_scaling", "--runs", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "usage: python -m bench.bench_scaling" in done.stderr
+    assert "--runs and --rounds must be at least 1" in done.stderr
+    assert "Traceback" not in done.stderr
