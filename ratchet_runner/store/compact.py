@@ -35,7 +35,8 @@ from ..errors import StoreError
 from .tables import history, runs
 
 #: The key sequences a history entry may be written without its keys, by number (see the
-#: module). The commonest events' data, as the engine builds them.
+#: module): the commonest events' data, as the engine builds them (the first eight on every
+#: step; the rest in approvals, waits, retries, undos and operators' actions).
 SHAPES: tuple[tuple[str, ...], ...] = (
     ("state", "business_key", "ratchet_version"),  # created
     ("state", "business_key", "binding", "ratchet_version"),  # created, bound
@@ -45,6 +46,18 @@ SHAPES: tuple[tuple[str, ...], ...] = (
     ("operation_id", "effect", "role", "via", "receipt"),  # done
     ("from", "event", "to"),  # moved
     ("owner", "previous"),  # leased, rescued
+    ("state", "since", "reason", "resumes_on", "expires_at", "proposal", "decided_by"),  # paused
+    ("state", "since", "reason", "resumes_on", "expires_at"),  # paused
+    ("operation_id", "effect", "compensates"),  # compensation_registered
+    ("actor", "role", "action", "digest", "reason", "expires_at", "ratchet_version"),  # approved
+    ("operation_id", "effect", "role", "reason", "evidence"),  # refused, exhausted
+    ("operation_id", "reason"),  # unavailable, timeout
+    ("seconds", "next_attempt"),  # backoff
+    ("action", "actor", "role", "note"),  # operator
+    ("queue", "operator_action"),  # queued
+    ("event", "due_at"),  # timer
+    ("operation_id", "attempts"),  # resumed
+    ("operation_id",),  # reconcile_not_found and others
 )
 _SHAPE_OF = {keys: number for number, keys in enumerate(SHAPES)}
 #: The shape of a claim's ``leased`` or ``rescued`` event, which PostgreSQL's claim writes in SQL.

@@ -230,3 +230,22 @@ def test_the_conversion_keeps_two_times_of_one_version(store: Store) -> None:
 def test_entries_are_what_encode_writes() -> None:
     events: list[tuple[str, dict[str, Any]]] = [("call", {"operation_id": OP_A, "attempt": 2})]
     assert json.loads(encode(events)) == entries(events) == [["call", 4, OP_A, 2]]
+
+
+def test_most_events_of_every_kind_of_run_are_written_without_their_keys(
+    store: Store, tmp_path: Path
+) -> None:
+    """The replay scenarios (approvals, waits, retries, undos, operators' actions): nine events
+    in ten take a shape."""
+    world, clock = PracticeWorld(tmp_path / "practice.db"), FakeClock()
+    runner = Runner(store, lambda a: world.adapter(a.kind), clock, steps=step_for)
+    drive_all(runner, world, clock)
+    with store.engine.connect() as conn:
+        rows = [events for (events,) in conn.execute(text("SELECT events FROM history"))]
+    forms = [
+        type(entry[1]).__name__
+        for events in rows
+        for entry in (json.loads(events) if isinstance(events, str) else events)
+    ]
+    assert len(forms) > 150
+    assert forms.count("dict") < len(forms) / 10, forms.count("dict")
