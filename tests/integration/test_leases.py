@@ -141,17 +141,28 @@ def test_a_worker_frozen_before_its_request_past_its_lease_never_sends_it(
 
     slow = make_runner(interrupt=freeze)
     (run,) = labels(slow, world, 1)
-    reports: list[PassReport] = []
-    frozen = threading.Thread(target=lambda: reports.append(worker_pass(slow, lease_seconds=1.5)))
+    reports: list[PassReport | BaseException] = []
+
+    def frozen_pass() -> None:
+        try:
+            reports.append(worker_pass(slow, lease_seconds=1.5))
+        except BaseException as exc:  # kept for the assertion's message, not swallowed
+            reports.append(exc)
+
+    frozen = threading.Thread(target=frozen_pass)
     frozen.start()
     assert paused.wait(30)
     time.sleep(1.8)  # the lease expires by the database's clock
     rescuer = worker_pass(make_runner())
-    assert [r.state for r in rescuer.advanced] == ["labelled"]
+    said = f"rescuer: {rescuer}; history: {[(e.kind, e.data) for e in store.history(run.id)]}"
+    assert [r.state for r in rescuer.advanced] == ["labelled"], said
     resume.set()
     frozen.join(30)
 
-    assert reports[0].raced == [run.id]  # LeaseLost: dropped the run, sent nothing
+    assert not frozen.is_alive(), said
+    # LeaseLost: dropped the run, sent nothing
+    assert isinstance(reports[0], PassReport), f"{reports[0]!r}; {said}"
+    assert reports[0].raced == [run.id], f"{reports[0]}; {said}"
     assert [c.operation for c in world.changes()] == ["create_label"]
     sent = [c for c in world.calls("create_label") if c["outcome"] != "lookup"]
     assert len(sent) == 1
