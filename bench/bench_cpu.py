@@ -21,121 +21,19 @@ at most 0.35x DBOS's on SQLite and 0.25x on PostgreSQL, backends counted.
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
-
 from bench.bench_pool import DBOS_SCRIPT, _dbos_python, _fresh_pg_database
 from bench.bench_steps import PG_URL, SPEC
-from bench.harness import ROOT, Row, Section
+from bench.harness import ROOT, TICK, Row, Section, ServerWatch, postmaster_of, ticks
 
-TICK = 1e6 / os.sysconf("SC_CLK_TCK")  # µs per clock tick of /proc/<pid>/stat
-POLL = 0.05  # seconds between two readings of the server's processes during a workload
 #: The most of DBOS's CPU per step Ratchet may take, per store (#28).
 CPU_TARGET = {"sqlite": 0.35, "postgresql": 0.25}
-#: A client backend's title: ``postgres: [CLUSTER: ]USER DATABASE HOST(PORT)|[local] ACTIVITY``.
-_CLIENT = re.compile(r"\s(\S+)\s(?:\S+\(\d+\)|\[local\])(?:\s|$)")
-
-
-def _ticks(pid: int) -> int | None:
-    """User + system clock ticks the process ``pid`` has used (all its threads), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat
-
-
-def _children(parent: int) -> list[int]:
-    """The processes whose parent is ``parent``, from every process's ``stat`` (the kernel's
-    ``/proc/PID/task/PID/children`` may miss one while others are forked and reaped)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
-
-
-def _database_of(pid: int) -> str | None:
-    """The database a PostgreSQL client backend serves (from its process title), or None for a
-    process that is not a client backend (the checkpointer, the WAL writer, ...)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            title = cmdline.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    found = _CLIENT.search(title)
-    return found.group(1) if found else None
-
-
-class ServerWatch:
-    """The CPU ticks the PostgreSQL server spends while a workload runs: those of the backends
-    serving ``database`` and those of the rest of the server (the postmaster and its background
-    processes; other databases' backends are left out). A thread reads every process every
-    ``POLL`` seconds, so that a backend that exits before the end is counted up to its last
-    reading, and one that starts after the beginning from its first tick."""
-
-    def __init__(self, postmaster: int, database: str) -> None:
-        self.postmaster, self.database = postmaster, database
-        self.start: dict[int, int] = {}
-        self.last: dict[int, int] = {}
-        self.kind: dict[int, str] = {}  # backend, background or other (another database's)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _read(self) -> dict[int, int]:
-        seen = {}
-        for pid in [self.postmaster, *_children(self.postmaster)]:
-            kind = self.kind.get(pid)
-            if kind is None:
-                database = None if pid == self.postmaster else _database_of(pid)
-                kind = self.kind[pid] = (
-                    "background"
-                    if database is None
-                    else "backend"
-                    if database == self.database
-                    else "other"
-                )
-            ticks = _ticks(pid) if kind != "other" else None
-            if ticks is not None:
-                seen[pid] = ticks
-        return seen
-
-    def begin(self) -> None:
-        self.start = self._read()
-        if not any(self.kind[pid] == "backend" for pid in self.start):
-            raise RuntimeError(f"no backend serves {self.database} before the workload")
-        self.last = dict(self.start)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.wait(POLL):
-            self.last.update(self._read())
-
-    def end(self) -> tuple[float, float, int]:
-        """Stop watching: µs of CPU the backends of the database and the rest of the server
-        spent since :meth:`begin`, and how many backends served the database meanwhile."""
-        self._stop.set()
-        self._thread.join()
-        self.last.update(self._read())
-        spent = {"backend": 0, "background": 0}
-        for pid, ticks in self.last.items():
-            spent[self.kind[pid]] += ticks - self.start.get(pid, 0)
-        backends = sum(1 for pid in self.last if self.kind[pid] == "backend")
-        return spent["backend"] * TICK, spent["background"] * TICK, backends
 
 
 @dataclass
@@ -151,25 +49,6 @@ class Cost:
     @property
     def total(self) -> float:
         return self.worker + self.backends + self.background
-
-
-def postmaster_of(url: str) -> int | None:
-    """The PostgreSQL server's postmaster (the parent of a backend of ours), when the server's
-    processes are on this host and readable."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            backend = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
-            try:
-                with open(f"/proc/{backend}/stat", encoding="ascii") as stat:
-                    pid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                return None
-            # while our backend lives: a server elsewhere may have a process of that number
-            found = _ticks(pid) is not None and backend in _children(pid)
-    finally:
-        engine.dispose()
-    return pid if found else None
 
 
 def measure(
@@ -195,11 +74,11 @@ def measure(
         watch = ServerWatch(postmaster, database) if postmaster is not None else None
         if watch is not None:
             watch.begin()
-        before = _ticks(child.pid)
+        before = ticks(child.pid)
         child.stdin.write("go\n")
         child.stdin.flush()
         rate = float(child.stdout.readline().split()[-1])
-        after = _ticks(child.pid)
+        after = ticks(child.pid)
         backends, background, connections = watch.end() if watch is not None else (0, 0, 0)
         child.stdin.write("exit\n")
         child.stdin.flush()

@@ -18,11 +18,13 @@ its tables with their indexes and TOAST, after ``VACUUM FULL``).
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.bench_steps import SPEC, drive_runs
@@ -90,12 +92,21 @@ def conversion_rate(
         store.close()
 
 
-def measure(
-    runs: int, convert: bool = False
-) -> tuple[float, float, dict[str, float] | None, tuple[int, float, float] | None]:
-    """(bytes per run, an empty store's bytes, bytes per run of each table and index, and with
-    ``convert`` the conversion's events, events per second, and bytes per run at revision
-    0005)."""
+@dataclass
+class Kept:
+    """What a store of finished runs keeps, per run, at this revision and at revision 0005 (the
+    same runs, a row per event), and how fast revision 0006 converted them."""
+
+    per_run: float  # bytes per run
+    empty: float  # an empty store's bytes
+    before: float  # bytes per run at revision 0005
+    events: int  # events converted
+    rate: float  # events converted per second
+    per_table: dict[str, float] | None = None  # bytes per run of each table and index (SQLite)
+
+
+def measure(runs: int) -> Kept:
+    """SQLite: ``runs`` finished runs in a fresh file, vacuumed, against an empty store."""
     with tempfile.TemporaryDirectory() as tmp:
         empty, full = Path(tmp) / "empty.db", Path(tmp) / "full.db"
         fill(empty, 0)
@@ -103,18 +114,15 @@ def measure(
         base = compacted_size(empty)
         size = compacted_size(full)
         tables, fresh = by_table(full), by_table(empty)
-        converted = None
         old_tables: dict[str, int] | None = None
-        if convert:
 
-            def at_0005() -> int:
-                nonlocal old_tables
-                compacted = compacted_size(full)
-                old_tables = by_table(full)
-                return compacted
+        def at_0005() -> int:
+            nonlocal old_tables
+            compacted = compacted_size(full)
+            old_tables = by_table(full)
+            return compacted
 
-            events, rate, before = conversion_rate(full, at_0005)
-            converted = (events, rate, ((before or 0) - base) / runs)
+        events, rate, before = conversion_rate(full, at_0005)
     per_table = None
     if tables is not None and fresh is not None:
         per_table = {
@@ -125,17 +133,17 @@ def measure(
     if per_table is not None and old_tables is not None:  # the history before revision 0006
         per_table["events (revision 0005)"] = old_tables.get("events", 0) / runs
         per_table["ix_events_run (revision 0005)"] = old_tables.get("ix_events_run", 0) / runs
-    return (size - base) / runs, base, per_table, converted
+    per_run, before_per_run = (size - base) / runs, ((before or 0) - base) / runs
+    return Kept(per_run, base, before_per_run, events, rate, per_table)
 
 
 #: The store's tables on PostgreSQL whose size a run adds to.
 PG_TABLES = ("runs", "history", "events", "operations", "evidence_keys", "tallies")
 
 
-def postgres_measure(runs: int) -> tuple[float, float, tuple[int, float]]:
-    """On PostgreSQL, in a fresh database: (bytes per finished run of the store's tables with
-    their indexes and TOAST, after ``VACUUM FULL``, over an empty store's; the same at revision
-    0005; the conversion's events and events per second)."""
+def postgres_measure(runs: int) -> Kept:
+    """PostgreSQL: ``runs`` finished runs in a fresh database, against an empty one: the
+    store's tables with their indexes and TOAST, after ``VACUUM FULL``."""
     from sqlalchemy import create_engine, text
 
     from bench.bench_pool import _fresh_pg_database
@@ -167,69 +175,50 @@ def postgres_measure(runs: int) -> tuple[float, float, tuple[int, float]]:
     empty_size = size(empty)
     per_run = (size(full) - empty_size) / runs
     events, rate, before = conversion_rate(full, lambda: size(full))
-    return per_run, ((before or 0) - empty_size) / runs, (events, rate)
+    return Kept(per_run, empty_size, ((before or 0) - empty_size) / runs, events, rate)
+
+
+def _rows(section: Section, store: str, runs: int, kept: Kept, how: str) -> None:
+    """A store's rows: bytes per run (against the same runs at revision 0005), each table's
+    share where known, and the conversion's rate."""
+    target = f"<= {TARGET_BYTES:,} B" if store == "SQLite" else ""
+    section.rows.append(
+        Row(
+            f"{store}: bytes per finished 3-step run ({runs:,} runs, {how})",
+            kept.per_run,
+            "B",
+            baseline=kept.before,
+            target=target,
+            ok=kept.per_run <= TARGET_BYTES if target else None,
+            digits=0,
+        )
+    )
+    for name, size in (kept.per_table or {}).items():
+        if size >= 1:
+            section.rows.append(Row(f"  of which `{name}`", size, "B", digits=0))
+    section.rows.append(
+        Row(
+            f"{store}: revision 0006, an older store's {kept.events:,} events converted",
+            kept.rate,
+            "events/s",
+            digits=0,
+        )
+    )
 
 
 def run(quick: bool = False, runs: int | None = None, postgres: bool = False) -> Section:
     runs = runs or (500 if quick else RUNS)
-    section = Section.of("History kept per finished run", __doc__, "target")
-    per_run, base, per_table, converted = measure(runs, convert=True)
-    section.rows.append(
-        Row(
-            f"SQLite: bytes per finished 3-step run ({runs:,} runs, vacuumed; an empty store "
-            f"{base / 1024:.0f} KB apart)",
-            per_run,
-            "B",
-            baseline=TARGET_BYTES,
-            target=f"<= {TARGET_BYTES:,} B",
-            ok=per_run <= TARGET_BYTES,
-            digits=0,
-        )
-    )
-    if converted is not None:
-        section.rows.append(
-            Row(
-                "SQLite: the same runs at revision 0005 (a row per event), vacuumed",
-                converted[2],
-                "B",
-                digits=0,
-            )
-        )
-    for name, size in (per_table or {}).items():
-        if size >= 1:
-            section.rows.append(Row(f"  of which `{name}`", size, "B", digits=0))
-    if converted is not None:
-        events, rate, _ = converted
-        section.rows.append(
-            Row(
-                f"revision 0006: an older store's {events:,} events converted",
-                rate,
-                "events/s",
-                digits=0,
-            )
-        )
+    section = Section.of("History kept per finished run", __doc__, "the same runs at 0005")
+    load = os.getloadavg()[0]
+    kept = measure(runs)
+    how = f"vacuumed; an empty store {kept.empty / 1024:.0f} KB apart"
+    _rows(section, "SQLite", runs, kept, how)
     if postgres:
-        pg_per_run, pg_before, (pg_events, pg_rate) = postgres_measure(runs)
-        section.rows.append(
-            Row(
-                f"PostgreSQL: bytes per finished 3-step run ({runs:,} runs, tables with their "
-                "indexes, after VACUUM FULL), against the same runs at revision 0005",
-                pg_per_run,
-                "B",
-                baseline=pg_before,
-                digits=0,
-            )
-        )
-        section.rows.append(
-            Row(
-                f"PostgreSQL: revision 0006, an older store's {pg_events:,} events converted",
-                pg_rate,
-                "events/s",
-                digits=0,
-            )
-        )
-    if per_table is None:
-        section.what += " (this Python's sqlite3 has no dbstat: no table-by-table figures)"
+        how = "the tables with their indexes, after VACUUM FULL"
+        _rows(section, "PostgreSQL", runs, postgres_measure(runs), how)
+    section.what += f" Load average {load:.1f} to {os.getloadavg()[0]:.1f}."
+    if kept.per_table is None:
+        section.what += " (This Python's sqlite3 has no dbstat: no table-by-table figures.)"
     return section
 
 

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from bench.bench_steps import PG_URL, SPEC, step_rate
-from bench.harness import ROOT, Row, Section
+from bench.harness import ROOT, TICK, Row, Section, ServerWatch, postmaster_of, ticks
 from ratchet_runner.adapters.noop import NoopAdapter
 from ratchet_runner.session import Session
 from ratchet_runner.spec.validate import load_spec
@@ -104,7 +104,8 @@ def _busy() -> tuple[int, int] | None:
 class Drain:
     """Steps per second of a pool draining the queue, how many cores the machine had busy
     meanwhile (the workers, their PostgreSQL backends, and anything else running), and the CPU
-    time per step of the workers' processes and of every PostgreSQL process."""
+    time per step of the workers' processes and of the PostgreSQL server (the backends serving
+    the store's database, and the server's own processes)."""
 
     workers: int
     rate: float
@@ -113,40 +114,12 @@ class Drain:
     server_cpu_ms: float = 0.0
 
 
-#: Clock ticks per second of ``/proc``'s CPU times.
-TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _cpu_of(pids: list[int]) -> float:
-    """CPU seconds (user and system) the processes ``pids`` have used, those still alive."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1]
-        except OSError:
-            continue
-        parts = fields.split()
-        total += int(parts[11]) + int(parts[12])  # utime, stime
-    return total / TICKS
-
-
-def _server_pids() -> list[int]:
-    """Every process of the PostgreSQL server on this machine."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text(encoding="ascii").startswith("postgres"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads: int = 1) -> Drain:
     """``workers`` processes of :mod:`bench.pool_child` draining ``runs`` runs started in the
     store at ``url``, timed from the moment every one is started and connected; the CPU times
-    read before they let their connections go."""
+    read before they let their connections go (on PostgreSQL on this host: the backends of the
+    store's database and the server's own processes, :class:`~bench.harness.ServerWatch`)."""
+    postmaster = postmaster_of(url) if make_url(url).get_backend_name() == "postgresql" else None
     spec, spec_text = load_spec(SPEC), SPEC.read_text(encoding="utf-8")
     with Session(url) as session:  # the runs to drain, started (not driven: no call is made)
         runner = session.runner(adapters=lambda _: NoopAdapter())
@@ -169,8 +142,10 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
         said = child.stdout.readline().strip() if child.stdout is not None else ""
         if said != "ready":
             raise RuntimeError(f"a benchmark worker did not start: {said!r}")
-    pids, server = [child.pid for child in children], _server_pids()
-    mine, theirs, before = _cpu_of(pids), _cpu_of(server), _busy()
+    watch = ServerWatch(postmaster, make_url(url).database or "") if postmaster else None
+    if watch is not None:
+        watch.begin()
+    mine, before = [ticks(child.pid) or 0 for child in children], _busy()
     start = time.time()
     for child in children:
         if child.stdin is not None:
@@ -181,7 +156,8 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
         said = child.stdout.readline() if child.stdout is not None else ""
         finished.append(float(said.split()[-1]))
     after = _busy()
-    mine, theirs = _cpu_of(pids) - mine, _cpu_of(server) - theirs
+    worker_us = sum((ticks(c.pid) or 0) - m for c, m in zip(children, mine, strict=True)) * TICK
+    backends, background, _ = watch.end() if watch is not None else (0.0, 0.0, 0)
     for child in children:
         child.communicate(timeout=60)
     elapsed = max(finished) - start
@@ -194,7 +170,8 @@ def _pool_rate(url: str, workers: int, runs: int, delay_ms: float = 0.0, threads
         total, idle = after[0] - before[0], after[1] - before[1]
         busy = (1 - idle / total) * (os.cpu_count() or 1)
     steps = 3 * runs
-    return Drain(workers, steps / elapsed, busy, 1000 * mine / steps, 1000 * theirs / steps)
+    server_us = backends + background
+    return Drain(workers, steps / elapsed, busy, worker_us / steps / 1000, server_us / steps / 1000)
 
 
 def _claim_seconds(backlog: int, claims: int) -> float:

@@ -6,10 +6,11 @@ by default) of the three-effect workflow (``bench/specs/three_effects.yaml``) fr
 database, with the no-op adapter (``bench/pool_child.py``). Timed from the moment every worker is
 started and connected to the moment the last one is done. For each drain: steps per second, the
 machine's busy cores (Linux's ``/proc/stat``: time waiting for the disk counts as idle), and the
-CPU time per step of the workers' processes and of every PostgreSQL process (read from ``/proc``
-before the workers let their connections go). The ratio is the median of the per-round ratios.
-Target (#28): 2 workers at least 1.7x one, and within 85 % of the cap the cores set: cores ÷
-the cores one worker keeps busy.
+CPU time per step of the workers' processes and of the PostgreSQL server (the backends serving
+the drain's database and the server's own processes: :class:`bench.harness.ServerWatch`, read
+from ``/proc`` before the workers let their connections go). The ratio is the median of the
+per-round ratios. Target (#28): 2 workers at least 1.7x one, and within 85 % of the cap the
+cores set: cores ÷ the cores one worker keeps busy.
 
 ``--diagnose`` runs the same rounds again with ``synchronous_commit`` off for the workers'
 sessions: a diagnosis, never a way to run (a commit the server acknowledged could then be lost

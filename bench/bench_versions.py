@@ -24,10 +24,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from bench.bench_cpu import Cost, measure, median, postmaster_of
+from bench.bench_cpu import Cost, measure, median
 from bench.bench_pool import _fresh_pg_database
 from bench.bench_steps import PG_URL
-from bench.harness import ROOT
+from bench.harness import ROOT, postmaster_of
 
 
 def export(revision: str, into: Path) -> Path:

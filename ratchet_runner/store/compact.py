@@ -16,7 +16,9 @@ forms:
 
 :func:`expand` gives back every event's kind, data and time exactly as they were written, keys
 in their order, so ``trace``, ``export`` and replay read what they read before. A 3-step run's
-history is 5 rows instead of 16 and about half the bytes (``bench/bench_history.py``).
+history is 5 rows instead of 16 and under half the bytes (``bench/bench_history.py``). The
+history's two reads are here too: a run's rows (:data:`HISTORY`), and when each lease was taken
+(:func:`lease_times`), which must read the rows to find the claims' events.
 
 :data:`SHAPES` is part of the stored format: append to it, never reorder or change an entry
 (old rows name shapes by number), and a new shape needs a store revision, so that a store is never
@@ -109,7 +111,7 @@ def expand(events: Any, at: float, where: str = "") -> list[tuple[str, dict[str,
         kind, second = entry[0], entry[1]
         if isinstance(second, dict):
             when = entry[2] if len(entry) == 3 else at
-            if len(entry) > 3 or not isinstance(when, int | float):
+            if len(entry) > 3 or type(when) not in (int, float):  # not a bool
                 raise _unreadable(where, f"a {kind} event has more than its data and time")
             out.append((kind, second, float(when)))
             continue

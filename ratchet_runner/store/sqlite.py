@@ -78,7 +78,7 @@ class SQLiteWriter(Writer):
     def __init__(self, engine: Engine, dialect: Dialect, clock: Clock) -> None:
         event.listen(engine, "begin", _begin_immediately_when_writing)
         super().__init__(engine, dialect, clock)
-        #: How each operation's column binds its value (None: as it is), and the run's context.
+        #: How each operation's column binds its value (None: as it is); then the run's context.
         self._write_value: dict[str, Callable[[Any], Any] | None] = {
             column.name: column.type._cached_bind_processor(engine.dialect)
             for column in operations.columns

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from ratchet_runner.errors import StoreError
 from ratchet_runner.review.naive import step_for
 from ratchet_runner.store import schema
 from ratchet_runner.store.compact import SHAPES, encode, entries, expand
+from ratchet_runner.store.records import Change, NewRun
 from ratchet_runner.store.store import Store
+from ratchet_runner.words import RunStatus
 from tests.integration.replay_runs import drive_all
 
 OP_A, OP_B = "a" * 64, "b" * 64
@@ -119,6 +122,7 @@ def test_random_histories_come_back_exactly() -> None:
         ([["call", 4, OP_A]], "has 1 values for 2 keys"),
         ([["call", 4, 0, 1]], "names operation 0"),
         ([["x", {}, "late"]], "more than its data and time"),
+        ([["x", {}, True]], "more than its data and time"),  # a bool is no time
     ],
 )
 def test_a_row_not_in_the_form_is_refused_with_what_is_wrong(row: Any, says: str) -> None:
@@ -249,3 +253,23 @@ def test_most_events_of_every_kind_of_run_are_written_without_their_keys(
     ]
     assert len(forms) > 150
     assert forms.count("dict") < len(forms) / 10, forms.count("dict")
+
+
+def test_a_leases_time_is_its_last_claim_by_the_claiming_workers_clock(store: Store) -> None:
+    """``Store.leases()`` reads ``taken_at`` from the leased runs' history rows (a text pattern
+    first, then the rows read): a claim's ``leased`` row, a rescue's ``rescued`` row (on
+    PostgreSQL built in SQL by the claim's one statement), and not a later event whose data
+    merely holds such a list."""
+    store.save_spec("d" * 64, "w", 1, "1", "name: w", 1.0)
+    store.create_run(NewRun("run_1", "w", "d" * 64, "K-1", "s", RunStatus.RUNNING, {}, 1.0))
+    (first,) = store.claim("w1", 0.05, 1_000.0)
+    assert [(lease["id"], lease["taken_at"]) for lease in store.leases()] == [("run_1", 1_000.0)]
+
+    time.sleep(0.2)  # the lease runs out by the database's clock
+    (rescued,) = store.claim("w2", 60.0, 2_000.0)
+    assert [e.kind for e in store.history("run_1")][-2:] == ["leased", "rescued"]
+    decoy = Change("run_1", rescued.version, 3_000.0, lease_token=rescued.lease_token)
+    store.commit(decoy.event("noted", tags=["leased", "rescued"]))
+
+    assert first.lease_token != rescued.lease_token
+    assert [(lease["id"], lease["taken_at"]) for lease in store.leases()] == [("run_1", 2_000.0)]

@@ -1,5 +1,5 @@
-"""The benchmarks' child scripts, run by hand as ``python -m bench.NAME``: a wrong call says what
-the script is and how to run the benchmark, never a traceback."""
+"""The benchmarks run by hand as ``python -m bench.NAME``: a wrong call says what the script is
+and how to run the benchmark, never a traceback."""
 
 from __future__ import annotations
 
@@ -11,32 +11,44 @@ import pytest
 from tests.conftest import ROOT
 
 
-@pytest.mark.parametrize("argv", [("--help",), (), ("sqlite:///x.db", "many")])
-def test_the_cpu_benchmarks_child_says_how_to_run_it(argv: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("module", "argv", "code", "says"),
+    [
+        *(
+            (
+                "bench_cpu",
+                argv,
+                1,
+                ("usage: python -m bench.bench_cpu URL RUNS", "python -m bench cpu"),
+            )
+            for argv in [("--help",), (), ("sqlite:///x.db", "many")]
+        ),
+        (
+            "bench_scaling",
+            ("--runs", "0"),
+            2,
+            ("usage: python -m bench.bench_scaling", "--runs and --rounds must be at least 1"),
+        ),
+        (
+            "bench_history",
+            ("--runs", "0"),
+            2,
+            ("usage: python -m bench.bench_history", "--runs must be at least 1"),
+        ),
+    ],
+)
+def test_a_wrong_call_says_how_to_run_the_benchmark(
+    module: str, argv: tuple[str, ...], code: int, says: tuple[str, ...]
+) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.bench_cpu", *argv],
+        [sys.executable, "-m", f"bench.{module}", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1
-    assert "usage: python -m bench.bench_cpu URL RUNS" in done.stderr
-    assert "python -m bench cpu" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_the_scaling_benchmark_says_how_to_run_it() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.bench_scaling", "--runs", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert "usage: python -m bench.bench_scaling" in done.stderr
-    assert "--runs and --rounds must be at least 1" in done.stderr
+    assert done.returncode == code
+    for words in says:
+        assert words in done.stderr
     assert "Traceback" not in done.stderr
