@@ -9,8 +9,10 @@ the tables a fresh store already holds (about 30 pages, whatever the number of r
 apart from the runs' share. The no-op adapter's receipt is the operation ID it was sent, so a
 receipt is as long as an operation ID, as a provider's own identifier often is.
 
-Then the same store is taken down to revision 0005 (a row per event, in ``events``) and timed
-back up to the head: how fast revision 0006 converts an older store's history, in events per
+Then the same store is taken down to revision 0006 (every operation named in full, every
+fingerprint stored: the same runs as revision 0006 wrote them) and measured again, then to
+revision 0005 (a row per event, in ``events``) and measured again, and timed back up to the
+head: how fast revisions 0006 and 0007 convert an older store's history, in events per
 second. With ``--postgres``, both again on PostgreSQL in fresh databases (a run's share there:
 its tables with their indexes and TOAST, after ``VACUUM FULL``).
 """
@@ -75,31 +77,36 @@ def by_table(path: Path) -> dict[str, int] | None:
 
 def conversion_rate(
     url: str | Path, size: Callable[[], int] | None = None
-) -> tuple[int, float, int | None]:
-    """(events, events per second, ``size()`` at revision 0005): the store at ``url`` (a path:
-    an SQLite file) taken down to revision 0005, where it holds the same runs as the history
-    held before revision 0006, and timed back up to the head."""
+) -> tuple[int, float, int | None, int | None]:
+    """(events, events per second, ``size()`` at revision 0006, ``size()`` at revision 0005):
+    the store at ``url`` (a path: an SQLite file) taken down to revision 0006, where it holds
+    the same runs as revision 0006 wrote them (every operation named in full, every fingerprint
+    stored), then to revision 0005, where it holds them as the history held them before
+    revision 0006 (a row per event), and timed back up to the head."""
     store = Store(url if isinstance(url, str) else f"sqlite:///{url}")
     try:
+        schema.migrate_to(store, "0006")
+        at_0006 = size() if size is not None else None
         schema.migrate_to(store, "0005")
         with store.engine.connect() as conn:
             events = int(conn.exec_driver_sql("SELECT count(*) FROM events").scalar_one())
-        before = size() if size is not None else None
+        at_0005 = size() if size is not None else None
         start = time.perf_counter()
         schema.migrate_to(store, "head")
-        return events, events / (time.perf_counter() - start), before
+        return events, events / (time.perf_counter() - start), at_0006, at_0005
     finally:
         store.close()
 
 
 @dataclass
 class Kept:
-    """What a store of finished runs keeps, per run, at this revision and at revision 0005 (the
-    same runs, a row per event), and how fast revision 0006 converted them."""
+    """What a store of finished runs keeps, per run, at this revision, at revision 0006 and at
+    revision 0005 (the same runs, a row per event), and how fast they were converted up."""
 
     per_run: float  # bytes per run
     empty: float  # an empty store's bytes
-    before: float  # bytes per run at revision 0005
+    before: float  # bytes per run at revision 0006 (the same runs as it wrote them)
+    oldest: float  # bytes per run at revision 0005 (a row per event)
     events: int  # events converted
     rate: float  # events converted per second
     per_table: dict[str, float] | None = None  # bytes per run of each table and index (SQLite)
@@ -114,15 +121,14 @@ def measure(runs: int) -> Kept:
         base = compacted_size(empty)
         size = compacted_size(full)
         tables, fresh = by_table(full), by_table(empty)
-        old_tables: dict[str, int] | None = None
+        old_tables: list[dict[str, int] | None] = []
 
-        def at_0005() -> int:
-            nonlocal old_tables
+        def measured() -> int:
             compacted = compacted_size(full)
-            old_tables = by_table(full)
+            old_tables.append(by_table(full))
             return compacted
 
-        events, rate, before = conversion_rate(full, at_0005)
+        events, rate, before, oldest = conversion_rate(full, measured)
     per_table = None
     if tables is not None and fresh is not None:
         per_table = {
@@ -130,11 +136,17 @@ def measure(runs: int) -> Kept:
             for name, size_ in sorted(tables.items(), key=lambda kv: -kv[1])
             if size_ - fresh.get(name, 0) > 0
         }
-    if per_table is not None and old_tables is not None:  # the history before revision 0006
-        per_table["events (revision 0005)"] = old_tables.get("events", 0) / runs
-        per_table["ix_events_run (revision 0005)"] = old_tables.get("ix_events_run", 0) / runs
-    per_run, before_per_run = (size - base) / runs, ((before or 0) - base) / runs
-    return Kept(per_run, base, before_per_run, events, rate, per_table)
+    if per_table is not None and len(old_tables) == 2 and None not in old_tables:
+        at_0006, at_0005 = old_tables[0] or {}, old_tables[1] or {}
+        for name in ("history", "operations", "runs"):
+            per_table[f"{name} (revision 0006)"] = at_0006.get(name, 0) / runs
+        per_table["events (revision 0005)"] = at_0005.get("events", 0) / runs
+        per_table["ix_events_run (revision 0005)"] = at_0005.get("ix_events_run", 0) / runs
+    per_run = (size - base) / runs
+    return Kept(
+        per_run, base, ((before or 0) - base) / runs, ((oldest or 0) - base) / runs, events,
+        rate, per_table,
+    )  # fmt: skip
 
 
 #: The store's tables on PostgreSQL whose size a run adds to.
@@ -174,13 +186,16 @@ def postgres_measure(runs: int) -> Kept:
     fill(full, runs)
     empty_size = size(empty)
     per_run = (size(full) - empty_size) / runs
-    events, rate, before = conversion_rate(full, lambda: size(full))
-    return Kept(per_run, empty_size, ((before or 0) - empty_size) / runs, events, rate)
+    events, rate, before, oldest = conversion_rate(full, lambda: size(full))
+    return Kept(
+        per_run, empty_size, ((before or 0) - empty_size) / runs,
+        ((oldest or 0) - empty_size) / runs, events, rate,
+    )  # fmt: skip
 
 
 def _rows(section: Section, store: str, runs: int, kept: Kept, how: str) -> None:
-    """A store's rows: bytes per run (against the same runs at revision 0005), each table's
-    share where known, and the conversion's rate."""
+    """A store's rows: bytes per run (against the same runs at revision 0006, and at 0005),
+    each table's share where known, and the conversion's rate."""
     target = f"<= {TARGET_BYTES:,} B" if store == "SQLite" else ""
     section.rows.append(
         Row(
@@ -193,12 +208,15 @@ def _rows(section: Section, store: str, runs: int, kept: Kept, how: str) -> None
             digits=0,
         )
     )
+    section.rows.append(
+        Row("  the same runs at revision 0005 (a row per event)", kept.oldest, "B", digits=0)
+    )
     for name, size in (kept.per_table or {}).items():
         if size >= 1:
             section.rows.append(Row(f"  of which `{name}`", size, "B", digits=0))
     section.rows.append(
         Row(
-            f"{store}: revision 0006, an older store's {kept.events:,} events converted",
+            f"{store}: revisions 0006 and 0007, an older store's {kept.events:,} events converted",
             kept.rate,
             "events/s",
             digits=0,
@@ -208,7 +226,7 @@ def _rows(section: Section, store: str, runs: int, kept: Kept, how: str) -> None
 
 def run(quick: bool = False, runs: int | None = None, postgres: bool = False) -> Section:
     runs = runs or (500 if quick else RUNS)
-    section = Section.of("History kept per finished run", __doc__, "the same runs at 0005")
+    section = Section.of("History kept per finished run", __doc__, "the same runs at 0006")
     load = os.getloadavg()[0]
     kept = measure(runs)
     how = f"vacuumed; an empty store {kept.empty / 1024:.0f} KB apart"

@@ -193,7 +193,7 @@ def _undo_for(
             "effect": effect,
             "role": UNDO_EXTRA,
             "args": args,
-            "fingerprint": sha256(args),
+            "fingerprint": None,  # that of args, worked out when read
             "status": OperationStatus.REGISTERED,
             "attempts": 0,
             "compensates": op.operation_id,

@@ -22,7 +22,7 @@ from ..store.records import (
 )
 from ..words import EventKind, OperationStatus
 from .budget import count_attempt
-from .identity import compensation_id, describe_action, sha256
+from .identity import compensation_id, describe_action
 
 
 def operation_fields(
@@ -34,7 +34,7 @@ def operation_fields(
         "effect": effect.name,
         "role": role,
         "args": args,
-        "fingerprint": sha256(args),
+        "fingerprint": None,  # that of args, worked out when read
         "status": OperationStatus.PENDING,
         "attempts": attempts,
     }

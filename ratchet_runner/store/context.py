@@ -1,10 +1,14 @@
 """A run's context: what a run keeps beside its state from one move to the next.
 
 The ``runs`` row holds it as plain JSON, and :class:`RunContext` is the type of that JSON: a
-``TypedDict``, so the object a move reads and writes *is* the stored dict. Nothing converts it
-on the way in or out, so a context is stored exactly as it was before it was typed (its keys in
-the order they were written, a key absent or ``null`` as it was) and a row written by any
-earlier Ratchet loads as it is. Every key is optional: a run has what its moves have written.
+``TypedDict``, so the object a move reads and writes *is* the stored dict, its keys in the order
+they were written, a key absent or ``null`` as it was, and a row written by any earlier Ratchet
+loads as it is. One thing is written shorter (from revision 0007): in the lists of operations
+of :data:`BY_PLACE` (``completed``, ``undone``, ...), an operation the run lists in
+``operations`` is stored as its place there (from 0) instead of its 64-character ID
+(:func:`stored`), and read back as its ID (:func:`loaded`): ``operations`` only ever grows at
+its end, so a place names the same operation for good. Every key is optional: a run has what
+its moves have written.
 
 Which module writes each key: the runner (on creation), ``timers``, ``controls``, ``drive``,
 ``approvals``, ``budget``, ``write_ahead``, ``providers``, ``protocol``, ``compensation``,
@@ -149,6 +153,56 @@ class RunContext(TypedDict, total=False):
     duplicate_was: HeldFrom
     #: The undos of extra changes that failed, with why.
     duplicate_undo_failed: dict[str, str]
+
+
+#: The keys of a context that list operations the run lists in ``operations``, stored by place.
+BY_PLACE = ("completed", "undone", "skipped_undo", "cannot_undo")
+
+
+def stored(context: RunContext) -> RunContext:
+    """``context`` as the ``runs`` row holds it: each operation of :data:`BY_PLACE`'s lists
+    that ``operations`` lists as its place there (the others, and every other key, as they
+    are). A new dict where anything is shortened; ``context`` itself is never changed."""
+    listed = context.get("operations")
+    if not listed or not any(context.get(key) for key in BY_PLACE):
+        return context
+    place = {operation_id: i for i, operation_id in enumerate(listed)}
+    short = dict(context)  # the keys in their order
+    for key in BY_PLACE:
+        value = short.get(key)
+        if value and type(value) is list:
+            short[key] = [place.get(item, item) for item in value]
+    return cast(RunContext, short)
+
+
+def loaded(context: RunContext) -> RunContext | None:
+    """``context`` as the ``runs`` row held it, with :data:`BY_PLACE`'s places read back as
+    the operations' IDs: a new dict, or None where none was stored by place. A place that
+    ``operations`` does not have raises ``ValueError``."""
+    for key in BY_PLACE:  # every record read or made passes here: no more than a look
+        value = context.get(key)
+        if value and type(value) is list and int in map(type, value):
+            break
+    else:
+        return None
+    listed = context.get("operations") or []
+
+    def named(item: Any) -> Any:
+        if type(item) is not int:
+            return item
+        if not 0 <= item < len(listed):
+            raise ValueError(f"names operation {item} of the {len(listed)} it lists")
+        return listed[item]
+
+    return cast(
+        RunContext,
+        {
+            key: [named(item) for item in value]
+            if key in BY_PLACE and isinstance(value, list)
+            else value
+            for key, value in context.items()
+        },
+    )
 
 
 def without(context: RunContext, *keys: str) -> RunContext:

@@ -17,6 +17,7 @@ with the store (:func:`close_engine`), each one closed, none left to the garbage
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -49,13 +50,19 @@ CONNECT_TIMEOUT = 10
 SCHEMA_LOCK_IDLE = 5.0
 
 
+#: How the store writes a JSON column: without the spaces after ``,`` and ``:`` (a finished run
+#: keeps about 60 bytes fewer), by one encoder made once (``json.dumps`` with any argument
+#: makes a new one at every call).
+json_text = json.JSONEncoder(separators=(",", ":")).encode
+
+
 class Dialect:
     """How to connect to a database SQLAlchemy knows and Ratchet has no settings for."""
 
     name = "generic"
 
     def engine(self, url: str) -> Engine:
-        return create_engine(url)
+        return create_engine(url, json_serializer=json_text)
 
     def autocommit(self, engine: Engine) -> Engine:
         """The engine single statements outside a write transaction run on (reads)."""
@@ -101,7 +108,9 @@ class SQLite(Dialect):
         self.clock = clock
 
     def engine(self, url: str) -> Engine:
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS})
+        engine = create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, json_serializer=json_text
+        )
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -144,7 +153,7 @@ class PostgreSQL(Dialect):
             parsed = parsed.difference_update_query(["prepare_threshold"])
         if "connect_timeout" not in parsed.query:  # a server that never answers: not forever
             connect_args["connect_timeout"] = CONNECT_TIMEOUT
-        engine = create_engine(parsed, connect_args=connect_args)
+        engine = create_engine(parsed, connect_args=connect_args, json_serializer=json_text)
 
         @event.listens_for(engine, "checkin")
         def _on_checkin(_dbapi_connection: Any, record: Any) -> None:

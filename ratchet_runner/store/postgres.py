@@ -34,7 +34,6 @@ a new run with its evidence keys, a claim) and the writer that sends them.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -48,7 +47,8 @@ from ..words import ENDED
 from . import compact, tallies
 from . import tables as schema
 from .compiled import Executes, observed
-from .dialects import Dialect, failures
+from .context import stored
+from .dialects import Dialect, failures, json_text
 from .records import Change, Event, NewRun, NewTimer, RunRecord
 from .restores import attempt_in
 from .writer import Writer, recording
@@ -96,7 +96,7 @@ def _param(table: Table, name: str, column: str) -> str:
 def bind(table: Table, column: str, value: Any) -> Any:
     """A value as a parameter of ``column``: JSON is sent as its text, cast by the SQL."""
     if isinstance(table.c[column].type, JSON):
-        return json.dumps(value)
+        return json_text(value)
     return value
 
 
@@ -149,9 +149,16 @@ class Tables(NamedTuple):
     evidence_keys: Table = schema.evidence_keys
 
 
-def _event_params(events: Sequence[Event]) -> dict[str, Any]:
-    """The parameter of the ``ev`` part: the commit's history row (:mod:`.compact`)."""
-    return {"history": compact.encode(events)} if events else {}
+def _event_params(
+    events: Sequence[Event], listed: Sequence[str] = (), change: Change | None = None
+) -> dict[str, Any]:
+    """The parameter of the ``ev`` part: the commit's history row (:mod:`.compact`; ``listed``:
+    the run's operations as the commit leaves them; ``change``: the commit, whose receipts
+    stored the row may name)."""
+    if not events:
+        return {}
+    recorded = compact.recorded_in(change.operation_updates) if change is not None else None
+    return {"history": compact.encode(events, listed, recorded)}
 
 
 #: The shape of a change: everything its SQL text depends on.
@@ -289,12 +296,13 @@ class Statements:
             "n_version": after.version,
             "n_state": after.state,
             "n_status": after.status,
-            "n_context": json.dumps(after.context),
+            "n_context": json_text(stored(after.context)),
+            "n_listed": len(compact.listed_in(after.context)),
             "n_wake_at": after.wake_at,
             "n_spec_digest": after.spec_digest,
             "at": change.at,
             "cancel_state": change.cancel_timers_of_state,
-            **_event_params(change.events),
+            **_event_params(change.events, compact.listed_in(after.context), change),
         }
         if ends:
             params["tl_workflow"] = after.workflow
@@ -360,6 +368,7 @@ class Statements:
             "updated_at = %(at)s::float8, wake_at = %(n_wake_at)s::float8, "
             f"spec_digest = %(n_spec_digest)s::text{release} "
             f"WHERE id = %(b_id)s::text AND version = %(b_version)s::int8 AND {fence}{incarnation} "
+            "AND coalesce(json_array_length(context -> 'operations'), 0) <= %(n_listed)s::int8 "
             "RETURNING id)"
         )
         parts = self._parts(
@@ -601,7 +610,7 @@ class PostgresWriter(Writer):
         one[1]["incarnation"] = self.incarnation
         with recording(), self._driven() as conn:
             if conn.exec_driver_sql(*one).first() is None:
-                self._refused(conn, change, change.lease_token is not None)
+                self._refused(conn, change, change.lease_token is not None, after)
 
     def release(self, run_id: str, token: str) -> bool:
         with self._driven() as conn:

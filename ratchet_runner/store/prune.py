@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 
 from ..words import ENDED, EventKind, OperationStatus
 from . import tallies
 from .compact import entries
-from .context import RunContext
-from .records import RunRecord
+from .context import RunContext, stored
+from .records import RunRecord, fingerprint
 from .tables import (
     approvals,
     duplicates,
@@ -56,7 +56,7 @@ def prune(
                 runs.c.pruned_at.is_(None),
                 runs.c.status.in_(tuple(ENDED)),
             )
-            .values(input={}, context=context, pruned_at=now, version=run.version + 1)
+            .values(input={}, context=stored(context), pruned_at=now, version=run.version + 1)
         )
         if moved.rowcount != 1:
             continue
@@ -85,6 +85,18 @@ def prune(
             operations.c.run_id.in_(pruned), operations.c.status != OperationStatus.DONE
         )
     )
+    derived = conn.execute(
+        select(operations.c.operation_id, operations.c.args).where(
+            operations.c.run_id.in_(pruned), operations.c.fingerprint.is_(None)
+        )
+    ).all()
+    if derived:  # the fingerprint of the arguments about to be emptied is kept
+        conn.execute(
+            update(operations)
+            .where(operations.c.operation_id == bindparam("b_id"))
+            .values(fingerprint=bindparam("b_fingerprint")),
+            [{"b_id": i, "b_fingerprint": fingerprint(args)} for i, args in derived],
+        )
     conn.execute(update(operations).where(operations.c.run_id.in_(pruned)).values(args={}))
     return pruned
 

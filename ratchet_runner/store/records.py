@@ -7,16 +7,22 @@ a run, applied atomically by :meth:`ratchet_runner.store.store.Store.commit`), w
 typed: :class:`NewOperation`, :class:`NewCompensation`, :class:`OperationUpdate`,
 :class:`NewApproval`, :class:`NewTimer`, :class:`NewSignal`. The store fills in what every row of
 a change shares (the run's ID, the change's time), so a row carries only what is its own.
+
+Over 400 lines: one concern, the types of what the store reads and writes, each a few lines of
+fields with what each field means; split, a reader would go between files to see one change.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from ..errors import StoreError
 from ..words import EventKind, OperationStatus, RunStatus
-from .context import RunContext
+from .context import RunContext, loaded
 
 #: One entry of a run's history, as a change writes it: its kind and its data (plain JSON).
 Event = tuple[EventKind, dict[str, Any]]
@@ -62,6 +68,14 @@ class RunRecord:
     def __post_init__(self) -> None:
         # A row read back holds the plain word; the record holds the member it is.
         object.__setattr__(self, "status", RunStatus(self.status))
+        if not isinstance(self.context, dict):
+            return
+        try:
+            context = loaded(self.context)
+        except ValueError as exc:
+            raise StoreError(f"the context of run {self.id} cannot be read: {exc}") from None
+        if context is not None:  # operations stored by their place (context.stored)
+            object.__setattr__(self, "context", context)
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,10 @@ class OperationRecord:
     effect: str
     role: str
     args: dict[str, Any]
-    fingerprint: str
+    #: SHA-256 of the arguments' canonical JSON (empty for an undo not begun). Stored only
+    #: where it is not that of ``args`` as they stand (revision 0007: a pruned run's
+    #: operations, whose arguments are emptied); None given is worked out here.
+    fingerprint: str | None
     status: OperationStatus
     attempts: int
     receipt: dict[str, Any] | None
@@ -94,6 +111,17 @@ class OperationRecord:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", OperationStatus(self.status))
+        if self.fingerprint is None:
+            object.__setattr__(self, "fingerprint", fingerprint(self.args))
+
+
+def fingerprint(args: Any) -> str:
+    """The fingerprint of an operation's arguments: SHA-256 of their canonical JSON (sorted
+    keys, no spaces, UTF-8 kept), as :func:`ratchet_runner.engine.identity.sha256` gives it."""
+    return hashlib.sha256(_CANONICAL(args).encode("utf-8")).hexdigest()
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass(frozen=True)
@@ -159,7 +187,8 @@ class NewOperation(TypedDict):
     effect: str
     role: str
     args: dict[str, Any]
-    fingerprint: str
+    #: None: that of ``args`` (:func:`fingerprint`), worked out when the record is read.
+    fingerprint: str | None
     status: OperationStatus
     attempts: int
 
@@ -175,7 +204,7 @@ class OperationUpdate(TypedDict, total=False):
     change's time)."""
 
     args: dict[str, Any]
-    fingerprint: str
+    fingerprint: str | None
     status: OperationStatus
     attempts: int
     receipt: dict[str, Any] | None

@@ -84,7 +84,7 @@ class Store(Protocol):
 #: The table a store's revision is kept in.
 REVISION_TABLE = "ratchet_schema_version"
 #: This code's revisions, oldest first (a test keeps them the migrations folder's).
-REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006")
+REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
 HEAD = REVISIONS[-1]
 #: How long a revision waits for a lock on PostgreSQL before it gives up (and changes nothing).
 LOCK_TIMEOUT_SECONDS = 5

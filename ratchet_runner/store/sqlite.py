@@ -65,6 +65,7 @@ from ..clock import Clock
 from ..words import RunStatus
 from . import compact, tallies
 from .compiled import Executes, execute, observed
+from .context import stored
 from .dialects import SQLITE_BUSY_SECONDS, Dialect, failures
 from .records import Change, RunRecord
 from .restores import attempt_in, count_attempt
@@ -108,7 +109,7 @@ class SQLiteWriter(Writer):
                 if REFUSED not in str(exc.orig):
                     raise
                 fenced = change.lease_token is not None and change.take_lease is None
-                self._refused(conn, change, fenced)
+                self._refused(conn, change, fenced, after)
             if attempt_in(change.events):  # checks the incarnation in the same statement
                 self.sequence = count_attempt(conn, self.incarnation)
             if wake:
@@ -148,14 +149,23 @@ class SQLiteWriter(Writer):
             after.version,
             after.state,
             str(after.status),
-            self._write_context(after.context) if self._write_context else after.context,
+            self._write_context(stored(after.context))
+            if self._write_context
+            else stored(after.context),
             change.at,
             after.wake_at,
             after.spec_digest,
             after.workflow if into else None,
             tallies.slot(after.id),
         ]
-        params.append(compact.encode(change.events) if change.events else None)
+        listed = compact.listed_in(after.context)
+        if change.events:
+            params.append(
+                compact.encode(change.events, listed, compact.recorded_in(change.operation_updates))
+            )
+        else:
+            params.append(None)
+        params.append(len(listed))
         if change.new_operations:
             row = {**_NO_OUTCOME, **change.new_operations[0]}
             if row.keys() != _NEW_COLUMN_SET:
@@ -273,6 +283,7 @@ _COMMIT_COLUMNS = (
     "tally_workflow",
     "tally_slot",
     "history",
+    "listed",
     *(f"o_{name}" for name in _NEW_COLUMNS),
     "u_id",
     "u_sets",
@@ -322,7 +333,8 @@ INSTEAD OF INSERT ON ratchet_commit BEGIN
     WHEN NEW.owner IS NOT NULL THEN lease_token = NEW.token OR lease_token IS NULL
       OR lease_expires_at < ratchet_now()
     WHEN NEW.token IS NOT NULL THEN lease_token = NEW.token
-    ELSE lease_token IS NULL OR lease_expires_at < ratchet_now() END;
+    ELSE lease_token IS NULL OR lease_expires_at < ratchet_now() END
+    AND coalesce(json_array_length(context, '$.operations'), 0) <= NEW.listed;
   SELECT RAISE(ABORT, '{REFUSED}') WHERE changes() = 0;
   INSERT INTO history (run_id, version, "at", events)
     SELECT NEW.run_id, NEW.version, NEW.at, NEW.history WHERE NEW.history IS NOT NULL;

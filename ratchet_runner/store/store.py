@@ -36,8 +36,10 @@ from ..words import ENDED, EventKind, RunStatus
 from . import backup, schema
 from . import restores as incarnations
 from .bell import Bell, arms_soon, bell_for, wakes
+from .compact import CONTEXT as _CONTEXT
 from .compact import HISTORY as _HISTORY
-from .compact import expand, lease_times
+from .compact import RECEIPTS as _RECEIPTS
+from .compact import expand, lease_times, listed_in
 from .context import RunContext
 from .dialects import (
     close_engine,
@@ -587,10 +589,12 @@ class Store:
         """The run's events, oldest first, each as it was written (numbered from 1)."""
         with self._read() as conn:
             rows = conn.execute(_HISTORY, {"b_id": run_id}).all()
+            listed = listed_in(conn.execute(_CONTEXT, {"b_id": run_id}).scalar()) if rows else ()
+            receipts = dict(conn.execute(_RECEIPTS, {"b_id": run_id}).all()) if listed else {}
         found: list[EventRecord] = []
         for version, at, entries in rows:
             where = f"of run {run_id} version {version}"
-            for kind, data, when in expand(entries, at, where):
+            for kind, data, when in expand(entries, at, where, listed, receipts):
                 found.append(EventRecord(len(found) + 1, run_id, version, kind, data, when))
         return found
 

@@ -140,7 +140,7 @@ operations = Table(
     Column("effect", String(200), nullable=False),
     Column("role", String(20), nullable=False),
     Column("args", JSON_TYPE, nullable=False),
-    Column("fingerprint", String(64), nullable=False),
+    Column("fingerprint", String(64)),  # null: that of args (records.fingerprint)
     Column("status", String(20), nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("receipt", JSON_TYPE),

@@ -32,8 +32,10 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
+    Integer,
     bindparam,
     case,
+    func,
     insert,
     or_,
     select,
@@ -54,7 +56,7 @@ from ..errors import (
 from ..words import ENDED, EventKind, RunStatus
 from . import compact, tallies
 from .compiled import Executes, Statements
-from .context import RunContext
+from .context import RunContext, stored
 from .dialects import Dialect, failures, why
 from .prune import forget, prune
 from .records import Change, Event, NewRun, RunRecord
@@ -101,12 +103,25 @@ _RELEASE_UNLESS_RUNNING: dict[str, Any] = {
 _CLEAR_LEASE: dict[str, Any] = dict.fromkeys(("lease_owner", "lease_token", "lease_expires_at"))
 
 
+#: A change keeps every operation the run lists (``operations`` only grows: the history and the
+#: context name them by their place, :mod:`.compact`): one whose context lists fewer than the
+#: stored one does, written over a move it never read, is refused.
+_LISTED_NOW = func.coalesce(func.json_array_length(runs.c.context["operations"]), 0)
+_KEEPS_LISTED = bindparam("n_listed", type_=Integer) >= _LISTED_NOW
+
+
 def _cas_run(*fence: Any, release: bool = False) -> Any:
-    """``UPDATE runs SET … WHERE id = :id AND version = :v`` and the lease condition ``fence``."""
+    """``UPDATE runs SET … WHERE id = :id AND version = :v`` and the lease condition ``fence``
+    (and :data:`_KEEPS_LISTED`)."""
     values = {**_CAS_VALUES, **(_RELEASE_UNLESS_RUNNING if release else _CLEAR_LEASE)}
     return (
         update(runs)
-        .where(runs.c.id == bindparam("b_id"), runs.c.version == bindparam("b_version"), *fence)
+        .where(
+            runs.c.id == bindparam("b_id"),
+            runs.c.version == bindparam("b_version"),
+            _KEEPS_LISTED,
+            *fence,
+        )
         .values(**values)
     )
 
@@ -120,6 +135,7 @@ def _cas_taking(free: Any, now: Any) -> Any:
         .where(
             runs.c.id == bindparam("b_id"),
             runs.c.version == bindparam("b_version"),
+            _KEEPS_LISTED,
             or_(runs.c.lease_token == bindparam("b_token"), free),
         )
         .values(
@@ -152,19 +168,34 @@ def _history_sql(dialect: str, paramstyle: str) -> str | None:
 
 
 def insert_history(
-    conn: Executes, run_id: str, version: int, at: float, events: Sequence[Event]
+    conn: Executes,
+    run_id: str,
+    version: int,
+    at: float,
+    events: Sequence[Event],
+    change: Change | None = None,
 ) -> None:
     """Within a write transaction: the run's history row of ``version`` (the commit's), its
-    ``events`` in the compact form of :mod:`.compact`, sent to the driver as it is (nothing is
+    ``events`` in the compact form of :mod:`.compact` (``change``: the commit's, which names
+    the run's operations and the receipts it stores), sent to the driver as it is (nothing is
     written for a commit with no events)."""
     if not events:
         return
+    listed, recorded = written_with(change) if change is not None else ((), None)
     sql = _history_sql(conn.dialect.name, conn.dialect.paramstyle)
     if sql is None:
         row = {"run_id": run_id, "version": version, "at": at}
-        conn.execute(_INSERT_HISTORY, [{**row, "events": compact.entries(events)}])
+        entries = compact.entries(events, listed, recorded)
+        conn.execute(_INSERT_HISTORY, [{**row, "events": entries}])
         return
-    conn.exec_driver_sql(sql, (run_id, version, at, compact.encode(events)))
+    conn.exec_driver_sql(sql, (run_id, version, at, compact.encode(events, listed, recorded)))
+
+
+def written_with(change: Change) -> tuple[Sequence[str], dict[str, Any]]:
+    """What :mod:`.compact` writes ``change``'s history against: the operations the run lists
+    once it is committed (its context's), and the receipts it stores, by operation ID."""
+    context = change.context if change.context is not None else change.base and change.base.context
+    return compact.listed_in(context or {}), compact.recorded_in(change.operation_updates)
 
 
 _INSERT_OPERATION = insert(operations)
@@ -372,14 +403,15 @@ class Writer:
                 "n_version": after.version,
                 "n_state": after.state,
                 "n_status": after.status,
-                "n_context": after.context,
+                "n_context": stored(after.context),
                 "n_updated_at": change.at,
                 "n_wake_at": after.wake_at,
                 "n_spec_digest": after.spec_digest,
+                "n_listed": len(compact.listed_in(after.context)),
             },
         )
         if result.rowcount != 1:
-            self._refused(conn, change, fenced and not taking)
+            self._refused(conn, change, fenced and not taking, after)
         before = change.base
         out, into = tallies.moves(change, before, after) if before else (False, False)
         if out and before is not None:
@@ -390,9 +422,11 @@ class Writer:
         if wake:
             self._notify_in(conn)
 
-    def _refused(self, conn: Executes, change: Change, fenced: bool) -> None:
-        """Raise why the compare-and-set of ``change`` matched no row (an attempt's: the store
-        may have been put back from a copy since this process read it)."""
+    def _refused(
+        self, conn: Executes, change: Change, fenced: bool, after: RunRecord | None = None
+    ) -> None:
+        """Raise why the compare-and-set of ``change`` (to ``after``) matched no row (an
+        attempt's: the store may have been put back from a copy since this process read it)."""
         if attempt_in(change.events):
             check_incarnation(conn, self.incarnation)
         found = conn.execute(_RUN_BY_ID, {"b_id": change.run_id}).first()
@@ -402,6 +436,14 @@ class Writer:
             raise VersionConflict(
                 f"run {change.run_id} has moved on (version {found.version}, "
                 f"expected {change.expected_version})"
+            )
+        listed = compact.listed_in(found.context)
+        if after is not None and len(listed) > len(compact.listed_in(after.context)):
+            kept = len(compact.listed_in(after.context))
+            raise StoreError(
+                f"run {change.run_id}: the change lists {kept} of the {len(listed)} operations "
+                "the run lists, so it was made from an older read of the run: refused, nothing "
+                "written"
             )
         raise LeaseLost(
             f"run {change.run_id} is leased by {found.lease_owner}"
@@ -420,7 +462,7 @@ class Writer:
     def _apply_change(self, conn: Executes, change: Change, version: int) -> None:
         """The change's own writes."""
         run_id, at = change.run_id, change.at
-        insert_history(conn, run_id, version, at, change.events)
+        insert_history(conn, run_id, version, at, change.events, change)
         for op in change.new_operations:
             row = {"run_id": run_id, "created_at": at, "updated_at": at, **_NO_OUTCOME, **op}
             conn.execute(_INSERT_OPERATION, row)

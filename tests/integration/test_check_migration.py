@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,17 +105,27 @@ def run_all(kill: bool) -> list[migration.MigrationResult]:
         return list(migration.run_cases(checking, checking.cases(), kill=kill))
 
 
+def _blind(keeping_operations: bool) -> Callable[[Store, Change], None]:
+    """A migration's write without its compare-and-set: whatever version the run is at now,
+    another process's move is written over. ``keeping_operations``: the write also lists the
+    operations the run lists now (which the store refuses to lose), so that it goes through."""
+
+    def blind(store: Store, change: Change) -> None:
+        now = store.get_run(change.run_id)
+        change.expected_version = now.version
+        change.base = None
+        if keeping_operations and change.context is not None:
+            change.context = {**change.context, "operations": now.context.get("operations", [])}
+        store.commit(change)
+
+    return blind
+
+
 def test_a_migration_without_compare_and_set_is_caught_where_another_process_raced_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def blind(store: Store, change: Change) -> None:
-        """Whatever version the run is at now: another process's move is written over."""
-        change.expected_version = store.get_run(change.run_id).version
-        change.base = None
-        store.commit(change)
-
     assert all(r.ok for r in run_all(kill=False))  # the same cases, as shipped: all pass
-    monkeypatch.setattr(migrate, "_write", blind)
+    monkeypatch.setattr(migrate, "_write", _blind(keeping_operations=True))
     results = run_all(kill=True)  # the raced windows run in this process, with the blind write
     raced = [r for r in results if r.case.window.startswith("raced:")]
     assert len(raced) == 8
@@ -122,6 +133,22 @@ def test_a_migration_without_compare_and_set_is_caught_where_another_process_rac
         assert "stale_migration" in {v.kind.value for v in result.violations}, result.case
         assert "half_migrated" in {v.kind.value for v in result.violations}, result.case
     assert all(r.ok for r in results if not r.case.window.startswith("raced:"))
+
+
+def test_a_blind_write_that_would_lose_the_runs_operations_is_refused_by_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The racer's move listed an operation the migration's older read did not: the store
+    refuses the write (the history and the context name operations by their place in the
+    list, so it only ever grows), and the check says so in each raced case."""
+    monkeypatch.setattr(migrate, "_write", _blind(keeping_operations=False))
+    results = run_all(kill=True)
+    raced = [r for r in results if r.case.window.startswith("raced:")]
+    assert len(raced) == 8
+    for result in raced:
+        said = [str(v) for v in result.violations if v.kind.value == "resume_failed"]
+        assert said, result.case
+        assert "made from an older read of the run: refused, nothing written" in said[0]
 
 
 def test_a_migration_written_in_two_commits_is_caught_half_migrated_between_them(
@@ -190,12 +217,7 @@ def test_a_new_text_under_the_old_version_numbers_is_refused_before_any_case(
 def test_the_table_names_each_case_and_a_failing_one_says_how_to_run_it_again(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def blind(store: Store, change: Change) -> None:
-        change.expected_version = store.get_run(change.run_id).version
-        change.base = None
-        store.commit(change)
-
-    monkeypatch.setattr(migrate, "_write", blind)
+    monkeypatch.setattr(migrate, "_write", _blind(keeping_operations=True))
     code, out, err = run_cli(
         capsys, "check", REFUND, "--migrate-to", REFUND_V2, "--example", "T-90104"
     )

@@ -277,12 +277,12 @@ def test_a_new_operation_with_other_columns_goes_through_the_statements(
     change = Change(run.id, run.version, 1.0)
     change.new_operations.append(
         {
-            "operation_id": "op-without-a-fingerprint",
+            "operation_id": "op-without-its-attempts",
             "effect": "first",
             "role": "forward",
             "args": {},
+            "fingerprint": None,
             "status": "pending",
-            "attempts": 1,
             "note": "not a column",
         }  # type: ignore[typeddict-item]
     )
@@ -290,7 +290,7 @@ def test_a_new_operation_with_other_columns_goes_through_the_statements(
     assert isinstance(writer, SQLiteWriter)
     assert writer.one_statement(change, change.preview(run)) is None
 
-    with pytest.raises(RatchetError, match=r"NOT NULL constraint failed: operations\.fingerprint"):
+    with pytest.raises(RatchetError, match=r"NOT NULL constraint failed: operations\.attempts"):
         sqlite_store.commit(change)
     assert sqlite_store.get_run(run.id).version == run.version
 

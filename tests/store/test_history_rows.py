@@ -183,9 +183,9 @@ def test_revision_0006_converts_every_event_both_ways_and_loses_nothing(
     before = _histories(store, run_ids)
     assert sum(len(events) for events in before.values()) > 100
 
-    assert schema.migrate_to(store, "0005")[0] == "0006→0005"
+    assert schema.migrate_to(store, "0005")[:2] == ["0007→0006", "0006→0005"]
     assert _old_events(store) == before
-    assert schema.migrate_to(store, "head")[0] == "0005→0006"
+    assert schema.migrate_to(store, "head")[:2] == ["0005→0006", "0006→0007"]
     assert _histories(store, run_ids) == before
     with store.engine.connect() as conn:
         tables = conn.execute(

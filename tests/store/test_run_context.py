@@ -1,6 +1,7 @@
 """A run's context is typed (``RunContext``) and stored as the same JSON it always was: a context
-written before it was typed loads as it was and is written back byte for byte, on SQLite and on
-PostgreSQL.
+written before it was typed loads as it was and, written back, reads back as it was, on SQLite and
+on PostgreSQL; what is stored is its text without spaces, its lists of operations naming those
+the run lists by their place (revision 0007, ``context.stored``).
 
 ``tests/fixtures/contexts-before-typing.jsonl`` holds contexts exactly as the runner stored them
 before the type existed (a saga compensated after a lost reply, a refund decided and escalated,
@@ -13,7 +14,8 @@ import json
 import pytest
 from sqlalchemy import text
 
-from ratchet_runner.store.context import RunContext, without
+from ratchet_runner.store.context import RunContext, stored, without
+from ratchet_runner.store.dialects import json_text
 from ratchet_runner.store.store import Store
 from tests.conftest import ROOT, MakeRunner, spec_and_text
 
@@ -50,7 +52,10 @@ def test_a_context_written_before_it_was_typed_loads_and_is_written_back_the_sam
     change = runner.change(loaded)
     change.context = loaded.context
     store.commit(change)
-    assert _stored(store, run.id) == raw
+    assert json.dumps(store.get_run(run.id).context) == raw
+    assert _stored(store, run.id) == json_text(stored(loaded.context))
+    if '"completed": ["' in raw:  # the saga's: its completed and undone effects by place
+        assert '"completed":[0,' in _stored(store, run.id)
 
 
 def test_every_key_of_a_context_written_before_it_was_typed_is_a_key_of_the_type() -> None:

@@ -121,9 +121,20 @@ def test_a_new_store_is_made_at_head_as_the_revisions_would_make_it(
         assert set(keys) >= {"created_at", "store_id", "sequence"}
         assert keys["sequence"] == "0"
         assert len(keys["store_id"]) == 32
-        assert schema.migrate_to(made, "0003") == ["0006→0005", "0005→0004", "0004→0003"]
+        assert schema.migrate_to(made, "0003") == [
+            "0007→0006",
+            "0006→0005",
+            "0005→0004",
+            "0004→0003",
+        ]
         again = BUILT_ON_POSTGRESQL[1:] if store_url.startswith("postgresql") else []
-        assert schema.migrate_to(made, "head") == ["0003→0004", "0004→0005", "0005→0006", *again]
+        assert schema.migrate_to(made, "head") == [
+            "0003→0004",
+            "0004→0005",
+            "0005→0006",
+            "0006→0007",
+            *again,
+        ]
     finally:
         made.close()
     if store_url.startswith("sqlite"):
@@ -275,6 +286,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url, "--json")
     built = BUILT_ON_POSTGRESQL if store_url.startswith("postgresql") else []
     steps = ["none→0001", "0001→0002", "0002→0003", "0003→0004", "0004→0005", "0005→0006"]
+    steps += ["0006→0007"]
     steps += built
     assert json.loads(out)["steps"] == steps
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
@@ -283,7 +295,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     code, out, _ = run_cli(capsys, "db", "downgrade", "0001", "--yes", "--db", store_url)
     assert (code, out.strip()) == (
         0,
-        "downgraded: 0006→0005\ndowngraded: 0005→0004\ndowngraded: 0004→0003\n"
+        "downgraded: 0007→0006\ndowngraded: 0006→0005\ndowngraded: 0005→0004\n"
+        "downgraded: 0004→0003\n"
         "downgraded: 0003→0002\n"
         "downgraded: 0002→0001",
     )
@@ -292,7 +305,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
         Store(store_url).close()
         assert Path(store_url.removeprefix("sqlite:///") + ".r0001.bak").exists()
     else:  # refused until an operator upgrades it
-        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0006"):
+        with pytest.raises(StoreRevision, match="revision 0001, older than this Ratchet's 0007"):
             Store(store_url)
         code, out, _ = run_cli(capsys, "db", "upgrade", "--db", store_url)
         assert out.splitlines()[0] == "upgraded: 0001→0002"
@@ -303,7 +316,8 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     code, out, _ = run_cli(capsys, "db", "downgrade", "base", "--yes", "--db", store_url)
     assert (code, out.strip()) == (
         0,
-        "downgraded: 0006→0005\ndowngraded: 0005→0004\ndowngraded: 0004→0003\n"
+        "downgraded: 0007→0006\ndowngraded: 0006→0005\ndowngraded: 0005→0004\n"
+        "downgraded: 0004→0003\n"
         "downgraded: 0003→0002\n"
         "downgraded: 0002→0001\ndowngraded: 0001→base",
     )
@@ -319,7 +333,7 @@ def test_ratchet_db_says_where_the_store_stands_and_moves_it(
     assert f"newer than this Ratchet's {schema.HEAD}" in err
     code, out, _ = run_cli(capsys, "db", "history", "--json")
     revisions = [r["revision"] for r in json.loads(out)["revisions"]]
-    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006"]
+    assert revisions == ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
 
 
 def test_a_revision_that_fails_leaves_nothing_of_itself_sqlite_included(

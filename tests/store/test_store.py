@@ -722,6 +722,7 @@ def test_opening_a_store_made_before_the_evidence_keys_table_adds_it(store_url: 
             "0003→0004",
             "0004→0005",
             "0005→0006",
+            "0006→0007",
             "built ix_runs_prune",
             "built ix_runs_lease",
             "built ix_operations_unknown",
@@ -928,7 +929,7 @@ def test_a_postgresql_commit_is_one_statement_and_a_failed_one_writes_nothing() 
     for part in ("ev AS (INSERT INTO history", "op AS (INSERT INTO operations", "up0 AS (UPDATE"):
         line = next(line for line in sql.splitlines() if part in line)
         assert "FROM cas" in line  # writes nothing unless the compare-and-set matched
-    assert params["o0_args"] == json.dumps({"order": "LK-1", "amount": 9.95})
+    assert params["o0_args"] == json.dumps({"order": "LK-1", "amount": 9.95}, separators=(",", ":"))
     assert statements.commit(change, change.preview(base)) is not None
 
     change.consume_approvals.append(7)
