@@ -11,7 +11,10 @@ forms:
   ``k``-th operation the run lists (its context's ``operations``, from 1), so an operation the
   run lists is never written in history at all; ``i`` (0 or more) is the ``i``-th operation ID
   written in full in that place earlier in the same row (from 0), for an operation the run
-  does not list.
+  does not list. Shape :data:`DONE_AS_RECORDED` (from revision 0007, on SQLite) is a
+  ``done`` event whose receipt is the operation's stored receipt's field named last: written
+  only when the same commit stores that very receipt, which is never written over after (a
+  trigger, :data:`~ratchet_runner.store.tables.RECEIPT_ONCE`).
 * ``[kind, data]``: any other event, its data as the engine gave it.
 * ``[kind, data, at]``: the same, at a time other than the row's (only in rows converted from
   an older store's history, where nothing forced one time per version).
@@ -20,13 +23,15 @@ forms:
 in their order, so ``trace``, ``export`` and replay read what they read before. A 3-step run's
 history is 5 rows instead of 16 and under half the bytes (``bench/bench_history.py``). A run's
 ``operations`` only ever grow at their end (``write_ahead.list_operations`` is their one writer,
-and a prune keeps them), so a number written against them names the same operation for good. The
-history's two reads are here too: a run's rows (:data:`HISTORY`), and when each lease was taken
-(:func:`lease_times`), which must read the rows to find the claims' events.
+a prune keeps them, and every commit's compare-and-set refuses a change that lists fewer), so a
+number written against them names the same operation for good. The history's reads are here
+too: a run's rows (:data:`HISTORY`, with :data:`CONTEXT` and :data:`RECEIPTS`, which they may
+name), and when each lease was taken (:func:`lease_times`), which must read the rows to find
+the claims' events.
 
 :data:`SHAPES` is part of the stored format: append to it, never reorder or change an entry
-(old rows name shapes by number), and a new shape needs a store revision, so that a store is never
-read by a version of Ratchet that does not know every shape in it.
+(old rows name shapes by number), and a new shape or form needs a store revision, so that a
+store is never read by a version of Ratchet that does not know every shape in it.
 """
 
 from __future__ import annotations

@@ -149,16 +149,11 @@ class Tables(NamedTuple):
     evidence_keys: Table = schema.evidence_keys
 
 
-def _event_params(
-    events: Sequence[Event], listed: Sequence[str] = (), change: Change | None = None
-) -> dict[str, Any]:
+def _event_params(events: Sequence[Event], listed: Sequence[str] = ()) -> dict[str, Any]:
     """The parameter of the ``ev`` part: the commit's history row (:mod:`.compact`; ``listed``:
-    the run's operations as the commit leaves them; ``change``: the commit, whose receipts
-    stored the row may name)."""
-    if not events:
-        return {}
-    recorded = compact.recorded_in(change.operation_updates) if change is not None else None
-    return {"history": compact.encode(events, listed, recorded)}
+    the run's operations as the commit leaves them; a done event keeps its receipt, which no
+    trigger keeps written once here, :data:`~.tables.RECEIPT_ONCE`)."""
+    return {"history": compact.encode(events, listed)} if events else {}
 
 
 #: The shape of a change: everything its SQL text depends on.
@@ -302,7 +297,7 @@ class Statements:
             "n_spec_digest": after.spec_digest,
             "at": change.at,
             "cancel_state": change.cancel_timers_of_state,
-            **_event_params(change.events, compact.listed_in(after.context), change),
+            **_event_params(change.events, compact.listed_in(after.context)),
         }
         if ends:
             params["tl_workflow"] = after.workflow

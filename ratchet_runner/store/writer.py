@@ -63,6 +63,7 @@ from .records import Change, Event, NewRun, RunRecord
 from .restores import attempt_in, check_incarnation
 from .tables import (
     JSON_TYPE,
+    RECEIPT_ONCE,
     RUN_TABLES,
     approvals,
     duplicates,
@@ -182,6 +183,8 @@ def insert_history(
     if not events:
         return
     listed, recorded = written_with(change) if change is not None else ((), None)
+    if conn.dialect.name != "sqlite":
+        recorded = None  # only SQLite keeps receipts written once (tables.RECEIPT_ONCE)
     sql = _history_sql(conn.dialect.name, conn.dialect.paramstyle)
     if sql is None:
         row = {"run_id": run_id, "version": version, "at": at}
@@ -253,6 +256,8 @@ def recording() -> Iterator[None]:
     try:
         yield
     except IntegrityError as exc:
+        if RECEIPT_ONCE in why(exc):  # a bug of the caller's: nothing was written
+            raise StoreError(f"refused: {why(exc)}; nothing was written") from None
         raise DuplicateOperation(f"already recorded: {why(exc)}") from None
 
 
@@ -440,10 +445,10 @@ class Writer:
         listed = compact.listed_in(found.context)
         if after is not None and len(listed) > len(compact.listed_in(after.context)):
             kept = len(compact.listed_in(after.context))
-            raise StoreError(
-                f"run {change.run_id}: the change lists {kept} of the {len(listed)} operations "
-                "the run lists, so it was made from an older read of the run: refused, nothing "
-                "written"
+            raise VersionConflict(
+                f"run {change.run_id} has moved on: the change lists {kept} of the "
+                f"{len(listed)} operations the run lists, so it was made from an older read of "
+                "the run; nothing was written"
             )
         raise LeaseLost(
             f"run {change.run_id} is leased by {found.lease_owner}"

@@ -18,7 +18,7 @@ from ratchet_runner.adapters.practice import PracticeWorld
 from ratchet_runner.clock import FakeClock
 from ratchet_runner.engine.identity import sha256
 from ratchet_runner.engine.runner import Runner
-from ratchet_runner.errors import StoreError
+from ratchet_runner.errors import StoreError, VersionConflict
 from ratchet_runner.review.naive import step_for
 from ratchet_runner.spec.validate import load_spec
 from ratchet_runner.store import schema
@@ -137,8 +137,9 @@ def test_a_finished_run_names_each_operation_in_history_and_context_only_in_its_
     store: Store,
 ) -> None:
     """The three-effect run's history and context hold no operation ID but the context's
-    ``operations`` (its receipts name them: the no-op adapter's receipt is the ID), and read
-    back with every ID in its place."""
+    ``operations`` and the receipts (the no-op adapter's receipt is the ID), and read back with
+    every ID in its place. On SQLite a done event reads its receipt from the operation's; on
+    PostgreSQL it keeps it (one ID each)."""
     runner = Runner(store, lambda _: NoopAdapter())
     spec = load_spec(THREE)
     run, _ = runner.start(spec, THREE.read_text(encoding="utf-8"), {"key": "K-2"})
@@ -151,7 +152,8 @@ def test_a_finished_run_names_each_operation_in_history_and_context_only_in_its_
             text("SELECT context FROM runs WHERE id = :r"), {"r": done.id}
         ).scalar_one()
     context = json.loads(context) if isinstance(context, str) else context
-    assert not any(i in row for i in ids for row in rows)
+    kept = 0 if store.dialect.name == "sqlite" else 1
+    assert [sum(row.count(i) for row in rows) for i in ids] == [kept] * 3
     assert context["completed"] == [0, 1, 2]
     assert done.context["completed"] == ids
     history = store.history(done.id)
@@ -185,7 +187,8 @@ def test_revision_0007_goes_down_in_full_and_up_again_losing_nothing(
     with store.engine.connect() as conn:
         entries = [e for (row,) in conn.execute(text("SELECT events FROM history"))
                    for e in (json.loads(row) if isinstance(row, str) else row)]  # fmt: skip
-    assert sum(e[1] == DONE_AS_RECORDED for e in entries) > 5
+    recorded = sum(e[1] == DONE_AS_RECORDED for e in entries)
+    assert recorded > 5 if store.dialect.name == "sqlite" else recorded == 0
     assert sum(len(e) > 2 and type(e[1]) is int and e[2] == -1 for e in entries) > 20
 
     assert schema.migrate_to(store, "0006") == ["0007→0006"]
@@ -226,7 +229,7 @@ def test_a_change_that_lists_fewer_operations_than_the_run_is_refused(
     change.context = {**done.context, "operations": listed[:2], "completed": listed[:2]}
     if with_timer:
         change.new_timers.append({"state": "done", "event": "later", "due_at": 9e9})
-    with pytest.raises(StoreError, match="lists 2 of the 3 operations the run lists"):
+    with pytest.raises(VersionConflict, match="has moved on: the change lists 2 of the 3 oper"):
         store.commit(change)
     after = store.get_run(done.id)
     assert after.version == done.version
@@ -235,3 +238,63 @@ def test_a_change_that_lists_fewer_operations_than_the_run_is_refused(
     keeping = runner.change(done)
     keeping.context = {**done.context, "operations": [*listed, OP_A]}
     assert store.commit(keeping).context["operations"] == [*listed, OP_A]  # growing is fine
+
+
+def _overwrite(store: Store, run: RunRecord, with_timer: bool) -> None:
+    """Commit a change that writes another receipt over the run's first operation's."""
+    change = Runner(store, lambda _: NoopAdapter()).change(run)
+    first = run.context["operations"][0]
+    change.operation_updates.append((first, {"receipt": {"id": "another"}}))
+    if with_timer:
+        change.new_timers.append({"state": "done", "event": "later", "due_at": 9e9})
+    store.commit(change)
+
+
+@pytest.mark.parametrize("with_timer", [False, True], ids=["one-statement", "statements"])
+def test_an_operations_receipt_is_written_once(store: Store, with_timer: bool) -> None:
+    """On SQLite the history's done events read an operation's receipt from its record: a
+    receipt written over another is refused (a trigger, whichever statement writes it), nothing
+    is written, and the history reads as before; the same receipt written again is no change.
+    On PostgreSQL done events keep their receipts: the history reads as before either way."""
+    runner = Runner(store, lambda _: NoopAdapter())
+    spec = load_spec(THREE)
+    run, _ = runner.start(spec, THREE.read_text(encoding="utf-8"), {"key": "K-4"})
+    done = runner.advance(run)
+    history, ops = store.history(done.id), store.operations(done.id)
+    if store.dialect.name != "sqlite":
+        _overwrite(store, done, with_timer)
+        assert store.operations(done.id)[0].receipt == {"id": "another"}
+        assert store.history(done.id) == history
+        return
+    with pytest.raises(StoreError, match="the receipt of an operation is written once"):
+        _overwrite(store, done, with_timer)
+    assert store.get_run(done.id).version == done.version
+    assert store.history(done.id) == history
+    assert store.operations(done.id) == ops
+    again = runner.change(done)
+    again.operation_updates.append((ops[0].operation_id, {"receipt": ops[0].receipt}))
+    assert store.commit(again).version == done.version + 1
+
+
+def test_revision_0007_makes_the_receipt_trigger_and_its_downgrade_drops_it(
+    tmp_path: Path,
+) -> None:
+    """SQLite's trigger (PostgreSQL has none: its done events keep their receipts)."""
+    store = Store(f"sqlite:///{tmp_path / 'ratchet.db'}")
+    runner = Runner(store, lambda _: NoopAdapter())
+    spec = load_spec(THREE)
+    run, _ = runner.start(spec, THREE.read_text(encoding="utf-8"), {"key": "K-5"})
+    done = runner.advance(run)
+    schema.migrate_to(store, "0006")
+    with store.engine.begin() as conn:  # 0006 kept no such rule
+        conn.execute(text("UPDATE operations SET receipt = '{}' WHERE run_id = :r"), {"r": done.id})
+        conn.execute(text("UPDATE operations SET receipt = NULL WHERE run_id = :r"), {"r": done.id})
+    schema.migrate_to(store, "head")
+    with store.engine.begin() as conn:  # receipts written where there were none
+        conn.execute(
+            text("UPDATE operations SET receipt = :v WHERE run_id = :r"),
+            {"r": done.id, "v": json.dumps({"id": "first"})},
+        )
+    with pytest.raises(StoreError, match="the receipt of an operation is written once"):
+        _overwrite(store, store.get_run(done.id), with_timer=False)
+    store.close()

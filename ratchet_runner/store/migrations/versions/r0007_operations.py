@@ -10,14 +10,19 @@ From this revision:
   empties the arguments, writes it first;
 * the context's lists of operations (``completed``, ``undone``, ...) name an operation the run
   lists by its place in ``operations`` (:mod:`ratchet_runner.store.context`);
-* the history names an operation the run lists by its place there too, and a ``done`` event
-  whose receipt the same commit stores on the operation reads it from there
+* the history names an operation the run lists by its place there too, and, on SQLite, a
+  ``done`` event whose receipt the same commit stores on the operation reads it from there
   (:mod:`ratchet_runner.store.compact`).
 
+On SQLite an operation's receipt is written once: a trigger (``operations_receipt_once``)
+refuses a receipt written over another, since a done event may read it from there.
+
 Rows written before are read as they are: the upgrade only lets the column be null (on SQLite,
-the operations table is copied; on PostgreSQL, the constraint is dropped) and converts nothing.
+the operations table is copied; on PostgreSQL, the constraint is dropped), makes the trigger (on
+SQLite), and converts nothing.
 Workers of an older version cannot read what this version writes: stop them first. The
-downgrade writes every shortened name, fingerprint and receipt back in full.
+downgrade drops the trigger and writes every shortened name, fingerprint and receipt back in
+full.
 
 Revision ID: 0007
 Revises: 0006
@@ -46,14 +51,28 @@ depends_on = None
 BATCH = 500
 
 
+#: The trigger that writes an operation's receipt once on SQLite, as this revision makes it.
+RECEIPT_ONCE = "ratchet: the receipt of an operation is written once"
+TRIGGER = (
+    "CREATE TRIGGER IF NOT EXISTS operations_receipt_once BEFORE UPDATE OF receipt ON "
+    "operations WHEN coalesce(OLD.receipt, 'null') != 'null' "
+    "AND NEW.receipt IS NOT OLD.receipt "
+    f"BEGIN SELECT RAISE(ABORT, '{RECEIPT_ONCE}'); END"
+)
+
+
 def upgrade() -> None:
     with op.batch_alter_table("operations") as batch:
         batch.alter_column("fingerprint", existing_type=sa.String(length=64), nullable=True)
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(TRIGGER)
 
 
 def downgrade() -> None:
     bind = op.get_bind()
     postgres = bind.dialect.name == "postgresql"
+    if not postgres:
+        op.execute("DROP TRIGGER IF EXISTS operations_receipt_once")
     for ids in _batches(bind):
         _runs_back(bind, ids, "CAST(:c AS json)" if postgres else ":c")
         _history_back(bind, ids, "CAST(:e AS json)" if postgres else ":e")
