@@ -158,21 +158,12 @@ def expand(
     receipts, by operation ID. A row that is not in the module's form, or names an operation
     the run does not list or a receipt not stored, raises :class:`StoreError` (``where`` names
     the row in the message)."""
-    if isinstance(events, str):
-        events = json.loads(events)
-    if not isinstance(events, list):
-        raise _unreadable(where, "its events are not a list")
     out: list[tuple[str, dict[str, Any], float]] = []
     named: list[str] = []
-    for entry in events:
-        if not isinstance(entry, list) or len(entry) < 2 or not isinstance(entry[0], str):
-            raise _unreadable(where, f"an event is not [kind, ...]: {entry!r:.80}")
+    for entry in _entries_of(events, where):
         kind, second = entry[0], entry[1]
         if isinstance(second, dict):
-            when = entry[2] if len(entry) == 3 else at
-            if len(entry) > 3 or type(when) not in (int, float):  # not a bool
-                raise _unreadable(where, f"a {kind} event has more than its data and time")
-            out.append((kind, second, float(when)))
+            out.append((kind, second, _time_of(entry, at, where)))
             continue
         if type(second) is not int or not 0 <= second < len(SHAPES):  # not a bool: true is 1
             raise _unreadable(where, f"a {kind} event names no known shape: {second!r}")
@@ -264,19 +255,30 @@ def lease_times(conn: Connection) -> dict[str, float]:
 
 def _times(events: Any, at: float, where: str) -> list[tuple[str, float]]:
     """A ``history`` row's events as ``(kind, at)``, in order, their data left unread."""
+    return [
+        (entry[0], _time_of(entry, at, where) if isinstance(entry[1], dict) else at)
+        for entry in _entries_of(events, where)
+    ]
+
+
+def _entries_of(events: Any, where: str) -> list[list[Any]]:
+    """A ``history`` row's ``events`` (its text, or parsed), each checked to be ``[kind, ...]``."""
     if isinstance(events, str):
         events = json.loads(events)
     if not isinstance(events, list):
         raise _unreadable(where, "its events are not a list")
-    out: list[tuple[str, float]] = []
     for entry in events:
         if not isinstance(entry, list) or len(entry) < 2 or not isinstance(entry[0], str):
             raise _unreadable(where, f"an event is not [kind, ...]: {entry!r:.80}")
-        when = entry[2] if isinstance(entry[1], dict) and len(entry) == 3 else at
-        if type(when) not in (int, float):  # not a bool
-            raise _unreadable(where, f"a {entry[0]} event has a time that is not a number")
-        out.append((entry[0], float(when)))
-    return out
+    return events
+
+
+def _time_of(entry: list[Any], at: float, where: str) -> float:
+    """The time of a ``[kind, data]`` or ``[kind, data, at]`` entry (``at``: the row's)."""
+    when = entry[2] if len(entry) == 3 else at
+    if len(entry) > 3 or type(when) not in (int, float):  # not a bool
+        raise _unreadable(where, f"a {entry[0]} event has more than its data and time")
+    return float(when)
 
 
 def _unreadable(where: str, why: str) -> StoreError:

@@ -17,6 +17,7 @@ Which module writes each key: the runner (on creation), ``timers``, ``controls``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict, cast
 
 
@@ -167,12 +168,7 @@ def stored(context: RunContext) -> RunContext:
     if not listed or not any(context.get(key) for key in BY_PLACE):
         return context
     place = {operation_id: i for i, operation_id in enumerate(listed)}
-    short = dict(context)  # the keys in their order
-    for key in BY_PLACE:
-        value = short.get(key)
-        if value and type(value) is list:
-            short[key] = [place.get(item, item) for item in value]
-    return cast(RunContext, short)
+    return _each_listed(context, lambda item: place.get(item, item))
 
 
 def loaded(context: RunContext) -> RunContext | None:
@@ -194,15 +190,18 @@ def loaded(context: RunContext) -> RunContext | None:
             raise ValueError(f"names operation {item} of the {len(listed)} it lists")
         return listed[item]
 
-    return cast(
-        RunContext,
-        {
-            key: [named(item) for item in value]
-            if key in BY_PLACE and isinstance(value, list)
-            else value
-            for key, value in context.items()
-        },
-    )
+    return _each_listed(context, named)
+
+
+def _each_listed(context: RunContext, convert: Callable[[Any], Any]) -> RunContext:
+    """A copy of ``context`` (its keys in their order) with ``convert`` applied to each item of
+    :data:`BY_PLACE`'s lists."""
+    copy = dict(context)
+    for key in BY_PLACE:
+        value = copy.get(key)
+        if value and type(value) is list:
+            copy[key] = [convert(item) for item in value]
+    return cast(RunContext, copy)
 
 
 def without(context: RunContext, *keys: str) -> RunContext:

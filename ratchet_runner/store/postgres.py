@@ -283,6 +283,7 @@ class Statements:
         if ends:
             shape = (*shape[:-1], True)
         t = self.t
+        listed = compact.listed_in(after.context)
         params: dict[str, Any] = {
             "channel": channel,
             "b_id": change.run_id,
@@ -292,12 +293,12 @@ class Statements:
             "n_state": after.state,
             "n_status": after.status,
             "n_context": json_text(stored(after.context)),
-            "n_listed": len(compact.listed_in(after.context)),
+            "n_listed": len(listed),
             "n_wake_at": after.wake_at,
             "n_spec_digest": after.spec_digest,
             "at": change.at,
             "cancel_state": change.cancel_timers_of_state,
-            **_event_params(change.events, compact.listed_in(after.context)),
+            **_event_params(change.events, listed),
         }
         if ends:
             params["tl_workflow"] = after.workflow

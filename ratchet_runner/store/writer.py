@@ -64,6 +64,7 @@ from .restores import attempt_in, check_incarnation
 from .tables import (
     JSON_TYPE,
     RECEIPT_ONCE,
+    RECEIPTS_ONCE_ON,
     RUN_TABLES,
     approvals,
     duplicates,
@@ -183,8 +184,8 @@ def insert_history(
     if not events:
         return
     listed, recorded = written_with(change) if change is not None else ((), None)
-    if conn.dialect.name != "sqlite":
-        recorded = None  # only SQLite keeps receipts written once (tables.RECEIPT_ONCE)
+    if conn.dialect.name != RECEIPTS_ONCE_ON:
+        recorded = None  # a done event keeps its receipt where nothing keeps that written once
     sql = _history_sql(conn.dialect.name, conn.dialect.paramstyle)
     if sql is None:
         row = {"run_id": run_id, "version": version, "at": at}
@@ -442,13 +443,13 @@ class Writer:
                 f"run {change.run_id} has moved on (version {found.version}, "
                 f"expected {change.expected_version})"
             )
-        listed = compact.listed_in(found.context)
-        if after is not None and len(listed) > len(compact.listed_in(after.context)):
-            kept = len(compact.listed_in(after.context))
+        listed = len(compact.listed_in(found.context))
+        kept = len(compact.listed_in(after.context)) if after is not None else listed
+        if kept < listed:
             raise VersionConflict(
-                f"run {change.run_id} has moved on: the change lists {kept} of the "
-                f"{len(listed)} operations the run lists, so it was made from an older read of "
-                "the run; nothing was written"
+                f"run {change.run_id} has moved on: the change lists {kept} of the {listed} "
+                "operations the run lists, so it was made from an older read of the run; "
+                "nothing was written"
             )
         raise LeaseLost(
             f"run {change.run_id} is leased by {found.lease_owner}"
